@@ -1,0 +1,31 @@
+# forgetmap: which upstream examples a language model forgets when fine-tuned on each of many tasks.
+# Default target: every configured model's forgetting matrix. The default config is the embedded demo.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# --configfile replaces the demo config instead of being merged into it
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+# every rule is a Python process: fix its hash seed so set and dict orders never vary
+shell.prefix("export PYTHONHASHSEED=0; ")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/models.smk"
+include: "rules/scores.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

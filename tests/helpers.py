@@ -1,0 +1,96 @@
+"""Shared test helpers: a tiny tokenizer and model, and running the workflow in a scratch copy."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "envs", "workflow/report")
+
+
+def tiny_tokenizer():
+    from forgetmap.base import pretraining_texts
+    from forgetmap.data import demo
+    from forgetmap.models import train_demo_tokenizer
+
+    return train_demo_tokenizer(pretraining_texts(demo.upstream_corpus(120, 1234)), 300)
+
+
+def tiny_model(tokenizer, seed: int = 0):
+    from forgetmap.models import build_demo_model
+
+    arch = {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2, "max_position_embeddings": 128}
+    return build_demo_model(tokenizer, arch, seed).eval()
+
+
+def test_config() -> dict:
+    return yaml.safe_load((REPO / "config/test/config.yaml").read_text())
+
+
+def make_workdir(path: Path, config: dict | None = None) -> Path:
+    """A scratch copy of the workflow with `config` as config/config.yaml."""
+    path.mkdir(parents=True, exist_ok=True)
+    for item in WORKFLOW_FILES:
+        src, dst = REPO / item, path / item
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, dst)
+    write_config(path, config if config is not None else test_config())
+    return path
+
+
+def write_config(workdir: Path, config: dict) -> None:
+    (workdir / "config/config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def clone_workdir(src: Path, dst: Path) -> Path:
+    """Copy a finished run, keeping modification times (what Snakemake compares)."""
+    shutil.copytree(src, dst, copy_function=shutil.copy2, symlinks=True)
+    return dst
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
+    """(rule, wildcards) of every job a dry run would run."""
+    proc = snakemake(workdir, "--dry-run", *args)
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if not head:
+            continue
+        wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {}
+        jobs.append((head.group(1), wildcards))
+    return jobs
+
+
+def by_rule(jobs) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for rule, _ in jobs:
+        counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def edited(config: dict, fn) -> dict:
+    out = copy.deepcopy(config)
+    fn(out)
+    return out

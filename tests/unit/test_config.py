@@ -1,0 +1,69 @@
+"""The config: one definition gives schema, defaults and checks; errors name key, value, allowed."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forgetmap import config as fm_config
+from forgetmap.cli import main
+from forgetmap.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def minimal():
+    return {"upstream": {"demo": {"format": "demo"}}, "categories": {"w": {"group": "in_domain"}},
+            "tasks": {"city_qa": {"category": "w"}}, "models": {"m": {"upstream": "demo"}}}
+
+
+def test_defaults_are_filled_from_the_schema():
+    cfg = fm_config.resolve(minimal())
+    assert cfg["shard_size"] == 10000
+    assert cfg["models"]["m"]["finetune"]["lr"] == 2e-6 and cfg["models"]["m"]["finetune"]["steps"] == 1000
+    assert cfg["models"]["m"]["resources"]["finetune"]["gpu"] == 1
+    assert cfg["tasks"]["city_qa"]["finetune"] == {}
+
+
+def test_task_overrides_apply_to_that_task_only():
+    raw = minimal()
+    raw["tasks"]["job_qa"] = {"category": "w", "finetune": {"lr": 1e-4, "lora": {"r": 8}}}
+    cfg = fm_config.resolve(raw)
+    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lr"] == 1e-4
+    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lora"]["r"] == 8
+    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lora"]["alpha"] == 16
+    assert fm_config.finetune_settings(cfg, "m", "city_qa")["lr"] == 2e-6
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda c: c["models"]["m"].update(finetune={"lr": "fast"}), "models.m.finetune.lr: value 'fast'"),
+    (lambda c: c["models"]["m"].update(finetune={"method": "qlora"}), "allowed: full, lora"),
+    (lambda c: c["tasks"]["city_qa"].update(categry="w"), "tasks.city_qa: unknown key(s) categry"),
+    (lambda c: c["tasks"]["city_qa"].update(category="nope"), "tasks.city_qa.category: value 'nope' is not a category"),
+    (lambda c: c["models"]["m"].update(upstream="dolma"), "models.m.upstream: value 'dolma'"),
+    (lambda c: c["models"]["m"].update(tasks=["city_qa", "ghost"]), "models.m.tasks: value 'ghost' is not a task"),
+    (lambda c: c["tasks"].update(base={"category": "w"}), "reserved"),
+    (lambda c: c["tasks"].update(my_task={"category": "w"}), "tasks.my_task.path: no file given"),
+    (lambda c: c["upstream"].update(dolma={"format": "parquet"}), "upstream.dolma.path: required"),
+    (lambda c: c["models"]["m"].update(base={"kind": "pretrained"}), "models.m.base.path: required"),
+    (lambda c: c["models"]["m"].update(resources={"score": {"gpu": -1}}), "models.m.resources.score.gpu: value -1"),
+    (lambda c: c.pop("models"), "'models' is a required property"),
+])
+def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
+    raw = minimal()
+    mutate(raw)
+    with pytest.raises(ConfigError) as err:
+        fm_config.resolve(raw)
+    assert expected in str(err.value)
+
+
+def test_shipped_configs_are_valid():
+    for path in [REPO / "config/config.yaml", REPO / "config/test/config.yaml",
+                 *sorted((REPO / "config/examples").glob("*.yaml"))]:
+        fm_config.resolve(yaml.safe_load(path.read_text()))
+
+
+def test_schema_file_is_generated_from_the_definition(tmp_path):
+    main(["schema", "--out", str(tmp_path / "schema.yaml")])
+    assert (tmp_path / "schema.yaml").read_text() == (REPO / "config/schema.yaml").read_text(), \
+        "config/schema.yaml is stale: run `forgetmap schema --out config/schema.yaml`"

@@ -1,0 +1,283 @@
+"""The workflow config: one definition gives the JSON schema, its defaults and its checks.
+
+`SCHEMA` below is the single source: `config/schema.yaml` is generated from it (`forgetmap schema`),
+and `resolve()` validates a config against it, fills every default, and checks the references
+between sections (a task's category, a model's upstream corpus and task list). Every error names
+the key, the value and what is allowed, before any DAG is built.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .errors import ConfigError
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
+
+
+def _obj(properties: dict, required: tuple = (), description: str = "", **extra) -> dict:
+    schema = {"type": "object", "properties": properties, "additionalProperties": False, **extra}
+    if required:
+        schema["required"] = list(required)
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _num(default, description: str, minimum=None, exclusive_minimum=None, kind="number") -> dict:
+    schema = {"type": kind, "default": default, "description": description}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if exclusive_minimum is not None:
+        schema["exclusiveMinimum"] = exclusive_minimum
+    return schema
+
+
+def _int(default, description: str, minimum=None) -> dict:
+    return _num(default, description, minimum=minimum, kind="integer")
+
+
+def _enum(default, values, description: str) -> dict:
+    return {"enum": list(values), "default": default, "description": description}
+
+
+def _resources(gpu: int, mem_mb: int, runtime: int, threads: int, what: str) -> dict:
+    return _obj({
+        "gpu": _int(gpu, f"GPUs per {what} job (Snakemake resource `gpu`; SLURM --gpus)", 0),
+        "mem_mb": _int(mem_mb, f"memory per {what} job in MB", 1),
+        "runtime": _int(runtime, f"wall-clock minutes per {what} job", 1),
+        "threads": _int(threads, f"CPU threads per {what} job; torch uses exactly this many", 1),
+    }, description=f"resources of each {what} job", default={})
+
+
+FINETUNE = _obj({
+    "method": _enum("full", ("full", "lora"), "full fine-tuning or a LoRA adapter (peft)"),
+    "steps": _int(1000, "optimizer steps (paper: 1,000)", 1),
+    "batch_size": _int(8, "examples per micro-batch", 1),
+    "grad_accum": _int(1, "micro-batches per optimizer step; effective batch = batch_size x grad_accum", 1),
+    "lr": _num(2e-6, "peak learning rate (paper: 2e-6)", exclusive_minimum=0),
+    "warmup_steps": _int(10, "linear warm-up steps, then linear decay to 0", 0),
+    "weight_decay": _num(0.0, "AdamW weight decay", minimum=0),
+    "max_grad_norm": _num(1.0, "gradient clipping norm", exclusive_minimum=0),
+    "max_epochs": {"type": ["integer", "null"], "minimum": 1, "default": 3,
+                   "description": "cap on passes over the training split (null: no cap)"},
+    "max_length": _int(1024, "tokens per training example (left-truncated)", 2),
+    "seed": _int(42, "seed of the example order and LoRA init; override per task to vary it", 0),
+    "gradient_checkpointing": {"type": "boolean", "default": False, "description": "trade compute for memory"},
+    "bf16": {"type": "boolean", "default": True, "description": "bf16 autocast on CUDA (ignored on CPU)"},
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"),
+                       "auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa"),
+    "lora": _obj({
+        "r": _int(64, "LoRA rank", 1),
+        "alpha": _num(16, "LoRA alpha", exclusive_minimum=0),
+        "dropout": _num(0.1, "LoRA dropout", minimum=0),
+        "target_modules": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                           "default": ["q_proj", "v_proj"], "description": "modules that get adapters"},
+    }, description="LoRA settings (method: lora)", default={}),
+}, description="fine-tuning settings; a task may override any of them", default={})
+
+SCORE = _obj({
+    "backend": _enum("torch", ("torch", "vllm"), "torch (CPU and GPU) or vllm (optional GPU extra)"),
+    "token_budget": _int(16384, "padded tokens per scoring batch (torch backend)", 16),
+    "max_length": _int(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "dtype": _enum("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
+    "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
+    "gpu_memory_utilization": _num(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
+}, description="scoring settings", default={})
+
+DEMO_BASE = {
+    "n_examples": _int(2400, "demo: pretraining examples (the first n of the demo generator)", 1),
+    "vocab_size": _int(512, "demo: BPE vocabulary size", 64),
+    "max_length": _int(64, "demo: tokens per pretraining example", 8),
+    "architecture": _obj({
+        "hidden_size": _int(128, "hidden size", 8),
+        "intermediate_size": _int(384, "MLP size", 8),
+        "layers": _int(4, "transformer layers", 1),
+        "heads": _int(4, "attention heads", 1),
+        "max_position_embeddings": _int(256, "context length", 8),
+    }, description="demo: Llama-style architecture", default={}),
+    "steps": _int(1200, "demo: pretraining steps", 1),
+    "batch_size": _int(32, "demo: pretraining batch size", 1),
+    "lr": _num(3e-3, "demo: pretraining peak learning rate", exclusive_minimum=0),
+    "warmup_steps": _int(50, "demo: warm-up steps", 0),
+    "weight_decay": _num(0.01, "demo: AdamW weight decay", minimum=0),
+    "max_grad_norm": _num(1.0, "demo: clipping norm", exclusive_minimum=0),
+    "eval_every": _int(100, "demo: steps between upstream-NLL evaluations in the log (0: never)", 0),
+    "seed": _int(0, "demo: seed of the initial weights and example order", 0),
+    "device": {"type": "string", "default": "cpu", "description": "demo: device to pretrain on"},
+}
+
+BASE = _obj({
+    "kind": _enum("demo", ("demo", "pretrained"),
+                  "demo: pretrain a tiny model on the demo corpus; pretrained: use `path`"),
+    "path": {"type": ["string", "null"], "default": None,
+             "description": "pretrained: a local model directory or a Hugging Face id"},
+    "revision": {"type": ["string", "null"], "default": None, "description": "pretrained: HF revision"},
+    **DEMO_BASE,
+}, description="the base model", default={})
+
+MODEL = _obj({
+    "upstream": {"type": "string", "description": "the upstream corpus this model is scored on"},
+    "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+              "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names"},
+    "chat_template": _enum("olmo", ("olmo", "tokenizer"),
+                           "olmo: the OLMo-Instruct format the paper uses; tokenizer: the tokenizer's own"),
+    "base": BASE,
+    "finetune": FINETUNE,
+    "score": SCORE,
+    "resources": _obj({
+        "base": _resources(0, 4000, 60, 1, "base-model"),
+        "finetune": _resources(1, 32000, 240, 4, "fine-tuning"),
+        "score": _resources(1, 16000, 60, 4, "scoring"),
+    }, description="per-rule resources", default={}),
+}, required=("upstream",), description="a model: its base, how it is fine-tuned and scored")
+
+CORPUS = _obj({
+    "format": _enum("parquet", ("demo", "parquet", "jsonl"), "demo: generated; parquet/jsonl: a file at `path`"),
+    "path": {"type": ["string", "null"], "default": None, "description": "the corpus file (upstream contract)"},
+    "n_examples": _int(2400, "demo: examples generated", 1),
+}, description="an upstream corpus")
+
+TASK = _obj({
+    "category": {"type": "string", "description": "a key of `categories`"},
+    "path": {"type": ["string", "null"], "default": None,
+             "description": "task file (parquet/jsonl/json); null: the demo generator of this name"},
+    "columns": _obj({"prompt": {"type": "string"}, "response": {"type": "string"}},
+                    description="column names in the file, if not prompt/response", default={}),
+    "validation_path": {"type": ["string", "null"], "default": None, "description": "separate validation file"},
+    "validation_fraction": _num(0.1, "share held out as validation when the file has no split", minimum=0),
+    "n_examples": _int(200, "demo: examples generated", 2),
+    "finetune": {**copy.deepcopy(FINETUNE), "description": "overrides of the model's fine-tuning settings"},
+}, required=("category",), description="a fine-tuning task")
+
+for _p in TASK["properties"]["finetune"]["properties"].values():
+    _p.pop("default", None)
+
+SCHEMA = _obj({
+    "seed": _int(0, "seed of task splits and anything not seeded elsewhere", 0),
+    "demo_seed": _int(1234, "seed of the demo world: demo corpora, demo tasks, the demo base's corpus", 0),
+    "shard_size": _int(10000, "upstream examples per scoring job", 1),
+    "keep_checkpoints": {"type": "boolean", "default": True,
+                         "description": "false: fine-tuned checkpoints are temp() and deleted after scoring"},
+    "upstream": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+                 "additionalProperties": CORPUS, "description": "upstream corpora by name"},
+    "categories": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+                   "additionalProperties": _obj({"group": _enum("in_domain", ("in_domain", "out_of_domain"),
+                                                                "prediction split group")}),
+                   "description": "task categories and their split group"},
+    "tasks": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+              "additionalProperties": TASK, "description": "fine-tuning tasks by name"},
+    "models": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+               "additionalProperties": MODEL, "description": "models by name"},
+}, required=("upstream", "categories", "tasks", "models"), description="forgetmap workflow config",
+    **{"$schema": "https://json-schema.org/draft/2020-12/schema"})
+
+
+def _fill_defaults(schema: dict, value: Any) -> Any:
+    if not isinstance(value, dict) or schema.get("type") != "object":
+        return value
+    out = dict(value)
+    for key, sub in schema.get("properties", {}).items():
+        if key not in out and "default" in sub:
+            out[key] = copy.deepcopy(sub["default"])
+        if key in out:
+            out[key] = _fill_defaults(sub, out[key])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key in out:
+            if key not in schema.get("properties", {}):
+                out[key] = _fill_defaults(extra, out[key])
+    return out
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _explain(error) -> str:
+    where = _key(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        return f"config key {where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(allowed)}"
+    if error.validator == "required":
+        return f"config key {where}: {error.message}"
+    if error.validator == "enum":
+        return f"config key {where}: value {error.instance!r} is not allowed; allowed: " \
+               f"{', '.join(map(str, error.validator_value))}"
+    if error.validator == "propertyNames":
+        return f"config key {where}: name {error.instance!r} is not allowed; names match {NAME}"
+    return f"config key {where}: value {error.instance!r} is invalid: {error.message}"
+
+
+def resolve(config: dict) -> dict:
+    """Validate `config`, fill defaults, check cross-references; raise ConfigError naming the key."""
+    import jsonschema
+
+    if not isinstance(config, dict) or not config:
+        raise ConfigError("the config is empty: give --configfile or config/config.yaml")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))
+    if error is not None:
+        raise ConfigError(_explain(error))
+    cfg = _fill_defaults(SCHEMA, config)
+    _check_references(cfg)
+    return cfg
+
+
+def _check_references(cfg: dict) -> None:
+    from .data.demo import TASKS as DEMO_TASKS
+
+    for name, corpus in cfg["upstream"].items():
+        if corpus["format"] != "demo" and not corpus["path"]:
+            raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")
+    for name, task in cfg["tasks"].items():
+        if name in RESERVED_RUNS:
+            raise ConfigError(f"config key tasks.{name}: the name {name!r} is reserved for the base model's scores")
+        if task["category"] not in cfg["categories"]:
+            raise ConfigError(f"config key tasks.{name}.category: value {task['category']!r} is not a category; "
+                              f"allowed: {', '.join(cfg['categories'])}")
+        if task["path"] is None and name not in DEMO_TASKS:
+            raise ConfigError(f"config key tasks.{name}.path: no file given and {name!r} is not a demo task; "
+                              f"demo tasks: {', '.join(sorted(DEMO_TASKS))}")
+    for name, model in cfg["models"].items():
+        if model["upstream"] not in cfg["upstream"]:
+            raise ConfigError(f"config key models.{name}.upstream: value {model['upstream']!r} is not an upstream "
+                              f"corpus; allowed: {', '.join(cfg['upstream'])}")
+        if model["tasks"] != "all":
+            unknown = [t for t in model["tasks"] if t not in cfg["tasks"]]
+            if unknown:
+                raise ConfigError(f"config key models.{name}.tasks: value {unknown[0]!r} is not a task; "
+                                  f"allowed: {', '.join(cfg['tasks'])}")
+        if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
+            raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
+
+
+def model_tasks(cfg: dict, model: str) -> list[str]:
+    """The tasks a model is fine-tuned on, in config order (the matrix's column order)."""
+    chosen = cfg["models"][model]["tasks"]
+    return list(cfg["tasks"]) if chosen == "all" else [t for t in cfg["tasks"] if t in chosen]
+
+
+def finetune_settings(cfg: dict, model: str, task: str) -> dict:
+    """The model's fine-tuning settings with the task's overrides, plus what training needs to know."""
+    settings = copy.deepcopy(cfg["models"][model]["finetune"])
+    overrides = cfg["tasks"][task].get("finetune") or {}
+    for key, value in overrides.items():
+        if key == "lora":
+            settings["lora"].update(value)
+        else:
+            settings[key] = value
+    settings["chat_template"] = cfg["models"][model]["chat_template"]
+    return settings
+
+
+def score_settings(cfg: dict, model: str) -> dict:
+    return {**cfg["models"][model]["score"], "chat_template": cfg["models"][model]["chat_template"]}
+
+
+def base_settings(cfg: dict, model: str) -> dict:
+    return {**copy.deepcopy(cfg["models"][model]["base"]), "corpus_seed": cfg["demo_seed"]}

@@ -1,0 +1,96 @@
+"""Turning examples into token ids with their loss and scoring spans (paper §1.1, §1.7).
+
+- `lm` examples: the raw text tokenized as the model's tokenizer does by default (as vLLM does);
+  every token but the first is a target; long texts keep their first `max_length` tokens.
+- `chat` examples: the prompt and response rendered by a chat template. The prefix (everything up to
+  and including the assistant marker) and the rest are tokenized separately, so the response starts
+  at an exact token boundary. Training targets are the response tokens plus the template's closing
+  tokens (the EOS, as the paper's labels); the scored span is the response tokens only, without the
+  closing EOS and without padding. Long examples keep their last `max_length` tokens, as the paper's
+  left truncation does.
+
+Templates: `olmo` is the OLMo-Instruct format the paper applies to every base model
+(`<eos><|user|>\\n{prompt}\\n<|assistant|>\\n{response}<eos>`); `tokenizer` uses the tokenizer's own
+chat template (instruct models).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TEMPLATES = ("olmo", "tokenizer")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids of one example; targets are positions [target_start, len), scored [target_start, score_end)."""
+
+    ids: np.ndarray
+    target_start: int
+    score_end: int
+
+    @property
+    def n_scored(self) -> int:
+        return max(0, self.score_end - self.target_start)
+
+
+def chat_pieces(tokenizer, prompt: str, response: str, template: str) -> tuple[str, str, str]:
+    """(prefix, response, suffix) texts of a chat example under `template`."""
+    eos = tokenizer.eos_token or ""
+    if template == "olmo":
+        return f"{eos}<|user|>\n{prompt}\n<|assistant|>\n", response, eos
+    if template == "tokenizer":
+        full = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
+            tokenize=False)
+        at = full.rfind(response)
+        if at < 0:
+            raise ValueError("the tokenizer's chat template does not reproduce the response verbatim")
+        return full[:at], response, full[at + len(response):]
+    raise ValueError(f"unknown chat template {template!r}; allowed: {', '.join(TEMPLATES)}")
+
+
+def _tokenize(tokenizer, texts: list[str], special: bool) -> list[list[int]]:
+    if not texts:
+        return []
+    return tokenizer(texts, add_special_tokens=special)["input_ids"]
+
+
+def encode_lm(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
+    out = []
+    for ids in _tokenize(tokenizer, texts, special=True):
+        ids = np.asarray(ids[:max_length], dtype=np.int64)
+        out.append(Encoded(ids, 1, len(ids)))
+    return out
+
+
+def encode_chat(tokenizer, prompts: list[str], responses: list[str], template: str,
+                max_length: int) -> list[Encoded]:
+    pieces = [chat_pieces(tokenizer, p, r, template) for p, r in zip(prompts, responses)]
+    prefixes = _tokenize(tokenizer, [p[0] for p in pieces], special=False)
+    bodies = _tokenize(tokenizer, [p[1] for p in pieces], special=False)
+    suffixes = _tokenize(tokenizer, [p[2] for p in pieces], special=False)
+    out = []
+    for prefix, body, suffix in zip(prefixes, bodies, suffixes):
+        ids = np.asarray(prefix + body + suffix, dtype=np.int64)
+        start, end = len(prefix), len(prefix) + len(body)
+        cut = max(0, len(ids) - max_length)
+        ids = ids[cut:]
+        out.append(Encoded(ids, max(1, start - cut), max(0, end - cut)))
+    return out
+
+
+def encode_examples(tokenizer, frame, template: str, max_length: int) -> list[Encoded]:
+    """Encode an upstream frame (columns `kind`, `text`, `prompt`, `response`) in its row order."""
+    kinds = frame["kind"].to_numpy()
+    encoded: list[Encoded | None] = [None] * len(frame)
+    lm = np.flatnonzero(kinds == "lm")
+    chat = np.flatnonzero(kinds == "chat")
+    for i, e in zip(lm, encode_lm(tokenizer, frame["text"].iloc[lm].tolist(), max_length)):
+        encoded[i] = e
+    for i, e in zip(chat, encode_chat(tokenizer, frame["prompt"].iloc[chat].tolist(),
+                                      frame["response"].iloc[chat].tolist(), template, max_length)):
+        encoded[i] = e
+    return encoded

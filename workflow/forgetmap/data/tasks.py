@@ -1,0 +1,66 @@
+"""Fine-tuning tasks: the demo generator or a user file, validated, in the task contract.
+
+The task contract is `prompt`, `response`, `split` (train / validation). A user file may name its
+columns differently (`columns: {prompt: inputs, response: targets}` for FLAN), carry its own split
+column, come with a separate validation file, or be split deterministically (a seeded permutation,
+as the paper splits Dolly 80/20).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import DataError
+from ..io import write_table
+from . import demo
+from .tables import read_table, require_columns, require_text
+
+SPLITS = ("train", "validation")
+
+
+def read_task(name: str, spec: dict, seed: int, demo_seed: int) -> pd.DataFrame:
+    """The task in the task contract; `seed` splits user files, `demo_seed` is the demo world."""
+    if spec.get("path") is None:
+        return demo.task_examples(name, spec["n_examples"], demo_seed, spec["validation_fraction"])
+    frame = _read_user_file(spec["path"], spec)
+    if spec.get("validation_path"):
+        validation = _read_user_file(spec["validation_path"], spec)
+        frame = pd.concat([frame.assign(split="train"), validation.assign(split="validation")],
+                          ignore_index=True)
+    elif "split" not in frame:
+        order = np.random.default_rng(seed).permutation(len(frame))
+        n_validation = int(round(len(frame) * spec["validation_fraction"]))
+        split = np.full(len(frame), "train", dtype=object)
+        split[order[len(frame) - n_validation:]] = "validation"
+        frame["split"] = split
+    return frame[["prompt", "response", "split"]]
+
+
+def _read_user_file(path: str, spec: dict) -> pd.DataFrame:
+    frame = read_table(path)
+    mapping = spec.get("columns") or {}
+    require_columns(frame, [mapping.get("prompt", "prompt"), mapping.get("response", "response")], path)
+    frame = frame.rename(columns={mapping.get(k, k): k for k in ("prompt", "response")})
+    if frame.empty:
+        raise DataError(f"{path}: no rows")
+    require_text(frame, "prompt", path)
+    require_text(frame, "response", path)
+    if "split" in frame:
+        bad = ~frame["split"].isin(SPLITS)
+        if bad.any():
+            row = int(bad[bad].index[0])
+            raise DataError(f"{path}: row {row}, column 'split': {frame['split'][row]!r} is not one "
+                            f"of {', '.join(SPLITS)}")
+    return frame
+
+
+def write_task(name: str, spec: dict, seed: int, demo_seed: int, out: str) -> dict:
+    frame = read_task(name, spec, seed, demo_seed)
+    n_train = int((frame["split"] == "train").sum())
+    if n_train == 0:
+        raise DataError(f"task {name!r} ({spec.get('path') or 'demo'}): no training examples")
+    write_table(pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False), out,
+                {"task": name, "category": spec["category"]})
+    return {"train": n_train, "validation": len(frame) - n_train}

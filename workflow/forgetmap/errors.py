@@ -1,0 +1,13 @@
+"""The errors forgetmap raises for bad input: each names what is wrong and where."""
+
+
+class ForgetmapError(Exception):
+    """Base class: a message a user can act on, printed without a traceback by the CLI."""
+
+
+class ConfigError(ForgetmapError):
+    """A config value is missing, of the wrong type, or refers to something that does not exist."""
+
+
+class DataError(ForgetmapError):
+    """An input file is malformed: the message names the file, and the row and column if any."""

@@ -1,0 +1,111 @@
+"""The association matrix Z[task, example] = NLL_after_task(example) - NLL_before(example).
+
+On disk (`results/{model}/forgetting.parquet`): one row per upstream example with `example_id`,
+`source`, `base_nll`, then one float32 column per task (positive = forgotten). The parquet
+key-value metadata (`forgetmap`) records the task order, each task's category and each category's
+split group. `ForgettingMatrix.read()` returns the M x N float32 array (tasks x examples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import DataError
+from .io import read_metadata, write_table
+
+LABEL_COLUMNS = ("example_id", "source", "base_nll")
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ForgettingMatrix:
+    values: np.ndarray            # (M tasks, N examples) float32
+    tasks: list[str]
+    example_ids: np.ndarray       # (N,) str
+    sources: np.ndarray           # (N,) str
+    base_nll: np.ndarray          # (N,) float32
+    categories: dict[str, str] = field(default_factory=dict)   # task -> category
+    groups: dict[str, str] = field(default_factory=dict)       # category -> split group
+
+    def __post_init__(self):
+        self.values = np.asarray(self.values, dtype=np.float32)
+        if self.values.shape != (len(self.tasks), len(self.example_ids)):
+            raise ValueError(f"values have shape {self.values.shape}, expected "
+                             f"({len(self.tasks)} tasks, {len(self.example_ids)} examples)")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.values.shape
+
+    def task_categories(self) -> list[str]:
+        return [self.categories.get(t, "") for t in self.tasks]
+
+    def row(self, task: str) -> np.ndarray:
+        return self.values[self.tasks.index(task)]
+
+    def write(self, path: str | Path, extra_metadata: dict | None = None) -> None:
+        columns = {"example_id": pa.array(self.example_ids.astype(str)),
+                   "source": pa.array(self.sources.astype(str)),
+                   "base_nll": pa.array(self.base_nll, pa.float32())}
+        columns.update({t: pa.array(self.values[i], pa.float32()) for i, t in enumerate(self.tasks)})
+        metadata = {"format_version": FORMAT_VERSION, "tasks": self.tasks, "categories": self.categories,
+                    "groups": self.groups, **(extra_metadata or {})}
+        write_table(pa.table(columns), path, metadata)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "ForgettingMatrix":
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"{path}: file not found")
+        meta = read_metadata(path)
+        table = pq.read_table(path)
+        tasks = meta.get("tasks") or [c for c in table.column_names if c not in LABEL_COLUMNS]
+        missing = [c for c in (*LABEL_COLUMNS, *tasks) if c not in table.column_names]
+        if missing:
+            raise DataError(f"{path}: not a forgetting matrix, missing column(s) {', '.join(missing)}")
+        values = np.empty((len(tasks), table.num_rows), dtype=np.float32)
+        for i, t in enumerate(tasks):
+            values[i] = table.column(t).to_numpy()
+        return cls(values, list(tasks), table.column("example_id").to_numpy().astype(str),
+                   table.column("source").to_numpy().astype(str),
+                   table.column("base_nll").to_numpy().astype(np.float32),
+                   meta.get("categories", {}), meta.get("groups", {}))
+
+    def to_frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame({"example_id": self.example_ids, "source": self.sources, "base_nll": self.base_nll})
+        return pd.concat([frame, pd.DataFrame(self.values.T, columns=self.tasks)], axis=1)
+
+
+def _read_scores(path: str | Path, expected_ids: np.ndarray) -> np.ndarray:
+    scores = pq.read_table(path, columns=["example_id", "nll"])
+    ids = scores.column("example_id").to_numpy().astype(str)
+    if len(ids) != len(expected_ids) or not np.array_equal(ids, expected_ids):
+        raise DataError(f"{path}: its example ids do not match the upstream shard it scores "
+                        f"({len(ids)} vs {len(expected_ids)} examples); rescore it")
+    return scores.column("nll").to_numpy().astype(np.float32)
+
+
+def assemble(shards: list[str], base_scores: list[str], task_scores: dict[str, list[str]],
+             categories: dict[str, str], groups: dict[str, str]) -> ForgettingMatrix:
+    """Stack per-shard scores into Z; every run must score exactly the shards' examples, in order."""
+    ids, sources = [], []
+    for shard in shards:
+        table = pq.read_table(shard, columns=["example_id", "source"])
+        ids.append(table.column("example_id").to_numpy().astype(str))
+        sources.append(table.column("source").to_numpy().astype(str))
+    base = np.concatenate([_read_scores(p, i) for p, i in zip(base_scores, ids)])
+    values = np.empty((len(task_scores), len(base)), dtype=np.float32)
+    for row, (task, paths) in enumerate(task_scores.items()):
+        if len(paths) != len(shards):
+            raise DataError(f"task {task!r}: {len(paths)} score files for {len(shards)} upstream shards")
+        after = np.concatenate([_read_scores(p, i) for p, i in zip(paths, ids)])
+        values[row] = after - base
+    tasks = list(task_scores)
+    return ForgettingMatrix(values, tasks, np.concatenate(ids), np.concatenate(sources), base,
+                            {t: categories[t] for t in tasks}, {c: groups[c] for c in sorted({categories[t] for t in tasks})})

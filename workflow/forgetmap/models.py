@@ -1,0 +1,143 @@
+"""Build or load models and tokenizers; choose device, dtype and attention implementation.
+
+A model directory is one of:
+- a `save_pretrained` checkpoint (config.json, weights, tokenizer files);
+- a LoRA adapter checkpoint (adapter_config.json) with a `base.json` naming the model it adapts;
+- a base pointer: only `base.json`, `{"path": <local dir or HF id>}`, for real base models that the
+  user's environment provides.
+transformers and peft are imported inside functions so that importing forgetmap stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import torch
+
+POINTER = "base.json"
+PAD_CANDIDATES = ("<|padding|>", "<|pad|>", "<pad>")
+
+
+def set_threads(threads: int) -> None:
+    """Give torch exactly the rule's threads: oversubscribing small CPUs is 30-50x slower."""
+    torch.set_num_threads(max(1, int(threads)))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, int(threads)))
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """`auto` is bf16 on a GPU that supports it, fp32 otherwise."""
+    if requested == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+
+
+def pick_attention(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+    """flash_attention_2 on CUDA in half precision when flash-attn is installed, else sdpa."""
+    if requested != "auto":
+        return requested
+    has_flash = importlib.util.find_spec("flash_attn") is not None
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and has_flash:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def read_pointer(model_dir: str | Path) -> dict | None:
+    path = Path(model_dir) / POINTER
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_pointer(model_dir: str | Path, source: str, revision: str | None = None) -> None:
+    Path(model_dir).mkdir(parents=True, exist_ok=True)
+    (Path(model_dir) / POINTER).write_text(json.dumps({"path": source, "revision": revision}, indent=1))
+
+
+def _source(model_dir: str | Path) -> tuple[str, dict]:
+    """Where weights and tokenizer live: the directory itself, or the model its pointer names."""
+    pointer = read_pointer(model_dir)
+    if pointer is not None and not (Path(model_dir) / "config.json").exists() \
+            and not (Path(model_dir) / "adapter_config.json").exists():
+        kwargs = {"revision": pointer["revision"]} if pointer.get("revision") else {}
+        if Path(pointer["path"]).is_dir():
+            kwargs["local_files_only"] = True
+        return pointer["path"], kwargs
+    return str(model_dir), {"local_files_only": True}
+
+
+def load_tokenizer(model_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    source, kwargs = _source(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    if tokenizer.pad_token is None:
+        vocab = tokenizer.get_vocab()
+        tokenizer.pad_token = next((t for t in PAD_CANDIDATES if t in vocab), tokenizer.eos_token)
+    return tokenizer
+
+
+def load_model(model_dir: str | Path, device: torch.device, dtype: torch.dtype, attention: str = "auto"):
+    """Load a checkpoint, a LoRA adapter (merged into its base) or a base pointer, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = Path(model_dir)
+    attn = pick_attention(attention, device, dtype)
+    if (model_dir / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base = _load_base_for_adapter(model_dir, device, dtype, attention)
+        model = PeftModel.from_pretrained(base, str(model_dir)).merge_and_unload()
+    else:
+        source, kwargs = _source(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn, **kwargs)
+    return model.to(device).eval()
+
+
+def _load_base_for_adapter(adapter_dir: Path, device, dtype, attention):
+    pointer = read_pointer(adapter_dir)
+    if pointer is None:
+        raise FileNotFoundError(f"{adapter_dir}: a LoRA adapter needs {POINTER} naming its base model")
+    return load_model(pointer["path"], device, dtype, attention)
+
+
+def train_demo_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE tokenizer trained on the demo's pretraining texts, with chat markers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|endoftext|>",
+                                   additional_special_tokens=["<|user|>", "<|assistant|>"])
+
+
+def build_demo_model(tokenizer, architecture: dict, seed: int):
+    """A small Llama-style causal LM with freshly initialised, seeded weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=architecture["hidden_size"],
+        intermediate_size=architecture["intermediate_size"], num_hidden_layers=architecture["layers"],
+        num_attention_heads=architecture["heads"], num_key_value_heads=architecture["heads"],
+        max_position_embeddings=architecture["max_position_embeddings"], tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+        attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def n_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

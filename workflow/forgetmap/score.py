@@ -1,0 +1,200 @@
+"""Per-example NLL of upstream examples: mean of -log p(x_t | x_<t) over each example's scored span.
+
+Backends write the same contract (`example_id`, `nll` float32, `n_tokens` int32):
+- `torch` (default, CPU and GPU): examples sorted by length and packed into batches under a token
+  budget; the transformer body runs once per batch and only the scored positions go through the
+  output head, in chunks, so the full-vocabulary logits of a whole batch never exist at once.
+- `vllm` (optional GPU extra): `prompt_logprobs=0` on the same token ids, as the paper scores.
+NaN appears only where an example's span is empty, and is counted in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .data.chat import Encoded
+
+log = logging.getLogger(__name__)
+
+HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
+
+
+def length_batches(lengths: np.ndarray, token_budget: int) -> list[np.ndarray]:
+    """Indices grouped longest-first so that (batch size x longest length) stays within the budget."""
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, longest = [], [], 0
+    for i in order:
+        longest_if_added = max(longest, int(lengths[i]))
+        if current and longest_if_added * (len(current) + 1) > token_budget:
+            batches.append(np.asarray(current))
+            current, longest_if_added = [], int(lengths[i])
+        current.append(i)
+        longest = longest_if_added
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
+def _pad(encoded: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(e.ids) for e in encoded)
+    ids = np.full((len(encoded), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(encoded), width), dtype=np.int64)
+    for row, e in enumerate(encoded):
+        ids[row, :len(e.ids)] = e.ids
+        mask[row, :len(e.ids)] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, position predicting the target, target position) for every scored token of a batch."""
+    counts = np.array([e.n_scored for e in encoded])
+    rows = np.repeat(np.arange(len(encoded)), counts)
+    starts = np.repeat(np.array([e.target_start for e in encoded]), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    targets = starts + offsets
+    return rows, targets - 1, targets
+
+
+def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor) -> torch.Tensor:
+    """-log p(target) for rows of hidden states, through the output head in bounded chunks."""
+    vocab = head.weight.shape[0]
+    chunk = max(1, HEAD_CHUNK_ELEMENTS // vocab)
+    out = []
+    for s in range(0, hidden.shape[0], chunk):
+        logits = head(hidden[s:s + chunk]).float()
+        out.append(F.cross_entropy(logits, targets[s:s + chunk], reduction="none"))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+class TorchScorer:
+    """Scores encoded examples with a causal LM already on its device."""
+
+    def __init__(self, model, pad_id: int, token_budget: int = 16384):
+        self.model = model
+        self.pad_id = pad_id
+        self.token_budget = token_budget
+        self.device = next(model.parameters()).device
+        self.head = model.get_output_embeddings()
+        self.body = model.base_model
+        self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
+
+    def _hidden_path_is_exact(self, example: Encoded) -> bool:
+        ids = torch.from_numpy(example.ids[None]).to(self.device)
+        logits = self.model(input_ids=ids).logits[0].float()
+        hidden = self.body(input_ids=ids).last_hidden_state[0]
+        via_head = self.head(hidden).float()
+        tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
+        return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
+
+    @torch.inference_mode()
+    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+        sums = np.zeros(len(encoded), dtype=np.float64)
+        lengths = np.array([len(e.ids) for e in encoded])
+        for batch in length_batches(lengths, self.token_budget):
+            members = [encoded[i] for i in batch]
+            if self.use_hidden is None:
+                self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)))
+            ids, mask = _pad(members, self.pad_id)
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            rows, pred_pos, target_pos = _span_positions(members)
+            if len(rows) == 0:
+                continue
+            rows_t = torch.from_numpy(rows).to(self.device)
+            targets = ids[rows_t, torch.from_numpy(target_pos).to(self.device)]
+            pred_t = torch.from_numpy(pred_pos).to(self.device)
+            if self.use_hidden:
+                hidden = self.body(input_ids=ids, attention_mask=mask).last_hidden_state
+                token_nll = _token_nll_from_hidden(hidden[rows_t, pred_t], self.head, targets)
+            else:
+                logits = self.model(input_ids=ids, attention_mask=mask).logits[rows_t, pred_t]
+                token_nll = F.cross_entropy(logits.float(), targets, reduction="none")
+            per_row = torch.zeros(len(members), dtype=torch.float64, device=self.device)
+            per_row.index_add_(0, rows_t, token_nll.double())
+            sums[batch] = per_row.cpu().numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
+        return nll, n_tokens
+
+
+@torch.inference_mode()
+def score_naive(model, encoded: list[Encoded]) -> np.ndarray:
+    """The reference: one example at a time, full logits, log-softmax, gather. Slow; for checks."""
+    device = next(model.parameters()).device
+    out = np.full(len(encoded), np.nan, dtype=np.float32)
+    for i, e in enumerate(encoded):
+        if e.n_scored == 0:
+            continue
+        ids = torch.from_numpy(e.ids[None]).to(device)
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        t = torch.arange(e.target_start, e.score_end, device=device)
+        out[i] = float(-logp[t - 1, ids[0, t]].mean())
+    return out
+
+
+def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs: list, target_start: int,
+                             score_end: int) -> float:
+    """Mean NLL over [target_start, score_end) from vLLM's `prompt_logprobs` (entry 0 is None).
+
+    Each entry t >= 1 maps token ids to objects with a `logprob` attribute (or plain floats); the
+    actual prompt token ids[t] is always among them.
+    """
+    if score_end <= target_start:
+        return float("nan")
+    total = 0.0
+    for t in range(target_start, score_end):
+        entry = prompt_logprobs[t][ids[t]]
+        total -= float(getattr(entry, "logprob", entry))
+    return total / (score_end - target_start)
+
+
+def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> np.ndarray:
+    """Score through vLLM (GPU only; `pip install forgetmap[gpu]`)."""
+    try:
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+    except ImportError as exc:  # pragma: no cover - needs the gpu extra
+        raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
+    llm = LLM(model=model_dir, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
+              max_model_len=max(len(e.ids) for e in encoded) + 1, enforce_eager=False)
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], params)
+    return np.array([nll_from_prompt_logprobs(e.ids.tolist(), o.prompt_logprobs, e.target_start, e.score_end)
+                     for e, o in zip(encoded, outputs)], dtype=np.float32)
+
+
+def score_shard(model_dir: str, shard_path: str, out: str, settings: dict, threads: int) -> dict:
+    """Score every example of an upstream shard with one model and write the scores contract."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from .data.chat import encode_examples
+    from .io import write_table
+    from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads
+
+    set_threads(threads)
+    frame = pd.read_parquet(shard_path)
+    tokenizer = load_tokenizer(model_dir)
+    encoded = encode_examples(tokenizer, frame, settings["chat_template"], settings["max_length"])
+    start = time.perf_counter()
+    if settings["backend"] == "vllm":
+        nll = score_with_vllm(model_dir, encoded, settings)
+        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+    else:
+        device = pick_device(settings["device"])
+        model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
+        nll, n_tokens = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"]).score(encoded)
+    elapsed = time.perf_counter() - start
+    table = pa.table({"example_id": pa.array(frame["example_id"].astype(str)),
+                      "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())})
+    write_table(table, out, {"model_dir": str(model_dir), "backend": settings["backend"]})
+    summary = {"examples": len(frame), "tokens": int(n_tokens.sum()), "nan": int(np.isnan(nll).sum()),
+               "seconds": round(elapsed, 3), "tokens_per_s": round(float(n_tokens.sum()) / max(elapsed, 1e-9), 1)}
+    if summary["nan"]:
+        log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))
+    return summary

@@ -1,0 +1,160 @@
+"""The fine-tuning loop: load batch, forward, backward, step, log (full fine-tuning or LoRA).
+
+AdamW with linear warm-up then linear decay to zero, gradient accumulation (the loss of one optimizer
+step is the mean over all target tokens of all its micro-batches, as one large batch would give),
+gradient clipping, a seeded example order, bf16 autocast and fused AdamW on CUDA, optional gradient
+checkpointing. Chat examples are trained on their response tokens and the closing EOS only (the
+paper's label masking); `lm` examples on every token but the first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .data.chat import Encoded
+
+log = logging.getLogger(__name__)
+IGNORE = -100
+
+
+def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ids, attention mask and labels (IGNORE outside each example's target span)."""
+    width = max(len(e.ids) for e in examples)
+    ids = np.full((len(examples), width), pad_id, dtype=np.int64)
+    labels = np.full((len(examples), width), IGNORE, dtype=np.int64)
+    mask = np.zeros((len(examples), width), dtype=np.int64)
+    for row, e in enumerate(examples):
+        ids[row, :len(e.ids)] = e.ids
+        mask[row, :len(e.ids)] = 1
+        labels[row, e.target_start:len(e.ids)] = e.ids[e.target_start:]
+    return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+            "labels": torch.from_numpy(labels)}
+
+
+def example_order(n: int, seed: int):
+    """An endless stream of example indices: a fresh seeded permutation every epoch."""
+    rng = np.random.default_rng(seed)
+    while True:
+        yield from rng.permutation(n)
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
+    """Linear warm-up over `warmup` steps, then linear decay to 0 at `total` (the paper's schedule)."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def planned_steps(settings: dict, n_examples: int) -> int:
+    """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
+    effective = settings["batch_size"] * settings["grad_accum"]
+    cap = settings["max_epochs"] * n_examples // effective if settings.get("max_epochs") else settings["steps"]
+    return max(1, min(settings["steps"], cap))
+
+
+def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path: Path,
+          on_step: Callable[[int], dict] | None = None) -> dict:
+    """Train `model` in place; one JSON line per optimizer step goes to `log_path`."""
+    device = next(model.parameters()).device
+    total = planned_steps(settings, len(examples))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.999),
+                                  weight_decay=settings["weight_decay"],
+                                  fused=device.type == "cuda")
+    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+                if device.type == "cuda" and settings.get("bf16", True) and torch.cuda.is_bf16_supported()
+                else nullcontext())
+    if settings.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable()
+    model.train()
+    order = example_order(len(examples), settings["seed"])
+    started = time.perf_counter()
+    last = {}
+    with open(log_path, "w") as sink:
+        for step in range(total):
+            t0 = time.perf_counter()
+            lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            micro = [[examples[next(order)] for _ in range(settings["batch_size"])]
+                     for _ in range(settings["grad_accum"])]
+            n_targets = sum(len(e.ids) - e.target_start for mb in micro for e in mb)
+            loss_sum, tokens = 0.0, 0
+            for mb in micro:
+                batch = {k: v.to(device) for k, v in collate(mb, pad_id).items()}
+                with autocast:
+                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), batch["labels"][:, 1:].flatten(),
+                                       ignore_index=IGNORE, reduction="sum") / max(1, n_targets)
+                loss.backward()
+                loss_sum += float(loss.detach())
+                tokens += int(batch["attention_mask"].sum())
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+            last = {"step": step + 1, "loss": round(loss_sum, 6), "lr": lr, "grad_norm": round(float(grad_norm), 6),
+                    "tokens": tokens, "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+                    "elapsed_s": round(time.perf_counter() - started, 3)}
+            if on_step is not None:
+                last.update(on_step(step + 1))
+            sink.write(json.dumps(last) + "\n")
+            sink.flush()
+    model.eval()
+    if not math.isfinite(last.get("loss", 0.0)):
+        raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
+    return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3)}
+
+
+def attach_lora(model, lora: dict, seed: int):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                        target_modules=lora["target_modules"], task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def finetune(base_dir: str, task_path: str, out: str, settings: dict, threads: int) -> dict:
+    """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all."""
+    import pandas as pd
+
+    from .data.chat import encode_chat
+    from .io import atomic_path
+    from .models import load_model, load_tokenizer, n_parameters, pick_device, set_threads, write_pointer
+
+    set_threads(threads)
+    torch.manual_seed(settings["seed"])
+    device = pick_device(settings["device"])
+    tokenizer = load_tokenizer(base_dir)
+    # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs
+    model = load_model(base_dir, device, torch.float32, settings["attention"])
+    frame = pd.read_parquet(task_path)
+    frame = frame[frame["split"] == "train"]
+    examples = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
+                           settings["chat_template"], settings["max_length"])
+    if settings["method"] == "lora":
+        model = attach_lora(model, settings["lora"], settings["seed"])
+    with atomic_path(out, directory=True) as tmp:
+        summary = train(model, examples, settings, tokenizer.pad_token_id, tmp / "train_log.jsonl")
+        if settings["method"] == "lora":
+            model.save_pretrained(tmp)
+            write_pointer(tmp, str(base_dir))
+        else:
+            model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        summary.update(examples=len(examples), parameters=n_parameters(model), device=str(device))
+        (tmp / "train_summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
