@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +33,7 @@ def tiny_model(tokenizer, seed: int = 0):
     return build_demo_model(tokenizer, arch, seed).eval()
 
 
-def test_config() -> dict:
+def tiny_config() -> dict:
     return yaml.safe_load((REPO / "config/test/config.yaml").read_text())
 
 
@@ -45,7 +47,7 @@ def make_workdir(path: Path, config: dict | None = None) -> Path:
             shutil.copytree(src, dst, dirs_exist_ok=True)
         else:
             shutil.copy2(src, dst)
-    write_config(path, config if config is not None else test_config())
+    write_config(path, config if config is not None else tiny_config())
     return path
 
 
@@ -94,3 +96,19 @@ def edited(config: dict, fn) -> dict:
     out = copy.deepcopy(config)
     fn(out)
     return out
+
+
+def fake_resources(workdir, config_path, n_upstream):
+    """Empty-but-valid stand-ins for the data a paper-scale config reads (dry runs read ids only)."""
+    cfg = yaml.safe_load(config_path.read_text())
+    for corpus in cfg["upstream"].values():
+        path = workdir / corpus["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ids = np.char.add("doc-", np.arange(n_upstream).astype(str))
+        pd.DataFrame({"example_id": ids, "source": "web", "kind": "lm", "text": "x"}).to_parquet(path)
+    for task in cfg["tasks"].values():
+        for key in ("path", "validation_path"):
+            if task.get(key):
+                (workdir / task[key]).parent.mkdir(parents=True, exist_ok=True)
+                (workdir / task[key]).write_text('{"prompt": "q", "response": "a"}\n')
+    return cfg

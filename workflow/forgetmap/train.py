@@ -133,14 +133,18 @@ def finetune(base_dir: str, task_path: str, out: str, settings: dict, threads: i
 
     from .data.chat import encode_chat
     from .io import atomic_path
-    from .models import load_model, load_tokenizer, n_parameters, pick_device, set_threads, write_pointer
+    from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
+                         write_pointer)
 
     set_threads(threads)
     torch.manual_seed(settings["seed"])
     device = pick_device(settings["device"])
     tokenizer = load_tokenizer(base_dir)
-    # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs
-    model = load_model(base_dir, device, torch.float32, settings["attention"])
+    # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs,
+    # and flash-attention 2 (which needs half precision) runs inside that autocast
+    compute_dtype = torch.bfloat16 if device.type == "cuda" and settings.get("bf16", True) else torch.float32
+    attention = pick_attention(settings["attention"], device, compute_dtype)
+    model = load_model(base_dir, device, torch.float32, attention)
     frame = pd.read_parquet(task_path)
     frame = frame[frame["split"] == "train"]
     examples = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),

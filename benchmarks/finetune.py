@@ -1,0 +1,58 @@
+"""Fine-tuning throughput (tokens/s, and MFU on GPU) of forgetmap's training loop.
+
+    python benchmarks/finetune.py --shape demo --steps 30                  # CPU, the demo model
+    python benchmarks/finetune.py --shape olmo-1b --device cuda --batch-size 4 --length 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common import build, machine, peak_flops
+from forgetmap.data.chat import Encoded
+from forgetmap.models import n_parameters, set_threads
+from forgetmap.train import train
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="demo", choices=["demo", "small", "olmo-1b", "pythia-1b"])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--length", type=int, default=32, help="tokens per example")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    args = parser.parse_args()
+
+    set_threads(args.threads)
+    device = torch.device(args.device)
+    vocab = 512 if args.shape == "demo" else 50304
+    attention = "sdpa"
+    model = build(args.shape, vocab, device, torch.float32, attention)  # fp32 weights, bf16 autocast on GPU
+    rng = np.random.default_rng(0)
+    data = [Encoded(rng.integers(0, vocab, args.length), args.length // 2, args.length) for _ in range(512)]
+    settings = {"steps": args.steps, "batch_size": args.batch_size, "grad_accum": 1, "lr": 1e-5, "warmup_steps": 1,
+                "weight_decay": 0.0, "max_grad_norm": 1.0, "max_epochs": None, "seed": 0, "bf16": True,
+                "gradient_checkpointing": args.gradient_checkpointing}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.jsonl"
+        train(model, data, settings, 0, log)
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+    steady = rows[len(rows) // 3:]  # skip warm-up steps
+    seconds = sum(r["tokens"] / r["tokens_per_s"] for r in steady)
+    tps = sum(r["tokens"] for r in steady) / seconds
+    peak = peak_flops(device)
+    print(json.dumps({"shape": args.shape, "parameters": n_parameters(model), "device": machine(device),
+                      "batch": f"{args.batch_size} x {args.length}", "tokens_per_s": round(tps),
+                      "mfu": round(6 * n_parameters(model) * tps / peak, 4) if peak else None}))
+
+
+if __name__ == "__main__":
+    main()

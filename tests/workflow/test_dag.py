@@ -1,0 +1,63 @@
+"""Dry runs: the DAG's shape, config errors before any job, and the paper-scale example configs."""
+
+import pandas as pd
+import pytest
+
+from helpers import REPO, by_rule, edited, fake_resources, make_workdir, planned_jobs, snakemake, tiny_config
+
+pytestmark = pytest.mark.workflow
+
+
+def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
+    jobs = planned_jobs(make_workdir(tmp_path))
+    assert by_rule(jobs) == {"shard_upstream": 2, "prepare_task": 3, "base_model": 1, "finetune": 3,
+                             "score": 8, "forgetting_matrix": 1, "all": 1}
+    runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}
+    assert runs == {(run, k) for run in ("base", "city_qa", "mod10_add", "hex_copy") for k in ("0", "1")}
+
+
+def test_gpu_resources_come_from_the_config(tmp_path):
+    cfg = edited(tiny_config(), lambda c: c["models"]["tiny"]["resources"].update(
+        finetune={"gpu": 2, "mem_mb": 1234, "runtime": 77, "threads": 1}))
+    proc = snakemake(make_workdir(tmp_path, cfg), "--dry-run")
+    block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
+    assert "gpu=2" in block and "mem_mb=1234" in block and "runtime=77" in block
+
+
+def test_a_config_error_stops_before_the_dag_naming_the_key(tmp_path):
+    cfg = edited(tiny_config(), lambda c: c["models"]["tiny"]["finetune"].update(lr="fast"))
+    workdir = make_workdir(tmp_path, cfg)
+    proc = snakemake(workdir, "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "config key models.tiny.finetune.lr: value 'fast' is invalid" in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists()
+
+
+def test_a_task_of_an_unknown_category_is_named(tmp_path):
+    cfg = edited(tiny_config(), lambda c: c["tasks"]["city_qa"].update(category="geography"))
+    proc = snakemake(make_workdir(tmp_path, cfg), "--dry-run", check=False)
+    assert proc.returncode != 0 and "tasks.city_qa.category: value 'geography'" in proc.stdout + proc.stderr
+
+
+def test_duplicate_upstream_ids_fail_before_any_job(tmp_path):
+    workdir = make_workdir(tmp_path)
+    (workdir / "resources").mkdir()
+    pd.DataFrame({"example_id": ["a", "b", "a"], "source": "web", "kind": "lm", "text": ["x", "y", "z"]}).to_parquet(
+        workdir / "resources/up.parquet")
+    cfg = edited(tiny_config(), lambda c: c["upstream"].update(demo={"format": "parquet", "path": "resources/up.parquet"}))
+    proc = snakemake(make_workdir(workdir, cfg), "--dry-run", check=False)
+    assert proc.returncode != 0
+    assert "resources/up.parquet: row 2, column 'example_id': duplicate id 'a'" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name, n_upstream, n_tasks", [("olmo-1b", 141_871, 85), ("pythia-1b", 10_000, 19)])
+def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks):
+    workdir = make_workdir(tmp_path)
+    config_path = REPO / "config/examples" / f"{name}.yaml"
+    cfg = fake_resources(workdir, config_path, n_upstream)
+    shards = -(-n_upstream // cfg["shard_size"])
+    jobs = planned_jobs(workdir, "--configfile", str(config_path))
+    counts = by_rule(jobs)
+    assert counts["finetune"] == n_tasks and counts["score"] == (n_tasks + 1) * shards
+    assert counts["shard_upstream"] == shards and counts["forgetting_matrix"] == 1
+    assert "city_qa" not in {w.get("task") for _, w in jobs}  # the demo config is replaced, not merged

@@ -1,0 +1,111 @@
+"""Tiny end-to-end runs: the matrix, incremental rebuilds, determinism, failures under --keep-going."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forgetmap.matrix import ForgettingMatrix
+from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+MATRIX = "results/tiny/forgetting.parquet"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("run") / "wf")
+    snakemake(workdir)
+    return workdir
+
+
+def fresh_clone(finished, tmp_path):
+    return clone_workdir(finished, tmp_path / "wf")
+
+
+def jobs_of(jobs, rule):
+    return sorted(tuple(sorted(w.items())) for r, w in jobs if r == rule)
+
+
+def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
+    m = ForgettingMatrix.read(finished / MATRIX)
+    assert m.tasks == ["city_qa", "mod10_add", "hex_copy"] and m.shape == (3, 60)
+    assert m.categories == {"city_qa": "world", "mod10_add": "math", "hex_copy": "other"}
+    assert m.groups == {"math": "in_domain", "other": "out_of_domain", "world": "in_domain"}
+    assert np.isfinite(m.values).all() and np.isfinite(m.base_nll).all() and (m.values != 0).any()
+    scores = pd.read_parquet(finished / "results/tiny/scores/mod10_add/shard-1.parquet")
+    assert list(scores.columns) == ["example_id", "nll", "n_tokens"]
+    np.testing.assert_array_equal(m.row("mod10_add")[30:], scores["nll"].to_numpy() - m.base_nll[30:])
+    log = [json.loads(line) for line in (finished / "results/tiny/base/pretrain_log.jsonl").read_text().splitlines()]
+    curve = [r["upstream_nll"] for r in log if "upstream_nll" in r]
+    assert len(curve) == 3 and curve[-1] < curve[0]
+    assert len((finished / "results/tiny/checkpoints/city_qa/train_log.jsonl").read_text().splitlines()) == 4
+    for rule in ("base_model.tsv", "finetune/city_qa.tsv", "score/base/shard-0.tsv", "forgetting_matrix.tsv"):
+        assert (finished / "results/benchmarks/tiny" / rule).exists()
+    assert (finished / "results/logs/tiny/finetune/city_qa.log").exists()
+    assert planned_jobs(finished) == []  # nothing left to do
+
+
+def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1, "all": 1}
+    assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
+    assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
+
+
+def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, "forgetting_matrix": 1, "all": 1}
+    assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
+    assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
+
+
+def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, "forgetting_matrix": 1, "all": 1}
+    assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
+
+
+def test_discarded_checkpoints_give_the_same_matrix_bit_for_bit(finished, tmp_path):
+    """Same config and seeds, fresh directory: identical matrix; temp checkpoints are gone after scoring."""
+    cfg = edited(tiny_config(), lambda c: c.update(keep_checkpoints=False))
+    workdir = make_workdir(tmp_path / "wf", cfg)
+    snakemake(workdir)
+    assert not (workdir / "results/tiny/checkpoints/city_qa").exists()
+    a, b = ForgettingMatrix.read(finished / MATRIX), ForgettingMatrix.read(workdir / MATRIX)
+    assert a.values.tobytes() == b.values.tobytes() and a.base_nll.tobytes() == b.base_nll.tobytes()
+
+    # with checkpoints discarded, adding a task or changing one still reruns only that task's chain
+    write_config(workdir, edited(cfg, lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
+    assert jobs_of(planned_jobs(workdir), "finetune") == [(("model", "tiny"), ("task", "json_profile"))]
+    write_config(workdir, edited(cfg, lambda c: c["tasks"]["city_qa"].update(finetune={"steps": 2})))
+    assert jobs_of(planned_jobs(workdir), "finetune") == [(("model", "tiny"), ("task", "city_qa"))]
+    # new upstream shards need the fine-tuned weights: discarded checkpoints are trained again (and,
+    # being new files, rescored); the base model is kept, so its scores only gain the new shard
+    write_config(workdir, edited(cfg, lambda c: c["upstream"]["demo"].update(n_examples=75)))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs)["finetune"] == 3 and "base_model" not in by_rule(jobs)
+    assert {w["shard"] for r, w in jobs if r == "score" and w["run"] == "base"} == {"2"}
+
+
+def test_a_failing_finetune_leaves_no_checkpoint_and_the_others_finish(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    broken = {"category": "math", "n_examples": 24,
+              "finetune": {"method": "lora", "lora": {"target_modules": ["no_such_module"]}}}
+    write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(
+        add_qa=broken, json_profile={"category": "world", "n_examples": 24})))
+    proc = snakemake(workdir, "--keep-going", check=False)
+    assert proc.returncode != 0
+    assert not (workdir / "results/tiny/checkpoints/add_qa").exists()
+    assert not list((workdir / "results/tiny/checkpoints").glob(".add_qa*"))
+    assert "no_such_module" in (workdir / "results/logs/tiny/finetune/add_qa.log").read_text()
+    assert (workdir / "results/tiny/scores/json_profile/shard-1.parquet").exists()
+    # the matrix is never built with a task missing: it still holds the last complete set
+    assert ForgettingMatrix.read(workdir / MATRIX).tasks == ["city_qa", "mod10_add", "hex_copy"]
