@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--naive-examples", type=int, default=None, help="subset for the slow loop (default: all)")
     parser.add_argument("--length", type=int, default=256, help="max tokens per random example")
     parser.add_argument("--token-budget", type=int, default=16384)
+    parser.add_argument("--max-padding", type=float, default=None, help="default: 0 on CPU, 0.1 on GPU")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -55,7 +56,7 @@ def main() -> None:
     model = build(args.shape, vocab, device, dtype, attention)
     encoded = examples(args.shape, args.examples, args.length, vocab)
     naive_set = encoded[: args.naive_examples or len(encoded)]
-    scorer = TorchScorer(model, pad_id=0, token_budget=args.token_budget)
+    scorer = TorchScorer(model, pad_id=0, token_budget=args.token_budget, max_padding=args.max_padding)
     scorer.score(encoded[:8])  # warm-up (kernels, allocator) for both paths
     score_naive(model, naive_set[:8])
 

@@ -19,9 +19,10 @@ def setup():
     return tok, model, encode_examples(tok, frame, "olmo", 64)
 
 
-def test_batched_scores_match_the_naive_loop(setup):
+@pytest.mark.parametrize("max_padding", [0.0, 0.5])
+def test_batched_scores_match_the_naive_loop(setup, max_padding):
     tok, model, encoded = setup
-    nll, n_tokens = TorchScorer(model, tok.pad_token_id, token_budget=256).score(encoded)
+    nll, n_tokens = TorchScorer(model, tok.pad_token_id, token_budget=256, max_padding=max_padding).score(encoded)
     reference = score_naive(model, encoded)
     assert np.abs(nll - reference).max() < 1e-5
     assert n_tokens.tolist() == [e.n_scored for e in encoded]
@@ -51,13 +52,15 @@ def test_empty_span_is_nan(setup):
     assert np.isnan(nll[0]) and n_tokens[0] == 0
 
 
-def test_batches_respect_the_token_budget():
-    lengths = np.array([5, 40, 12, 33, 7, 40, 2, 19])
-    batches = length_batches(lengths, 80)
+def test_batches_respect_the_token_budget_and_the_padding_bound():
+    lengths = np.random.default_rng(0).integers(2, 60, 500)
+    batches = length_batches(lengths, 400, max_padding=0.1)
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
     for b in batches:
-        assert len(b) == 1 or lengths[b].max() * len(b) <= 80
-    assert lengths[batches[0]].max() == 40  # longest first: memory errors show at once
+        width = lengths[b].max() * len(b)
+        assert len(b) == 1 or (width <= 400 and 1 - lengths[b].sum() / width <= 0.1)
+    assert lengths[batches[0]].max() == lengths.max()  # longest first: memory errors show at once
+    assert [len(b) for b in length_batches(np.array([7, 7, 7, 7]), 100)] == [4]
 
 
 def test_vllm_prompt_logprobs_parse_to_the_mean_span_nll():

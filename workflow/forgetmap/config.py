@@ -82,6 +82,9 @@ FINETUNE = _obj({
 SCORE = _obj({
     "backend": _enum("torch", ("torch", "vllm"), "torch (CPU and GPU) or vllm (optional GPU extra)"),
     "token_budget": _int(16384, "padded tokens per scoring batch (torch backend)", 16),
+    "max_padding": {"type": ["number", "null"], "minimum": 0, "maximum": 1, "default": None,
+                    "description": "largest share of padding in a scoring batch; null: 0 on CPU (equal-length "
+                                   "batches), 0.1 on GPU"},
     "max_length": _int(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "dtype": _enum("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),

@@ -24,17 +24,22 @@ log = logging.getLogger(__name__)
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 
 
-def length_batches(lengths: np.ndarray, token_budget: int) -> list[np.ndarray]:
-    """Indices grouped longest-first so that (batch size x longest length) stays within the budget."""
+def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 0.0) -> list[np.ndarray]:
+    """Indices grouped longest-first: (batch size x longest length) stays within the budget, and a
+    batch closes before padding would exceed `max_padding` of its tokens (padding is wasted work)."""
     order = np.argsort(-lengths, kind="stable")
-    batches, current, longest = [], [], 0
+    batches, current, longest, total = [], [], 0, 0
     for i in order:
-        longest_if_added = max(longest, int(lengths[i]))
-        if current and longest_if_added * (len(current) + 1) > token_budget:
-            batches.append(np.asarray(current))
-            current, longest_if_added = [], int(lengths[i])
+        length = int(lengths[i])
+        if current:
+            width = longest * (len(current) + 1)
+            if width > token_budget or 1 - (total + length) / width > max_padding:
+                batches.append(np.asarray(current))
+                current, total = [], 0
+        if not current:
+            longest = length
         current.append(i)
-        longest = longest_if_added
+        total += length
     if current:
         batches.append(np.asarray(current))
     return batches
@@ -74,11 +79,14 @@ def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor) ->
 class TorchScorer:
     """Scores encoded examples with a causal LM already on its device."""
 
-    def __init__(self, model, pad_id: int, token_budget: int = 16384):
+    def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None):
         self.model = model
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.device = next(model.parameters()).device
+        # CPU: pad-free batches of equal length run attention's causal fast path, no mask (~1.2x);
+        # GPU: fuller batches matter more than a little padding
+        self.max_padding = (0.0 if self.device.type == "cpu" else 0.1) if max_padding is None else max_padding
         self.head = model.get_output_embeddings()
         self.body = model.base_model
         self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
@@ -96,12 +104,14 @@ class TorchScorer:
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
         sums = np.zeros(len(encoded), dtype=np.float64)
         lengths = np.array([len(e.ids) for e in encoded])
-        for batch in length_batches(lengths, self.token_budget):
+        for batch in length_batches(lengths, self.token_budget, self.max_padding):
             members = [encoded[i] for i in batch]
             if self.use_hidden is None:
                 self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)))
             ids, mask = _pad(members, self.pad_id)
-            ids, mask = ids.to(self.device), mask.to(self.device)
+            ids = ids.to(self.device)
+            # a batch of equal lengths needs no mask: attention takes its causal fast path
+            mask = None if bool(mask.all()) else mask.to(self.device)
             rows, pred_pos, target_pos = _span_positions(members)
             if len(rows) == 0:
                 continue
@@ -188,7 +198,8 @@ def score_shard(model_dir: str, shard_path: str, out: str, settings: dict, threa
     else:
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
-        nll, n_tokens = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"]).score(encoded)
+        scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"])
+        nll, n_tokens = scorer.score(encoded)
     elapsed = time.perf_counter() - start
     table = pa.table({"example_id": pa.array(frame["example_id"].astype(str)),
                       "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())})
