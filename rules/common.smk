@@ -80,4 +80,6 @@ def resource(stage, key):
 
 
 def all_targets():
-    return [f"results/{model}/forgetting.parquet" for model in MODELS]
+    targets = [f"results/{model}/forgetting.parquet" for model in MODELS]
+    targets += [f"results/{model}/lowrank/r2.tsv" for model in MODELS]
+    return targets + ["results/lowrank_summary.tsv"]

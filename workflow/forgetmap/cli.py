@@ -101,6 +101,31 @@ def cmd_forgetting_matrix(args) -> dict:
             "share_negative": float(np.nanmean(matrix.values < 0))}
 
 
+def cmd_lowrank(args) -> dict:
+    from .errors import DataError
+    from .lowrank import analyse
+    from .matrix import ForgettingMatrix
+
+    matrix = ForgettingMatrix.read(args.matrix)
+    if args.expected_tasks is not None and matrix.tasks != args.expected_tasks:
+        missing = [t for t in args.expected_tasks if t not in matrix.tasks]
+        extra = [t for t in matrix.tasks if t not in args.expected_tasks]
+        raise DataError(f"{args.matrix}: its tasks disagree with the config (missing: {missing or 'none'}; "
+                        f"not in the config: {extra or 'none'}; or another order): rebuild the matrix")
+    return analyse(matrix, args.out_dir, args.max_rank, args.components, args.top_tasks, args.top_examples)
+
+
+def cmd_lowrank_summary(args) -> dict:
+    from .io import atomic_path
+    from .lowrank import summarise
+
+    tables = dict(item.split("=", 1) for item in args.r2)
+    frame = summarise(tables)
+    with atomic_path(args.out) as tmp:
+        frame.to_csv(tmp, sep="\t", index=False, float_format="%.4f")
+    return {"models": len(frame)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -156,6 +181,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", nargs="+", required=True, help="the upstream shards, in order")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_forgetting_matrix)
+
+    p = sub.add_parser("lowrank", help="R² by rank, spectrum, heatmap and significant components of Z")
+    p.add_argument("--matrix", required=True, help="forgetting.parquet")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--expected-tasks", type=_json, default=None, help="JSON list: the config's tasks, in order")
+    p.add_argument("--max-rank", type=int, default=30)
+    p.add_argument("--components", type=int, default=4, help="leading components to describe and plot")
+    p.add_argument("--top-tasks", type=int, default=5)
+    p.add_argument("--top-examples", type=int, default=100)
+    p.set_defaults(func=cmd_lowrank)
+
+    p = sub.add_parser("lowrank-summary", help="model x rank table of R² across models")
+    p.add_argument("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ...")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_lowrank_summary)
     return parser
 
 

@@ -1,0 +1,123 @@
+"""Figures: forgetting heatmaps, the singular-value spectrum, low-rank components.
+
+Conventions follow the paper (§3.3): a diverging colormap centred at 0 (red = forgotten), rows
+grouped by task category (categories in alphabetical order, config order within), columns a fixed
+random subset of at most 10,000 upstream examples grouped by source, row-mean and column-mean strips.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="white", context="paper")
+    return plt
+
+
+def row_order(categories: list[str]) -> np.ndarray:
+    """Tasks grouped by category: categories alphabetically, config order within a category."""
+    return np.array(sorted(range(len(categories)), key=lambda i: (categories[i], i)), dtype=int)
+
+
+def column_order(sources: np.ndarray, max_columns: int = 10_000, seed: int = 0) -> np.ndarray:
+    """A sorted seeded subset of at most `max_columns` examples (as the paper's 10k subset), grouped
+    by source."""
+    n = len(sources)
+    chosen = np.arange(n) if n <= max_columns else np.sort(
+        np.random.default_rng(seed).choice(n, max_columns, replace=False))
+    return chosen[np.argsort(np.asarray(sources)[chosen], kind="stable")]
+
+
+def _segments(labels: np.ndarray) -> list[tuple[str, int, int]]:
+    out, start = [], 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            out.append((str(labels[start]), start, i))
+            start = i
+    return out
+
+
+def color_limit(z: np.ndarray) -> float:
+    """Symmetric colour range: the 98th percentile of |Z| (the paper fixes ±0.5 for OLMo)."""
+    finite = np.abs(z[np.isfinite(z)])
+    return float(max(np.percentile(finite, 98), 1e-3)) if finite.size else 1.0
+
+
+def heatmap(z, tasks, categories, sources, path, title="Forgetting Z = NLL after − NLL before", limit=None):
+    """Z with rows grouped by category and columns by source, plus row- and column-mean strips."""
+    plt = _pyplot()
+    rows, cols = row_order(list(categories)), column_order(np.asarray(sources))
+    shown = np.asarray(z)[np.ix_(rows, cols)]
+    limit = limit or color_limit(shown)
+    fig = plt.figure(figsize=(12, 2.5 + 0.22 * len(rows)))
+    grid = fig.add_gridspec(2, 3, width_ratios=[40, 1.2, 0.6], height_ratios=[1.2, 12], wspace=0.05, hspace=0.05)
+    main = fig.add_subplot(grid[1, 0])
+    top = fig.add_subplot(grid[0, 0], sharex=main)
+    side = fig.add_subplot(grid[1, 1], sharey=main)
+    bar = fig.add_subplot(grid[1, 2])
+    kw = dict(cmap="bwr", vmin=-limit, vmax=limit, shading="auto", rasterized=True)
+    image = main.pcolormesh(shown, **kw)
+    with np.errstate(invalid="ignore"):
+        top.pcolormesh(np.nanmean(shown, axis=0)[None, :], **kw)
+        side.pcolormesh(np.nanmean(shown, axis=1)[:, None], **kw)
+    main.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=7)
+    main.invert_yaxis()
+    src = np.asarray(sources)[cols]
+    ticks = [(a + b) / 2 for _, a, b in _segments(src)]
+    main.set_xticks(ticks, [name for name, _, _ in _segments(src)], rotation=30, fontsize=7)
+    for _, _, b in _segments(src)[:-1]:
+        main.axvline(b, color="k", lw=0.4)
+    cats = np.asarray(categories)[rows]
+    for _, _, b in _segments(cats)[:-1]:
+        main.axhline(b, color="k", lw=0.6)
+    top.set_axis_off()
+    side.set_axis_off()
+    top.set_title(title, fontsize=9)
+    fig.colorbar(image, cax=bar, label="Δ NLL (nats/token)")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def spectrum(singular_values, r2, path):
+    """Singular values as bars with cumulative R² as a line."""
+    plt = _pyplot()
+    ranks = np.arange(1, len(r2) + 1)
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.bar(ranks, singular_values[:len(r2)], color="#4c72b0")
+    ax.set_xlabel("rank r")
+    ax.set_ylabel("singular value")
+    twin = ax.twinx()
+    twin.plot(ranks, r2, color="#c44e52", marker="o", ms=3)
+    twin.set_ylim(0, 1.02)
+    twin.set_ylabel("R²(r)", color="#c44e52")
+    ax.set_title("Spectrum of Z and R² of rank-r truncations", fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def components(parts, tasks, categories, sources, path):
+    """Each rank-1 component s_k u_k v_kᵀ (given on the plotted columns, whose `sources` are grouped)
+    as its own heatmap."""
+    plt = _pyplot()
+    rows = row_order(list(categories))
+    fig, axes = plt.subplots(len(parts), 1, figsize=(10, 1.6 + len(parts) * (0.6 + 0.12 * len(rows))), squeeze=False)
+    for k, (ax, part) in enumerate(zip(axes[:, 0], parts)):
+        shown = part[rows]
+        limit = color_limit(shown)
+        ax.pcolormesh(shown, cmap="bwr", vmin=-limit, vmax=limit, shading="auto", rasterized=True)
+        ax.invert_yaxis()
+        ax.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=5)
+        segments = _segments(np.asarray(sources))
+        ax.set_xticks([(a + b) / 2 for _, a, b in segments], [name for name, _, _ in segments], fontsize=6)
+        for _, _, b in segments[:-1]:
+            ax.axvline(b, color="k", lw=0.4)
+        ax.set_title(f"component {k + 1}", fontsize=8)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
