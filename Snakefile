@@ -23,6 +23,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/models.smk"
 include: "rules/scores.smk"
+include: "rules/imported.smk"
 include: "rules/lowrank.smk"
 
 

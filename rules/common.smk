@@ -1,13 +1,16 @@
 # Config access, wildcard constraints, target lists and resource helpers. Rules only wire files.
 
 import json
+import os
 import re
+import shlex
 
 from snakemake.exceptions import WorkflowError
 
 from forgetmap import config as fm_config
 from forgetmap.data import upstream as fm_upstream
 from forgetmap.errors import ForgetmapError
+from forgetmap.released import released_tasks
 
 try:
     CFG = fm_config.resolve(config)
@@ -23,7 +26,19 @@ except ForgetmapError as exc:
     raise WorkflowError(f"forgetmap: {exc}") from None
 
 MODELS = list(CFG["models"])
-TASKS = {model: fm_config.model_tasks(CFG, model) for model in MODELS}
+IMPORTED = [m for m in MODELS if CFG["models"][m]["imported"] is not None]
+COMPUTED = [m for m in MODELS if m not in IMPORTED]
+try:
+    TASKS = {
+        model: (
+            released_tasks(CFG["models"][model]["imported"]["matrix"], CFG["models"][model]["imported"]["meta"])
+            if model in IMPORTED
+            else fm_config.model_tasks(CFG, model)
+        )
+        for model in MODELS
+    }
+except (ForgetmapError, OSError, ValueError) as exc:
+    raise WorkflowError(f"forgetmap: {exc}") from None
 
 
 def _alternatives(names):
@@ -32,6 +47,7 @@ def _alternatives(names):
 
 wildcard_constraints:
     model=_alternatives(MODELS),
+    split=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     task=_alternatives(CFG["tasks"]),
     corpus=_alternatives(SHARDS),
     run=_alternatives(["base", *CFG["tasks"]]),
@@ -79,7 +95,13 @@ def resource(stage, key):
     return lambda wildcards: CFG["models"][wildcards.model]["resources"][stage][key]
 
 
+def split_paths(model):
+    imported = CFG["models"][model]["imported"]
+    return [f"results/{model}/splits/{name}.json" for name in (imported or {}).get("splits", {})]
+
+
 def all_targets():
     targets = [f"results/{model}/forgetting.parquet" for model in MODELS]
     targets += [f"results/{model}/lowrank/r2.tsv" for model in MODELS]
+    targets += [p for model in MODELS for p in split_paths(model)]
     return targets + ["results/lowrank_summary.tsv"]

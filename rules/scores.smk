@@ -39,6 +39,8 @@ rule forgetting_matrix:
         tasks=lambda wc: [p for t in TASKS[wc.model] for p in score_paths(wc.model, t)],
     output:
         "results/{model}/forgetting.parquet",
+    wildcard_constraints:
+        model=_alternatives(COMPUTED),
     params:
         tasks=lambda wc: as_json(_matrix_tasks(wc.model)),
         scores_dir=lambda wc: f"results/{wc.model}/scores",

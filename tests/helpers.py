@@ -114,3 +114,30 @@ def fake_resources(workdir, config_path, n_upstream):
                 (workdir / task[key]).parent.mkdir(parents=True, exist_ok=True)
                 (workdir / task[key]).write_text('{"prompt": "q", "response": "a"}\n')
     return cfg
+
+
+def released_fixture(directory: Path, seed: int = 0) -> dict:
+    """Files in exactly the authors' released formats: Z .npy + .meta, base log-probs, a split pickle."""
+    import json
+    import pickle
+
+    rng = np.random.default_rng(seed)
+    z = (rng.normal(size=(5, 3)) @ rng.normal(size=(3, 40)) * 0.1 + 0.2).astype(np.float64)
+    z[:, 7] = np.nan  # an empty-span example: NaN in every row, as in the "-full" files
+    directory.mkdir(parents=True, exist_ok=True)
+    np.save(directory / "ftd-ppl-inc-full.npy", z)
+    meta = {"flan": {"start": 0, "stop": 3, "tasks": ["aeslc", "cb", "wsc"]},
+            "tulu": {"start": 3, "stop": 5, "tasks": ["lima", "oasst1"]}}
+    (directory / "ftd-ppl-inc-full.npy.meta").write_text(json.dumps(meta))
+    base = -rng.uniform(1.5, 3.0, size=40)
+    base[7] = np.nan
+    np.save(directory / "olmo_base_ppl.npy", base)
+    keep = ~np.isnan(z[0])
+    split = {"train_mat": z[:3][:, keep], "test_mat": z[3:][:, keep], "train_ocl_idxs": [0, 1, 2],
+             "test_ocl_idxs": [0, 1],
+             "train_ocl_task_info": [{"cat": "flan", "name": n, "split": "train"} for n in ("aeslc", "cb", "wsc")],
+             "test_ocl_task_info": [{"cat": "tulu", "name": n, "split": "train"} for n in ("lima", "oasst1")],
+             "pt_task_info": {"cat": "dolma", "names": None, "split": "train"}}
+    with open(directory / "fpd-split-ood-tulu.pkl", "wb") as handle:
+        pickle.dump(split, handle)
+    return {"z": z, "base": base, "meta": meta, "split": split}

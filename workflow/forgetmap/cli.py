@@ -126,6 +126,31 @@ def cmd_lowrank_summary(args) -> dict:
     return {"models": len(frame)}
 
 
+def cmd_import(args) -> dict:
+    from .errors import DataError
+    from .io import atomic_path
+    from .released import import_matrix, import_split, released_tasks
+
+    summary: dict = {}
+    if args.out:
+        matrix = import_matrix(args.matrix, args.meta, args.base_logprobs, args.sources, args.corpus, args.groups)
+        matrix.write(args.out, {"imported_from": str(args.matrix)})
+        import numpy as np
+
+        summary.update(tasks=matrix.shape[0], examples=matrix.shape[1], nan=int(np.isnan(matrix.values).sum()))
+    if args.split:
+        if not args.splits_dir:
+            raise DataError("--split needs --splits-dir")
+        tasks = released_tasks(args.matrix, args.meta)
+        for item in args.split:
+            name, _, path = item.partition("=")
+            split = import_split(path, name, tasks)
+            with atomic_path(Path(args.splits_dir) / f"{name}.json") as tmp:
+                tmp.write_text(json.dumps(split, indent=1))
+        summary["splits"] = len(args.split)
+    return summary
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -191,6 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-tasks", type=int, default=5)
     p.add_argument("--top-examples", type=int, default=100)
     p.set_defaults(func=cmd_lowrank)
+
+    p = sub.add_parser("import", help="the authors' released statistics as forgetmap matrix and split files")
+    p.add_argument("--matrix", required=True, help="released Z as .npy (tasks x examples)")
+    p.add_argument("--meta", default=None, help="its .meta JSON (default: MATRIX.meta)")
+    p.add_argument("--base-logprobs", default=None, help="base model mean log-probs .npy (N,)")
+    p.add_argument("--sources", default=None, help="text file, one source label per example")
+    p.add_argument("--corpus", default="upstream", help="prefix of the generated example ids")
+    p.add_argument("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}')
+    p.add_argument("--out", default=None, help="forgetting.parquet to write")
+    p.add_argument("--split", nargs="*", default=[], help="NAME=split.pkl ...")
+    p.add_argument("--splits-dir", default=None, help="where NAME.json split definitions go")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("lowrank-summary", help="model x rank table of R² across models")
     p.add_argument("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ...")

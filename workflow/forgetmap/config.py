@@ -123,8 +123,20 @@ BASE = _obj({
     **DEMO_BASE,
 }, description="the base model", default={})
 
+IMPORTED = _obj({
+    "matrix": {"type": "string", "description": "released Z as .npy (tasks x examples)"},
+    "meta": {"type": ["string", "null"], "default": None, "description": "its .meta JSON (default: MATRIX.meta)"},
+    "base_logprobs": {"type": ["string", "null"], "default": None, "description": "base mean log-probs .npy"},
+    "sources": {"type": ["string", "null"], "default": None, "description": "one source label per line"},
+    "splits": {"type": "object", "additionalProperties": {"type": "string"}, "default": {},
+               "description": "prediction splits: name -> released split pickle"},
+}, required=("matrix",), description="a matrix the paper's authors released, imported instead of computed")
+
 MODEL = _obj({
-    "upstream": {"type": "string", "description": "the upstream corpus this model is scored on"},
+    "upstream": {"type": ["string", "null"], "default": None,
+                 "description": "the upstream corpus this model is scored on (not for imported models)"},
+    "imported": {"oneOf": [{"type": "null"}, IMPORTED], "default": None,
+                 "description": "import the authors' released statistics instead of running the pipeline"},
     "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
               "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names"},
     "chat_template": _enum("olmo", ("olmo", "tokenizer"),
@@ -137,7 +149,7 @@ MODEL = _obj({
         "finetune": _resources(1, 32000, 240, 4, "fine-tuning"),
         "score": _resources(1, 16000, 60, 4, "scoring"),
     }, description="per-rule resources", default={}),
-}, required=("upstream",), description="a model: its base, how it is fine-tuned and scored")
+}, description="a model: its base, how it is fine-tuned and scored (or an imported matrix)")
 
 CORPUS = _obj({
     "format": _enum("parquet", ("demo", "parquet", "jsonl"), "demo: generated; parquet/jsonl: a file at `path`"),
@@ -227,6 +239,9 @@ def resolve(config: dict) -> dict:
     if error is not None:
         raise ConfigError(_explain(error))
     cfg = _fill_defaults(SCHEMA, config)
+    for model in cfg["models"].values():
+        if model["imported"] is not None:
+            model["imported"] = _fill_defaults(IMPORTED, model["imported"])
     _check_references(cfg)
     return cfg
 
@@ -247,6 +262,10 @@ def _check_references(cfg: dict) -> None:
             raise ConfigError(f"config key tasks.{name}.path: no file given and {name!r} is not a demo task; "
                               f"demo tasks: {', '.join(sorted(DEMO_TASKS))}")
     for name, model in cfg["models"].items():
+        if model["imported"] is not None:
+            continue
+        if model["upstream"] is None:
+            raise ConfigError(f"config key models.{name}.upstream: required unless models.{name}.imported is set")
         if model["upstream"] not in cfg["upstream"]:
             raise ConfigError(f"config key models.{name}.upstream: value {model['upstream']!r} is not an upstream "
                               f"corpus; allowed: {', '.join(cfg['upstream'])}")

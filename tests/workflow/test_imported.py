@@ -1,0 +1,34 @@
+"""A model whose matrix the authors released runs through the same analyses as a computed one."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forgetmap.lowrank import r2_by_rank
+from helpers import edited, make_workdir, planned_jobs, released_fixture, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
+    workdir = make_workdir(tmp_path / "wf")
+    fx = released_fixture(workdir / "resources/stats")
+    cfg = edited(tiny_config(), lambda c: (
+        c["categories"].update(flan={"group": "in_domain"}, tulu={"group": "out_of_domain"}),
+        c["models"].update(paper={"imported": {
+            "matrix": "resources/stats/ftd-ppl-inc-full.npy", "base_logprobs": "resources/stats/olmo_base_ppl.npy",
+            "splits": {"ood-tulu": "resources/stats/fpd-split-ood-tulu.pkl"}}})))
+    write_config(workdir, cfg)
+    rules = {r for r, w in planned_jobs(workdir) if w.get("model") == "paper"}
+    assert rules == {"import_matrix", "import_split", "lowrank"}  # no fine-tune or scoring for it
+    snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/splits/ood-tulu.json")
+    r2 = pd.read_csv(workdir / "results/paper/lowrank/r2.tsv", sep="\t")
+    z = fx["z"][:, ~np.isnan(fx["z"][0])]
+    np.testing.assert_allclose(r2["r2"], r2_by_rank(z), rtol=1e-5)
+    assert json.loads((workdir / "results/paper/lowrank/summary.json").read_text())["examples_dropped_nan"] == 1
+    split = json.loads((workdir / "results/paper/splits/ood-tulu.json").read_text())
+    assert split["test_tasks"] == ["lima", "oasst1"]
+    matrix = pd.read_parquet(workdir / "results/paper/forgetting.parquet")
+    assert list(matrix.columns) == ["example_id", "source", "base_nll", "aeslc", "cb", "wsc", "lima", "oasst1"]

@@ -1,0 +1,130 @@
+"""The statistics Jin & Ren released, read into forgetmap's own files (reference §1.3, §2).
+
+- A matrix `<name>.npy` (M x N float, Z = logp_before - logp_after = NLL_after - NLL_before, already
+  the forgetting sign) with `<name>.npy.meta`, JSON `{category: {"start": s, "stop": e, "tasks": [...]}}`
+  giving each category's row range and task names.
+- A base log-prob array `<model>_base_ppl.npy` (N mean log-probs, negative; NaN where the span was
+  empty); forgetmap stores `base_nll = -logp`.
+- Prediction split pickles with `train_mat`, `test_mat`, `train_ocl_idxs`, `test_ocl_idxs`,
+  `train_ocl_task_info`, `test_ocl_task_info` (lists of `{cat, name, split}`); forgetmap keeps the
+  task lists as a split definition, `{"name", "train_tasks", "test_tasks", "source"}`.
+
+NaN handling: NaN entries stay NaN in the imported matrix (the reference's "-full" files keep NaN
+columns). Analyses then decide: low-rank analysis drops every column with a NaN in any kept row (the
+reference drops columns where row 0 is NaN; NaN columns are shared by every row in its files, so the
+two agree), and an all-NaN row (the reference's stand-in for a missing task file) is dropped and
+reported rather than read as zero.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+from .matrix import ForgettingMatrix
+
+
+def read_meta(meta_path: str | Path, n_rows: int) -> tuple[list[str], dict[str, str]]:
+    """Task names in row order and task -> category, from a `.meta` file covering every row once."""
+    try:
+        meta = json.loads(Path(meta_path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{meta_path}: not a readable JSON .meta file: {exc}") from exc
+    names: list[str | None] = [None] * n_rows
+    categories: dict[str, str] = {}
+    for category, entry in meta.items():
+        try:
+            start, stop, tasks = int(entry["start"]), int(entry["stop"]), list(entry["tasks"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{meta_path}: category {category!r} needs start, stop and tasks") from exc
+        if stop - start != len(tasks) or start < 0 or stop > n_rows:
+            raise DataError(f"{meta_path}: category {category!r} spans rows {start}..{stop - 1} with "
+                            f"{len(tasks)} task names, for a matrix of {n_rows} rows")
+        for row, task in zip(range(start, stop), tasks):
+            if names[row] is not None:
+                raise DataError(f"{meta_path}: row {row} is claimed by two categories")
+            names[row] = str(task)
+            categories[str(task)] = category
+    missing = [i for i, n in enumerate(names) if n is None]
+    if missing:
+        raise DataError(f"{meta_path}: rows {missing[:5]} have no category (matrix has {n_rows} rows)")
+    if len(set(names)) != len(names):
+        raise DataError(f"{meta_path}: duplicate task names")
+    return names, categories  # type: ignore[return-value]
+
+
+def released_tasks(matrix_path: str | Path, meta_path: str | Path | None = None) -> list[str]:
+    """The task names an import will produce, cheaply (the matrix is memory-mapped, not read)."""
+    n_rows = np.load(matrix_path, mmap_mode="r").shape[0]
+    meta_path = meta_path or f"{matrix_path}.meta"
+    if Path(meta_path).exists():
+        return read_meta(meta_path, n_rows)[0]
+    return [f"task_{i}" for i in range(n_rows)]
+
+
+def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
+                  base_logprobs: str | Path | None = None, sources: str | Path | None = None,
+                  corpus: str = "upstream", groups: dict[str, str] | None = None) -> ForgettingMatrix:
+    """A released `.npy` (+ `.meta`, base log-probs, source labels) as a ForgettingMatrix."""
+    try:
+        z = np.load(matrix_path)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{matrix_path}: not a readable .npy array: {exc}") from exc
+    if z.ndim != 2:
+        raise DataError(f"{matrix_path}: expected a 2-D tasks x examples array, got shape {z.shape}")
+    n_tasks, n = z.shape
+    meta_path = meta_path or f"{matrix_path}.meta"
+    if Path(meta_path).exists():
+        tasks, categories = read_meta(meta_path, n_tasks)
+    else:
+        tasks = [f"task_{i}" for i in range(n_tasks)]
+        categories = {t: "released" for t in tasks}
+    if base_logprobs is not None:
+        base = np.load(base_logprobs)
+        if base.shape != (n,):
+            raise DataError(f"{base_logprobs}: {base.shape[0] if base.ndim else 0} base log-probs for a matrix "
+                            f"of {n} examples")
+        base_nll = -base.astype(np.float32)
+    else:
+        base_nll = np.full(n, np.nan, dtype=np.float32)
+    labels = np.full(n, "unknown", dtype=object)
+    if sources is not None:
+        labels = np.array(Path(sources).read_text().splitlines(), dtype=object)
+        if len(labels) != n:
+            raise DataError(f"{sources}: {len(labels)} source labels (one per line) for {n} examples")
+    ids = np.array([f"{corpus}-{j:06d}" for j in range(n)])
+    groups = groups or {}
+    return ForgettingMatrix(z.astype(np.float32), tasks, ids, labels.astype(str), base_nll, categories,
+                            {c: groups.get(c, "in_domain") for c in sorted(set(categories.values()))})
+
+
+def import_split(pickle_path: str | Path, name: str, known_tasks: list[str] | None = None) -> dict:
+    """A released prediction split as forgetmap's split definition (task names from its task info)."""
+    try:
+        with open(pickle_path, "rb") as handle:
+            split = pickle.load(handle)
+    except (OSError, pickle.UnpicklingError, EOFError) as exc:
+        raise DataError(f"{pickle_path}: not a readable split pickle: {exc}") from exc
+    needed = ("train_mat", "test_mat", "train_ocl_task_info", "test_ocl_task_info")
+    missing = [k for k in needed if k not in split]
+    if missing:
+        raise DataError(f"{pickle_path}: missing key(s) {', '.join(missing)}")
+    out = {"name": name, "source": str(pickle_path)}
+    for part in ("train", "test"):
+        info, mat = split[f"{part}_ocl_task_info"], np.asarray(split[f"{part}_mat"])
+        if len(info) != mat.shape[0]:
+            raise DataError(f"{pickle_path}: {part}_ocl_task_info has {len(info)} entries for "
+                            f"{mat.shape[0]} rows of {part}_mat")
+        out[f"{part}_tasks"] = [str(entry["name"]) for entry in info]
+    overlap = set(out["train_tasks"]) & set(out["test_tasks"])
+    if overlap:
+        raise DataError(f"{pickle_path}: task(s) {sorted(overlap)} are both train and test tasks")
+    if known_tasks is not None:
+        unknown = [t for t in out["train_tasks"] + out["test_tasks"] if t not in known_tasks]
+        if unknown:
+            raise DataError(f"{pickle_path}: task(s) {unknown[:5]} are not rows of the imported matrix")
+    return out
