@@ -25,6 +25,7 @@ include: "rules/models.smk"
 include: "rules/scores.smk"
 include: "rules/imported.smk"
 include: "rules/lowrank.smk"
+include: "rules/correlations.smk"
 
 
 rule all:

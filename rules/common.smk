@@ -104,4 +104,5 @@ def all_targets():
     targets = [f"results/{model}/forgetting.parquet" for model in MODELS]
     targets += [f"results/{model}/lowrank/r2.tsv" for model in MODELS]
     targets += [p for model in MODELS for p in split_paths(model)]
+    targets += [p for model in MODELS for p in correlation_targets(model)]
     return targets + ["results/lowrank_summary.tsv"]

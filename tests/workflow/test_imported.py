@@ -22,7 +22,7 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
             "splits": {"ood-tulu": "resources/stats/fpd-split-ood-tulu.pkl"}}})))
     write_config(workdir, cfg)
     rules = {r for r, w in planned_jobs(workdir) if w.get("model") == "paper"}
-    assert rules == {"import_matrix", "import_split", "lowrank"}  # no fine-tune or scoring for it
+    assert rules == {"import_matrix", "import_split", "lowrank", "cross_task"}  # no fine-tune, no scoring
     snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/splits/ood-tulu.json")
     r2 = pd.read_csv(workdir / "results/paper/lowrank/r2.tsv", sep="\t")
     z = fx["z"][:, ~np.isnan(fx["z"][0])]

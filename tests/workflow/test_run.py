@@ -52,16 +52,24 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     assert r2["rank"].tolist() == [1, 2, 3] and r2["r2"].iloc[-1] == pytest.approx(1.0, abs=1e-6)
     summary = pd.read_csv(finished / "results/lowrank_summary.tsv", sep="\t")
     assert summary["model"].tolist() == ["tiny"] and summary["rank_1"][0] == pytest.approx(r2["r2"][0], abs=1e-4)
+    for name in ("semantic", "gradient"):
+        table = pd.read_csv(finished / f"results/tiny/correlations/{name}.tsv", sep="\t")
+        assert table["scope"].tolist() == ["all", "city_qa", "mod10_add", "hex_copy"]
+        assert table["n"][0] == 180 and table["pearson"].between(-1, 1).all()
+    pairs = pd.read_csv(finished / "results/tiny/correlations/cross_task.tsv", sep="\t")
+    assert len(pairs) == 3
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
-    assert "Low-rank structure" in html and "heatmap.png" in html and "r2_row_shuffled" in html
+    for item in ("Low-rank structure", "Correlations", "heatmap.png", "r2_row_shuffled", "semantic.png"):
+        assert item in html
 
 
 def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished, tmp_path):
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "all": 1}
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
+                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
 
@@ -70,7 +78,8 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "all": 1}
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
+                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
 
@@ -79,7 +88,8 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "all": 1}
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
+                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 

@@ -151,6 +151,37 @@ def cmd_import(args) -> dict:
     return summary
 
 
+def _task_paths(items: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in items)
+
+
+def cmd_semantic_similarity(args) -> dict:
+    from .correlate import semantic_analysis
+    from .models import set_threads
+
+    _quiet_transformers()
+    set_threads(args.threads)
+    return semantic_analysis(args.matrix, args.shards, _task_paths(args.tasks), args.out, args.figure,
+                             args.settings["batch_size"], args.settings["max_task_examples"],
+                             args.settings["device"] if args.settings["device"] != "auto" else "cpu")
+
+
+def cmd_gradient_similarity(args) -> dict:
+    from .correlate import gradient_analysis
+    from .models import set_threads
+
+    _quiet_transformers()
+    set_threads(args.threads)
+    return gradient_analysis(args.base, args.matrix, args.shards, _task_paths(args.tasks), args.out, args.figure,
+                             args.settings)
+
+
+def cmd_cross_task(args) -> dict:
+    from .correlate import cross_task_analysis
+
+    return cross_task_analysis(args.matrix, args.out, args.summary, args.figure)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -228,6 +259,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", nargs="*", default=[], help="NAME=split.pkl ...")
     p.add_argument("--splits-dir", default=None, help="where NAME.json split definitions go")
     p.set_defaults(func=cmd_import)
+
+    for name, func, help_text in (
+            ("semantic-similarity", cmd_semantic_similarity, "correlate Z with task-example embedding cosine"),
+            ("gradient-similarity", cmd_gradient_similarity, "correlate Z with projected gradient products")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--matrix", required=True)
+        p.add_argument("--shards", nargs="+", required=True, help="the upstream shards, in matrix order")
+        p.add_argument("--tasks", nargs="+", required=True, help="TASK=task.parquet ...")
+        p.add_argument("--settings", type=_json, required=True, help="the model's resolved `correlations` (JSON)")
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--out", required=True, help="TSV: scope, pearson, spearman, n")
+        p.add_argument("--figure", required=True)
+        if name == "gradient-similarity":
+            p.add_argument("--base", required=True, help="base model directory")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("cross-task", help="correlations between the forgetting rows of tasks")
+    p.add_argument("--matrix", required=True)
+    p.add_argument("--out", required=True, help="TSV of task pairs")
+    p.add_argument("--summary", required=True, help="TSV: within vs across categories")
+    p.add_argument("--figure", required=True)
+    p.set_defaults(func=cmd_cross_task)
 
     p = sub.add_parser("lowrank-summary", help="model x rank table of R² across models")
     p.add_argument("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ...")

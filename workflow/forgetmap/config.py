@@ -123,6 +123,17 @@ BASE = _obj({
     **DEMO_BASE,
 }, description="the base model", default={})
 
+CORRELATIONS = _obj({
+    "semantic": {"type": "boolean", "default": True, "description": "correlate Z with MiniLM embedding cosine"},
+    "gradient": {"type": "boolean", "default": True, "description": "correlate Z with projected gradient products"},
+    "dim": _int(1024, "gradient projection dimension (count sketch)", 8),
+    "max_task_examples": _int(1000, "training examples per task embedded / differentiated (reference: 1,000)", 1),
+    "max_length": _int(1024, "tokens per example for gradients", 2),
+    "batch_size": _int(64, "texts per embedding batch", 1),
+    "seed": _int(0, "seed of the gradient projection", 0),
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu or cuda"},
+}, description="the semantic and gradient correlation analyses", default={})
+
 IMPORTED = _obj({
     "matrix": {"type": "string", "description": "released Z as .npy (tasks x examples)"},
     "meta": {"type": ["string", "null"], "default": None, "description": "its .meta JSON (default: MATRIX.meta)"},
@@ -143,6 +154,7 @@ MODEL = _obj({
                            "olmo: the OLMo-Instruct format the paper uses; tokenizer: the tokenizer's own"),
     "base": BASE,
     "finetune": FINETUNE,
+    "correlations": CORRELATIONS,
     "score": SCORE,
     "resources": _obj({
         "base": _resources(0, 4000, 60, 1, "base-model"),
@@ -299,6 +311,10 @@ def finetune_settings(cfg: dict, model: str, task: str) -> dict:
 
 def score_settings(cfg: dict, model: str) -> dict:
     return {**cfg["models"][model]["score"], "chat_template": cfg["models"][model]["chat_template"]}
+
+
+def correlation_settings(cfg: dict, model: str) -> dict:
+    return {**cfg["models"][model]["correlations"], "chat_template": cfg["models"][model]["chat_template"]}
 
 
 def base_settings(cfg: dict, model: str) -> dict:

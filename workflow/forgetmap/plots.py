@@ -121,3 +121,41 @@ def components(parts, tasks, categories, sources, path):
         ax.set_title(f"component {k + 1}", fontsize=8)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def similarity_scatter(z, similarity, xlabel, stats, path, max_points: int = 200_000):
+    """Z against a similarity over (task, example) pairs, as a hexbin density."""
+    plt = _pyplot()
+    z, s = np.asarray(z).ravel(), np.asarray(similarity).ravel()
+    keep = np.flatnonzero(np.isfinite(z) & np.isfinite(s))
+    if len(keep) > max_points:
+        keep = np.sort(np.random.default_rng(0).choice(keep, max_points, replace=False))
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.hexbin(s[keep], z[keep], gridsize=60, bins="log", cmap="viridis", mincnt=1)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("Z (Δ NLL)")
+    ax.set_title(f"Pearson {stats['pearson']:.3f}, Spearman {stats['spearman']:.3f}, n = {int(stats['n'])}",
+                 fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def task_correlations(corr, tasks, categories, path):
+    """Task x task correlation of forgetting rows (column-centred), grouped by category."""
+    plt = _pyplot()
+    rows = row_order(list(categories))
+    shown = np.asarray(corr)[np.ix_(rows, rows)]
+    fig, ax = plt.subplots(figsize=(2 + 0.28 * len(rows), 1.5 + 0.28 * len(rows)))
+    image = ax.pcolormesh(shown, cmap="bwr", vmin=-1, vmax=1)
+    labels = [tasks[i] for i in rows]
+    ax.set_xticks(np.arange(len(rows)) + 0.5, labels, rotation=90, fontsize=7)
+    ax.set_yticks(np.arange(len(rows)) + 0.5, labels, fontsize=7)
+    ax.invert_yaxis()
+    for _, _, b in _segments(np.asarray(categories)[rows])[:-1]:
+        ax.axhline(b, color="k", lw=0.8)
+        ax.axvline(b, color="k", lw=0.8)
+    fig.colorbar(image, ax=ax, label="Pearson (column-centred Z rows)")
+    ax.set_title("Which tasks forget the same examples", fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,82 @@
+"""Correlation analyses: statistics as scipy computes them, NaN-safe, and honest projections."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import pearsonr, spearmanr
+
+from forgetmap.correlate import category_summary, cosine_similarity, cross_task, pair_correlations
+from forgetmap.data.chat import encode_chat
+from forgetmap.gradients import CountSketch, projected_gradients
+from helpers import tiny_model, tiny_tokenizer
+
+
+def test_pair_correlations_match_scipy_and_skip_nan_pairs():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(3, 50))
+    s = z * 0.5 + rng.normal(size=(3, 50))
+    z[1, 4] = np.nan
+    table = pair_correlations(z, s, ["a", "b", "c"]).set_index("scope")
+    keep = np.isfinite(z.ravel())
+    assert table.loc["all", "pearson"] == pytest.approx(pearsonr(z.ravel()[keep], s.ravel()[keep])[0])
+    assert table.loc["all", "spearman"] == pytest.approx(spearmanr(z.ravel()[keep], s.ravel()[keep])[0])
+    assert table.loc["b", "n"] == 49 and table.loc["a", "n"] == 50
+
+
+def test_constant_rows_have_no_correlation():
+    z = np.vstack([np.ones(10), np.arange(10.0)])
+    table = pair_correlations(z, np.vstack([np.arange(10.0)] * 2), ["flat", "ramp"]).set_index("scope")
+    assert np.isnan(table.loc["flat", "pearson"]) and table.loc["ramp", "pearson"] == pytest.approx(1.0)
+
+
+def test_cross_task_pairs_and_category_summary():
+    rng = np.random.default_rng(1)
+    shared = rng.normal(size=(2, 200))
+    z = np.vstack([shared[0] + 0.1 * rng.normal(size=200) for _ in range(2)]
+                  + [shared[1] + 0.1 * rng.normal(size=200) for _ in range(2)])
+    pairs = cross_task(z, ["a1", "a2", "b1", "b2"], ["a", "a", "b", "b"])
+    assert len(pairs) == 6
+    summary = category_summary(pairs).set_index("pairs")
+    assert summary.loc["within category", "pearson"] > 0.9 > summary.loc["across categories", "pearson"]
+
+
+def test_cosine_of_zero_vectors_is_zero():
+    sim = cosine_similarity(np.array([[1.0, 0.0], [0.0, 0.0]]), np.array([[2.0, 0.0], [0.0, 3.0]]))
+    np.testing.assert_allclose(sim, [[1, 0], [0, 0]])
+
+
+def test_projected_gradient_is_the_sketch_of_the_true_gradient():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    [e] = encode_chat(tok, ["Compute 1 + 2."], ["1 + 2 = 3."], "olmo", 48)
+    got = projected_gradients(model, [e], dim=32, seed=0)[0]
+    model.zero_grad()
+    ids = torch.from_numpy(e.ids[None])
+    logits = model(input_ids=ids).logits[0, e.target_start - 1:-1]
+    torch.nn.functional.cross_entropy(logits, ids[0, e.target_start:]).backward()
+    sketch = CountSketch(model, 32, seed=0)
+    flat = torch.cat([p.grad.reshape(-1) for p in sketch.params]).double()
+    buckets, signs = torch.cat(sketch.buckets), torch.cat(sketch.signs).double()
+    expected = torch.zeros(32, dtype=torch.float64).index_add_(0, buckets, flat * signs)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_count_sketch_preserves_inner_products_on_average():
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=5000), rng.normal(size=5000)
+    b += a  # correlated: <a, b> is large
+    estimates = []
+    for seed in range(20):
+        g = np.random.default_rng(seed)
+        bucket, sign = g.integers(0, 256, 5000), g.choice([-1.0, 1.0], 5000)
+        pa, pb = np.bincount(bucket, a * sign, 256), np.bincount(bucket, b * sign, 256)
+        estimates.append(pa @ pb)
+    assert np.mean(estimates) == pytest.approx(a @ b, rel=0.1)
+
+
+def test_minilm_embeddings_are_unit_vectors_that_know_meaning():
+    from forgetmap.embed import embed
+
+    v = embed(["a small cat", "a little kitten", "linear algebra exam"])
+    assert np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5) and v.shape == (3, 384)
+    assert v[0] @ v[1] > v[0] @ v[2] + 0.2

@@ -1,0 +1,163 @@
+"""How forgetting relates to similarity (paper §4): semantic, gradient, and between tasks.
+
+A similarity matrix S (tasks x examples, the shape of Z) is compared with Z by Pearson and Spearman
+correlation over all (task, example) pairs, as the paper does, and within each task. Pairs where
+either value is NaN are left out. Everything is vectorised: the cost grows linearly with N.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import rankdata
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a = a - a.mean()
+    b = b - b.mean()
+    denom = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / denom) if denom > 0 else float("nan")
+
+
+def _pair(z: np.ndarray, s: np.ndarray) -> tuple[float, float, int]:
+    keep = np.isfinite(z) & np.isfinite(s)
+    a, b = z[keep].astype(np.float64), s[keep].astype(np.float64)
+    if len(a) < 3:
+        return float("nan"), float("nan"), len(a)
+    return _pearson(a, b), _pearson(rankdata(a), rankdata(b)), len(a)
+
+
+def pair_correlations(z: np.ndarray, s: np.ndarray, tasks: list[str]) -> pd.DataFrame:
+    """Pearson and Spearman of Z against S over all pairs (scope `all`) and per task.
+
+    A constant row (or similarity) has no correlation: NaN, never a number made up.
+    """
+    if z.shape != s.shape:
+        raise ValueError(f"Z has shape {z.shape} but the similarity matrix {s.shape}")
+    rows = [{"scope": "all", **dict(zip(("pearson", "spearman", "n"), _pair(z.ravel(), s.ravel())))}]
+    for i, task in enumerate(tasks):
+        rows.append({"scope": task, **dict(zip(("pearson", "spearman", "n"), _pair(z[i], s[i])))})
+    return pd.DataFrame(rows, columns=["scope", "pearson", "spearman", "n"])
+
+
+def _row_correlation(z: np.ndarray) -> np.ndarray:
+    """Pearson correlation between rows over the columns finite in every row (NaN for constant rows)."""
+    z = z[:, np.isfinite(z).all(axis=0)].astype(np.float64)
+    centred = z - z.mean(axis=1, keepdims=True)
+    norms = np.sqrt((centred ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (centred @ centred.T) / np.outer(norms, norms)
+
+
+def cross_task(z: np.ndarray, tasks: list[str], categories: list[str]) -> pd.DataFrame:
+    """Every pair of tasks: Pearson correlation of their rows, raw and after removing each example's
+    mean over tasks (what a task shares with its category beyond what all tasks share)."""
+    raw = _row_correlation(z)
+    centred = _row_correlation(z - np.nanmean(z, axis=0, keepdims=True))
+    i, j = np.triu_indices(len(tasks), k=1)
+    return pd.DataFrame({"task_a": np.asarray(tasks)[i], "task_b": np.asarray(tasks)[j],
+                         "category_a": np.asarray(categories)[i], "category_b": np.asarray(categories)[j],
+                         "pearson": raw[i, j], "pearson_column_centred": centred[i, j]})
+
+
+def category_summary(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Mean pair correlation within and across categories."""
+    same = pairs["category_a"] == pairs["category_b"]
+    return pd.DataFrame([{"pairs": name, "n": int(mask.sum()), "pearson": pairs.loc[mask, "pearson"].mean(),
+                          "pearson_column_centred": pairs.loc[mask, "pearson_column_centred"].mean()}
+                         for name, mask in (("within category", same), ("across categories", ~same))])
+
+
+def cosine_similarity(tasks: np.ndarray, examples: np.ndarray) -> np.ndarray:
+    """Cosine between each task vector and each example vector (zero vectors give 0, as nan_to_num)."""
+    def unit(x):
+        norm = np.linalg.norm(x, axis=1, keepdims=True)
+        return np.divide(x, norm, out=np.zeros_like(x, dtype=np.float64), where=norm > 0)
+
+    return (unit(tasks.astype(np.float64)) @ unit(examples.astype(np.float64)).T).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# the three analyses as the workflow runs them: each writes a TSV and a figure into `out_dir`
+
+def _load(matrix_path, shard_paths):
+    from .errors import DataError
+    from .matrix import ForgettingMatrix
+
+    matrix = ForgettingMatrix.read(matrix_path)
+    upstream = pd.concat([pd.read_parquet(p) for p in shard_paths], ignore_index=True)
+    if upstream["example_id"].astype(str).tolist() != matrix.example_ids.tolist():
+        raise DataError(f"{matrix_path}: its examples are not those of the upstream shards; rebuild the matrix")
+    return matrix, upstream
+
+
+def _write(frame: pd.DataFrame, path) -> None:
+    from .io import atomic_path
+
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+
+
+def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_tsv, out_png,
+                      batch_size: int = 64, max_task_examples: int | None = None, device: str = "cpu") -> dict:
+    """Cosine between each task's mean MiniLM embedding and each upstream example's, against Z."""
+    from . import plots
+    from .embed import embed, example_texts, task_texts
+
+    matrix, upstream = _load(matrix_path, shard_paths)
+    examples = embed(example_texts(upstream), batch_size, device=device)
+    task_vectors = np.stack([embed(task_texts(pd.read_parquet(task_paths[t]), max_task_examples),
+                                   batch_size, device=device).mean(0) for t in matrix.tasks])
+    similarity = cosine_similarity(task_vectors, examples)
+    table = pair_correlations(matrix.values, similarity, matrix.tasks)
+    _write(table, out_tsv)
+    plots.similarity_scatter(matrix.values, similarity, "cosine(task mean embedding, example embedding)",
+                             table.iloc[0], out_png)
+    return table.iloc[0].to_dict()
+
+
+def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, str], out_tsv, out_png,
+                      settings: dict) -> dict:
+    """Mean projected task gradient · projected example gradient (divided by dim), against Z."""
+    import torch
+
+    from . import plots
+    from .data.chat import encode_chat, encode_examples
+    from .gradients import projected_gradients
+    from .models import load_model, load_tokenizer, pick_device
+
+    matrix, upstream = _load(matrix_path, shard_paths)
+    device = pick_device(settings["device"])
+    tokenizer = load_tokenizer(base_dir)
+    model = load_model(base_dir, device, torch.float32, "eager")
+    examples = encode_examples(tokenizer, upstream, settings["chat_template"], settings["max_length"])
+    # upstream lm examples are trained on every token (as the reference's make_label_lm), chat on the response
+    upstream_grads = projected_gradients(model, examples, settings["dim"], settings["seed"])
+    task_vectors = []
+    for task in matrix.tasks:
+        frame = pd.read_parquet(task_paths[task])
+        frame = frame[frame["split"] == "train"].iloc[:settings["max_task_examples"]]
+        encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
+                              settings["chat_template"], settings["max_length"])
+        task_vectors.append(projected_gradients(model, encoded, settings["dim"], settings["seed"]).mean(0))
+    score = (np.stack(task_vectors).astype(np.float64) @ upstream_grads.T.astype(np.float64)) / settings["dim"]
+    table = pair_correlations(matrix.values, score.astype(np.float32), matrix.tasks)
+    _write(table, out_tsv)
+    plots.similarity_scatter(matrix.values, score, "task gradient · example gradient (projected)",
+                             table.iloc[0], out_png)
+    return table.iloc[0].to_dict()
+
+
+def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
+    from . import plots
+    from .matrix import ForgettingMatrix
+
+    matrix = ForgettingMatrix.read(matrix_path)
+    categories = matrix.task_categories()
+    pairs = cross_task(matrix.values, matrix.tasks, categories)
+    summary = category_summary(pairs)
+    _write(pairs, out_tsv)
+    _write(summary, out_summary)
+    plots.task_correlations(_row_correlation(matrix.values - np.nanmean(matrix.values, axis=0, keepdims=True)),
+                            matrix.tasks, categories, out_png)
+    return {row["pairs"]: row["pearson_column_centred"] for _, row in summary.iterrows()}
