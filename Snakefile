@@ -26,6 +26,7 @@ include: "rules/scores.smk"
 include: "rules/imported.smk"
 include: "rules/lowrank.smk"
 include: "rules/correlations.smk"
+include: "rules/prediction.smk"
 
 
 rule all:

@@ -105,4 +105,5 @@ def all_targets():
     targets += [f"results/{model}/lowrank/r2.tsv" for model in MODELS]
     targets += [p for model in MODELS for p in split_paths(model)]
     targets += [p for model in MODELS for p in correlation_targets(model)]
+    targets += [p for model in MODELS for p in prediction_targets(model)]
     return targets + ["results/lowrank_summary.tsv"]

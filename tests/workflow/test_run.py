@@ -11,6 +11,9 @@ from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, 
 
 pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
+# everything that depends on the matrix: it reruns whenever the matrix does
+ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
+            "gradient_similarity": 1, "predict": 12, "prediction_scores": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +34,8 @@ def jobs_of(jobs, rule):
 def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
     m = ForgettingMatrix.read(finished / MATRIX)
     assert m.tasks == ["city_qa", "mod10_add", "hex_copy"] and m.shape == (3, 60)
-    assert m.categories == {"city_qa": "world", "mod10_add": "math", "hex_copy": "other"}
-    assert m.groups == {"math": "in_domain", "other": "out_of_domain", "world": "in_domain"}
+    assert m.categories == {"city_qa": "world", "mod10_add": "world", "hex_copy": "other"}
+    assert m.groups == {"other": "out_of_domain", "world": "in_domain"}
     assert np.isfinite(m.values).all() and np.isfinite(m.base_nll).all() and (m.values != 0).any()
     scores = pd.read_parquet(finished / "results/tiny/scores/mod10_add/shard-1.parquet")
     assert list(scores.columns) == ["example_id", "nll", "n_tokens"]
@@ -58,9 +61,16 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
         assert table["n"][0] == 180 and table["pearson"].between(-1, 1).all()
     pairs = pd.read_csv(finished / "results/tiny/correlations/cross_task.tsv", sep="\t")
     assert len(pairs) == 3
+    scores = pd.read_csv(finished / "results/tiny/prediction/scores.tsv", sep="\t")
+    assert list(scores.columns) == ["split", "method", "metric", "mean", "std", "n_seeds"]
+    assert set(scores["split"]) == {"id", "ood"} and set(scores["method"]) == {
+        "mean", "additive", "knn", "mf", "all_forgotten", "random"}
+    assert (scores.query("metric == 'roc_auc'")["n_seeds"] == 2).all()
+    predictions = pd.read_parquet(finished / "results/tiny/prediction/ood/mf.parquet")
+    assert list(predictions.columns) == ["example_id", "seed0:hex_copy", "seed1:hex_copy"]
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
-    for item in ("Low-rank structure", "Correlations", "heatmap.png", "r2_row_shuffled", "semantic.png"):
+    for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png"):
         assert item in html
 
 
@@ -68,8 +78,7 @@ def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
-                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "split_definition": 2, **ANALYSES}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
 
@@ -78,8 +87,7 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
-                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
 
@@ -88,8 +96,7 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
-                             "semantic_similarity": 1, "gradient_similarity": 1, "all": 1}
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 

@@ -182,6 +182,44 @@ def cmd_cross_task(args) -> dict:
     return cross_task_analysis(args.matrix, args.out, args.summary, args.figure)
 
 
+def cmd_split_definition(args) -> dict:
+    from .io import atomic_path
+
+    with atomic_path(args.out) as tmp:
+        tmp.write_text(json.dumps(args.split, indent=1))
+    return {"train": len(args.split["train_tasks"]), "test": len(args.split["test_tasks"])}
+
+
+def cmd_predict(args) -> dict:
+    from .matrix import ForgettingMatrix
+    from .predict.protocol import run_split, write_outputs
+
+    matrix = ForgettingMatrix.read(args.matrix)
+    split = json.loads(Path(args.split).read_text())
+    options = args.settings
+    predictions, known, metrics, model = run_split(
+        matrix.values, matrix.tasks, split["train_tasks"], split["test_tasks"], args.method, {},
+        options["k"], list(range(options["seeds"])), split["name"],
+        {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]})
+    write_outputs(matrix, split, args.method, predictions, known, metrics, args.out, args.metrics, model)
+    import numpy as np
+
+    return {"split": split["name"], "method": args.method,
+            **{k: float(np.nanmean([m[k] for m in metrics])) for k in metrics[0]}}
+
+
+def cmd_prediction_scores(args) -> dict:
+    from . import plots
+    from .io import atomic_path
+    from .predict.protocol import aggregate
+
+    scores = aggregate(args.metrics)
+    with atomic_path(args.out) as tmp:
+        scores.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    plots.prediction_scores(scores, args.figure)
+    return {"rows": len(scores)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -281,6 +319,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", required=True, help="TSV: within vs across categories")
     p.add_argument("--figure", required=True)
     p.set_defaults(func=cmd_cross_task)
+
+    p = sub.add_parser("split-definition", help="write a prediction split's train and test tasks as JSON")
+    p.add_argument("--split", type=_json, required=True, help='{"name", "train_tasks", "test_tasks"}')
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_split_definition)
+
+    p = sub.add_parser("predict", help="the prediction protocol for one split and one method, all seeds")
+    p.add_argument("--matrix", required=True)
+    p.add_argument("--split", required=True, help="split definition JSON file")
+    p.add_argument("--method", required=True)
+    p.add_argument("--settings", type=_json, required=True, help="the resolved `prediction` section (JSON)")
+    p.add_argument("--out", required=True, help="parquet of predicted rows")
+    p.add_argument("--metrics", required=True, help="TSV of per-seed metrics")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("prediction-scores", help="mean and std over seeds of every split, method, metric")
+    p.add_argument("--metrics", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--figure", required=True)
+    p.set_defaults(func=cmd_prediction_scores)
 
     p = sub.add_parser("lowrank-summary", help="model x rank table of R² across models")
     p.add_argument("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ...")

@@ -184,6 +184,30 @@ TASK = _obj({
 for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
 
+PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "all_forgotten", "random")
+
+SPLIT = _obj({
+    "test": {"type": ["array", "null"], "items": {"type": "string"}, "default": None,
+             "description": "in-domain split: its test tasks; the other tasks of their categories train"},
+    "test_category": {"type": ["string", "null"], "default": None,
+                      "description": "out-of-domain split: a whole category as test"},
+    "train_split": {"type": ["string", "null"], "default": None,
+                    "description": "out-of-domain split: the in-domain split whose train tasks train it"},
+}, description="a prediction split")
+
+PREDICTION = _obj({
+    "k": _int(30, "known (measured) examples of each test task", 1),
+    "seeds": _int(10, "seeds 0..n-1 of the known-example draw", 1),
+    "methods": {"type": "array", "items": {"enum": list(PREDICTION_METHODS)}, "minItems": 1,
+                "default": list(PREDICTION_METHODS), "description": "completion methods to evaluate"},
+    "threshold": _num(0.0, "forgotten := Z > threshold for the binary metrics"),
+    "top_q": _num(0.1, "top-q metric: share of each task's examples counted as most forgotten",
+                  exclusive_minimum=0),
+    "budget": _int(100, "precision among each task's b highest predictions (a replay budget)", 1),
+    "splits": {"type": "object", "propertyNames": {"pattern": NAME}, "additionalProperties": SPLIT,
+               "default": {}, "description": "prediction splits by name"},
+}, description="forgetting prediction (paper §5)", default={})
+
 SCHEMA = _obj({
     "seed": _int(0, "seed of task splits and anything not seeded elsewhere", 0),
     "demo_seed": _int(1234, "seed of the demo world: demo corpora, demo tasks, the demo base's corpus", 0),
@@ -200,6 +224,7 @@ SCHEMA = _obj({
               "additionalProperties": TASK, "description": "fine-tuning tasks by name"},
     "models": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
                "additionalProperties": MODEL, "description": "models by name"},
+    "prediction": PREDICTION,
 }, required=("upstream", "categories", "tasks", "models"), description="forgetmap workflow config",
     **{"$schema": "https://json-schema.org/draft/2020-12/schema"})
 
@@ -311,6 +336,37 @@ def finetune_settings(cfg: dict, model: str, task: str) -> dict:
 
 def score_settings(cfg: dict, model: str) -> dict:
     return {**cfg["models"][model]["score"], "chat_template": cfg["models"][model]["chat_template"]}
+
+
+def prediction_splits(cfg: dict, model: str) -> dict[str, dict]:
+    """Train and test tasks of each configured split, restricted to the model's tasks."""
+    tasks = model_tasks(cfg, model)
+    splits: dict[str, dict] = {}
+    pending = dict(cfg["prediction"]["splits"])
+    for name, split in pending.items():  # in-domain splits first: out-of-domain ones refer to them
+        key = f"config key prediction.splits.{name}"
+        if split["test"] is not None:
+            unknown = [t for t in split["test"] if t not in cfg["tasks"]]
+            if unknown:
+                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+            test = [t for t in tasks if t in split["test"]]
+            categories = {cfg["tasks"][t]["category"] for t in test}
+            train = [t for t in tasks if cfg["tasks"][t]["category"] in categories and t not in test]
+            splits[name] = {"name": name, "train_tasks": train, "test_tasks": test}
+        elif split["test_category"] is None or split["train_split"] is None:
+            raise ConfigError(f"{key}: give `test` (in-domain) or `test_category` and `train_split` (out-of-domain)")
+    for name, split in pending.items():
+        key = f"config key prediction.splits.{name}"
+        if split["test"] is None:
+            if split["test_category"] not in cfg["categories"]:
+                raise ConfigError(f"{key}.test_category: value {split['test_category']!r} is not a category; "
+                                  f"allowed: {', '.join(cfg['categories'])}")
+            if split["train_split"] not in splits:
+                raise ConfigError(f"{key}.train_split: value {split['train_split']!r} is not an in-domain split; "
+                                  f"allowed: {', '.join(splits) or 'none'}")
+            test = [t for t in tasks if cfg["tasks"][t]["category"] == split["test_category"]]
+            splits[name] = {"name": name, "train_tasks": splits[split["train_split"]]["train_tasks"], "test_tasks": test}
+    return splits
 
 
 def correlation_settings(cfg: dict, model: str) -> dict:

@@ -159,3 +159,21 @@ def task_correlations(corr, tasks, categories, path):
     ax.set_title("Which tasks forget the same examples", fontsize=9)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def prediction_scores(scores, path, metrics=("rmse", "roc_auc", "top_q_f1", "precision_at_b")):
+    """Methods compared per split: one panel per metric, mean ± std over seeds."""
+    plt = _pyplot()
+    splits = list(dict.fromkeys(scores["split"]))
+    fig, axes = plt.subplots(len(splits), len(metrics), figsize=(3.2 * len(metrics), 2.6 * len(splits)),
+                             squeeze=False)
+    for r, split in enumerate(splits):
+        for c, metric in enumerate(metrics):
+            ax = axes[r, c]
+            part = scores[(scores["split"] == split) & (scores["metric"] == metric)]
+            ax.bar(part["method"], part["mean"], yerr=part["std"], color="#4c72b0", capsize=2)
+            ax.set_title(f"{split}: {metric}", fontsize=8)
+            ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""Forgetting prediction: methods recover low-rank rows, the protocol hides what it reveals."""
+
+import numpy as np
+import pytest
+
+from forgetmap.errors import DataError
+from forgetmap.predict import make_method
+from forgetmap.predict.metrics import evaluate, roc_auc
+from forgetmap.predict.protocol import known_columns, run_split
+
+
+def low_rank(m=30, n=400, rank=2, noise=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(m, rank)) @ rng.normal(size=(rank, n)) + 0.2 + noise * rng.normal(size=(m, n))
+
+
+def fold(method, z, k=30, **params):
+    train, test = z[:-5], z[-5:]
+    model = make_method(method, **params).fit(train)
+    known = np.broadcast_to(known_columns(z.shape[1], k, 0), (5, k))
+    pred = model.predict(known, np.take_along_axis(test, known, axis=1))
+    hidden = np.ones_like(test, dtype=bool)
+    np.put_along_axis(hidden, known, False, axis=1)
+    return np.sqrt(((pred - test)[hidden] ** 2).mean())
+
+
+def test_methods_rank_as_expected_on_a_low_rank_matrix():
+    z = low_rank()
+    rmse = {m: fold(m, z) for m in ("mean", "additive", "knn", "mf")}
+    assert rmse["mf"] < 0.05 < rmse["knn"] < rmse["mean"]
+    assert rmse["additive"] < 1.1 * rmse["mean"]  # an offset from 30 entries: little to gain here
+
+
+def test_mf_folds_in_an_exact_low_rank_row_exactly():
+    z = low_rank(noise=0.0)
+    assert fold("mf", z, rank=2, reg=1e-9) < 1e-6
+
+
+def test_mf_chooses_rank_by_validation():
+    model = make_method("mf").fit(low_rank(rank=3, noise=0.01)[:-5])
+    assert model.rank_ == 3
+
+
+def test_additive_matches_the_closed_form_on_complete_data():
+    z = low_rank()
+    model = make_method("additive", reg=0.0).fit(z)
+    fitted = model.baseline(model.task_offset_)
+    expected = z.mean(1, keepdims=True) + z.mean(0, keepdims=True) - z.mean()
+    np.testing.assert_allclose(fitted, expected, atol=1e-8)
+
+
+def test_roc_auc_matches_pairwise_counting():
+    rng = np.random.default_rng(0)
+    labels, scores = rng.random(200) > 0.6, rng.normal(size=200).round(1)
+    pos, neg = scores[labels], scores[~labels]
+    expected = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
+    assert roc_auc(labels, scores) == pytest.approx(expected)
+
+
+def test_metrics_of_a_perfect_prediction():
+    truth = np.array([[1.0, -1.0, 2.0, -0.5], [0.5, 0.2, -0.1, 3.0]])
+    hidden = np.ones_like(truth, dtype=bool)
+    out = evaluate(truth, truth, hidden, q=0.5, budget=2)
+    assert out["rmse"] == 0 and out["f1"] == 1 and out["roc_auc"] == 1 and out["top_q_f1"] == 1
+    assert out["precision_at_b"] == 1.0
+
+
+def test_protocol_never_scores_revealed_or_nan_examples():
+    z = low_rank(m=12, n=100).astype(np.float32)
+    z[:, 7] = np.nan
+    tasks = [f"t{i}" for i in range(12)]
+    preds, known, metrics, _ = run_split(z, tasks, tasks[:9], tasks[9:], "mf", {}, k=10, seeds=[0, 1])
+    assert preds.shape == (2, 3, 100) and np.isnan(preds[:, :, 7]).all()
+    assert known.shape == (2, 10) and 7 not in known and len(set(known[0])) == 10
+    assert not np.array_equal(known[0], known[1]) and metrics[0]["rmse"] < 0.2
+
+
+@pytest.mark.parametrize("train, test, k, message", [
+    (["t0"], ["t0", "t1"], 5, "both train and test"),
+    ([], ["t1"], 5, "non-empty"),
+    (["t0"], ["zz"], 5, "not in the forgetting matrix"),
+    (["t0"], ["t1"], 100, "k = 100 known columns leaves nothing"),
+])
+def test_bad_splits_are_clear_errors(train, test, k, message):
+    z = low_rank(m=3, n=100)
+    with pytest.raises(DataError, match=message):
+        run_split(z, ["t0", "t1", "t2"], train, test, "mean", {}, k=k, seeds=[0])
