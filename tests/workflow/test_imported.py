@@ -22,13 +22,16 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
             "splits": {"ood-tulu": "resources/stats/fpd-split-ood-tulu.pkl"}}})))
     write_config(workdir, cfg)
     rules = {r for r, w in planned_jobs(workdir) if w.get("model") == "paper"}
-    assert rules == {"import_matrix", "import_split", "lowrank", "cross_task"}  # no fine-tune, no scoring
-    snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/splits/ood-tulu.json")
+    # no fine-tune and no scoring: the released matrix and split feed the analyses and the prediction
+    assert rules == {"import_matrix", "import_split", "lowrank", "cross_task", "predict", "prediction_scores"}
+    snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/prediction/scores.tsv")
     r2 = pd.read_csv(workdir / "results/paper/lowrank/r2.tsv", sep="\t")
     z = fx["z"][:, ~np.isnan(fx["z"][0])]
     np.testing.assert_allclose(r2["r2"], r2_by_rank(z), rtol=1e-5)
     assert json.loads((workdir / "results/paper/lowrank/summary.json").read_text())["examples_dropped_nan"] == 1
     split = json.loads((workdir / "results/paper/splits/ood-tulu.json").read_text())
     assert split["test_tasks"] == ["lima", "oasst1"]
+    scores = pd.read_csv(workdir / "results/paper/prediction/scores.tsv", sep="\t")
+    assert set(scores["split"]) == {"ood-tulu"} and (scores.query("metric == 'rmse'")["mean"].dropna() > 0).all()
     matrix = pd.read_parquet(workdir / "results/paper/forgetting.parquet")
     assert list(matrix.columns) == ["example_id", "source", "base_nll", "aeslc", "cb", "wsc", "lima", "oasst1"]

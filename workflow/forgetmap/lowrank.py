@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import DataError
 
-BLOCK = 16384  # columns per float64 block
+BLOCK = 4096  # columns per float64 block (2.8 MB at M = 85)
 
 
 @dataclass
@@ -35,15 +35,18 @@ def drop_missing(z: np.ndarray, tasks: list[str]) -> Cleaned:
     """Drop all-NaN task rows, then every example column with a NaN left (reference §1.3 drops NaN
     columns too). Raises when nothing usable remains or Z is constant."""
     z = np.asarray(z, dtype=np.float32)
-    nan = np.isnan(z)
-    all_nan_rows = nan.all(axis=1)
+    # row by row: two N-sized masks instead of an M x N one
+    all_nan_rows = np.array([bool(np.isnan(row).all()) for row in z])
     keep_rows = np.flatnonzero(~all_nan_rows)
     if len(keep_rows) == 0:
         raise DataError("every task row of the forgetting matrix is NaN: nothing to analyse")
-    keep_cols = np.flatnonzero(~nan[keep_rows].any(axis=0))
+    column_has_nan = np.zeros(z.shape[1], dtype=bool)
+    for row in keep_rows:
+        column_has_nan |= np.isnan(z[row])
+    keep_cols = np.flatnonzero(~column_has_nan)
     if len(keep_cols) == 0:
         raise DataError("every upstream example has a NaN score in some task: nothing to analyse")
-    kept = z[np.ix_(keep_rows, keep_cols)] if nan.any() else z
+    kept = z if len(keep_rows) == len(z) and len(keep_cols) == z.shape[1] else z[np.ix_(keep_rows, keep_cols)]
     if float(kept.max()) == float(kept.min()):
         raise DataError(f"the forgetting matrix is constant ({float(kept.max())}): R² is undefined")
     return Cleaned(kept, keep_rows, keep_cols, [tasks[i] for i in np.flatnonzero(all_nan_rows)])
@@ -75,7 +78,7 @@ def total_sum_of_squares(z: np.ndarray) -> tuple[float, float]:
     for start in range(0, z.shape[1], BLOCK):
         block = z[:, start:start + BLOCK].astype(np.float64)
         total += block.sum()
-        square += (block ** 2).sum()
+        square += np.einsum("ij,ij->", block, block)
     return square, square - total ** 2 / z.size
 
 
@@ -95,7 +98,11 @@ def r2_by_rank(z: np.ndarray, max_rank: int | None = None) -> np.ndarray:
 def row_shuffled_null(z: np.ndarray, seed: int = 0) -> np.ndarray:
     """Each row permuted independently: keeps row means and spreads, destroys shared column structure."""
     rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(row) for row in np.asarray(z)])
+    z = np.asarray(z)
+    out = np.empty_like(z)
+    for i, row in enumerate(z):  # one row at a time: no list of M copies
+        out[i] = rng.permutation(row)
+    return out
 
 
 def two_proportion_z(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:
@@ -124,7 +131,7 @@ def component_tops(u_k: np.ndarray, s_k: float, v_k: np.ndarray, n_tasks: int, n
 
 
 def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_tasks: int = 5,
-            top_examples: int = 100) -> dict:
+            top_examples: int = 100, figures: bool = True) -> dict:
     """Write r2.tsv, components.tsv, component_sources.tsv, summary.json and three figures to `out_dir`.
 
     NaN handling: all-NaN task rows are dropped, then every example with a NaN in a remaining row;
@@ -144,8 +151,9 @@ def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_task
     z = cleaned.z
     tasks = [matrix.tasks[i] for i in cleaned.task_index]
     categories = [matrix.categories.get(t, "") for t in tasks]
-    sources = matrix.sources[cleaned.example_index]
-    ids = matrix.example_ids[cleaned.example_index]
+    everything = len(cleaned.example_index) == matrix.shape[1]
+    sources = matrix.sources if everything else matrix.sources[cleaned.example_index]
+    ids = matrix.example_ids if everything else matrix.example_ids[cleaned.example_index]
 
     s, u = gram_svd(z)
     square, centred = total_sum_of_squares(z)
@@ -181,12 +189,12 @@ def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_task
         with atomic_path(out_dir / name) as tmp:
             pd.DataFrame(rows).to_csv(tmp, sep="\t", index=False, float_format="%.6g")
 
-    plots.spectrum(s, r2, out_dir / "spectrum.png")
-    plots.heatmap(matrix.values, matrix.tasks, matrix.task_categories(), matrix.sources, out_dir / "heatmap.png")
-    cols = plots.column_order(sources)
-    parts = [s[c] * np.outer(u[:, c], v[c, cols]) for c in range(k)]
-    sorted_sources = sources[cols]
-    plots.components(parts, tasks, categories, sorted_sources, out_dir / "components.png")
+    if figures:
+        plots.spectrum(s, r2, out_dir / "spectrum.png")
+        plots.heatmap(matrix.values, matrix.tasks, matrix.task_categories(), matrix.sources, out_dir / "heatmap.png")
+        cols = plots.column_order(sources)
+        parts = [s[c] * np.outer(u[:, c], v[c, cols]) for c in range(k)]
+        plots.components(parts, tasks, categories, sources[cols], out_dir / "components.png")
     summary = {"tasks": len(tasks), "examples": int(z.shape[1]), "tasks_dropped_all_nan": cleaned.dropped_tasks,
                "examples_dropped_nan": int(matrix.values.shape[1] - z.shape[1]),
                "r2_rank_1_3_5": [float(r2[r - 1]) if r <= ranks else None for r in (1, 3, 5)]}

@@ -64,17 +64,21 @@ class ForgettingMatrix:
         if not path.exists():
             raise DataError(f"{path}: file not found")
         meta = read_metadata(path)
-        table = pq.read_table(path)
-        tasks = meta.get("tasks") or [c for c in table.column_names if c not in LABEL_COLUMNS]
-        missing = [c for c in (*LABEL_COLUMNS, *tasks) if c not in table.column_names]
+        names = pq.read_schema(path).names
+        tasks = meta.get("tasks") or [c for c in names if c not in LABEL_COLUMNS]
+        missing = [c for c in (*LABEL_COLUMNS, *tasks) if c not in names]
         if missing:
             raise DataError(f"{path}: not a forgetting matrix, missing column(s) {', '.join(missing)}")
-        values = np.empty((len(tasks), table.num_rows), dtype=np.float32)
-        for i, t in enumerate(tasks):
-            values[i] = table.column(t).to_numpy()
-        return cls(values, list(tasks), table.column("example_id").to_numpy().astype(str),
-                   table.column("source").to_numpy().astype(str),
-                   table.column("base_nll").to_numpy().astype(np.float32),
+        source = pq.ParquetFile(path)
+        labels = source.read(columns=list(LABEL_COLUMNS))
+        values = np.empty((len(tasks), labels.num_rows), dtype=np.float32)
+        for start in range(0, len(tasks), 8):  # a few columns at a time: peak memory stays near Z itself
+            block = source.read(columns=tasks[start:start + 8])
+            for i, t in enumerate(tasks[start:start + 8]):
+                values[start + i] = block.column(t).to_numpy()
+        return cls(values, list(tasks), labels.column("example_id").to_numpy().astype(str),
+                   labels.column("source").to_numpy().astype(str),
+                   labels.column("base_nll").to_numpy().astype(np.float32),
                    meta.get("categories", {}), meta.get("groups", {}))
 
     def to_frame(self) -> pd.DataFrame:

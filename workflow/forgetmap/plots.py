@@ -2,7 +2,8 @@
 
 Conventions follow the paper (§3.3): a diverging colormap centred at 0 (red = forgotten), rows
 grouped by task category (categories in alphabetical order, config order within), columns a fixed
-random subset of at most 10,000 upstream examples grouped by source, row-mean and column-mean strips.
+random subset of at most 4,000 upstream examples grouped by source (the paper's 10,000 would exceed the
+figure's pixel width), row-mean and column-mean strips.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ def row_order(categories: list[str]) -> np.ndarray:
     return np.array(sorted(range(len(categories)), key=lambda i: (categories[i], i)), dtype=int)
 
 
-def column_order(sources: np.ndarray, max_columns: int = 10_000, seed: int = 0) -> np.ndarray:
-    """A sorted seeded subset of at most `max_columns` examples (as the paper's 10k subset), grouped
-    by source."""
+def column_order(sources: np.ndarray, max_columns: int = 4_000, seed: int = 0) -> np.ndarray:
+    """A sorted seeded subset of at most `max_columns` examples, grouped by source. The paper draws
+    10,000; 4,000 is still more columns than a figure has pixels, at a fraction of the memory."""
     n = len(sources)
     chosen = np.arange(n) if n <= max_columns else np.sort(
         np.random.default_rng(seed).choice(n, max_columns, replace=False))
@@ -44,6 +45,21 @@ def _segments(labels: np.ndarray) -> list[tuple[str, int, int]]:
     return out
 
 
+def _image(ax, values, limit):
+    """A matrix as an image with cell (i, j) spanning [j, j+1] x [i, i+1], row 0 at the top.
+
+    Coloured here to 8-bit RGBA (NaN white), so matplotlib resamples bytes rather than float64
+    data at the output resolution: as fast and small for 10,000 columns as for 10. Returns the
+    colour mapping for a colorbar."""
+    import matplotlib as mpl
+
+    mapping = mpl.cm.ScalarMappable(mpl.colors.Normalize(-limit, limit), "bwr")
+    rgba = mapping.to_rgba(np.nan_to_num(values, nan=0.0), bytes=True)
+    rows, cols = values.shape
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, cols, rows, 0))
+    return mapping
+
+
 def color_limit(z: np.ndarray) -> float:
     """Symmetric colour range: the 98th percentile of |Z| (the paper fixes ±0.5 for OLMo)."""
     finite = np.abs(z[np.isfinite(z)])
@@ -56,19 +72,17 @@ def heatmap(z, tasks, categories, sources, path, title="Forgetting Z = NLL after
     rows, cols = row_order(list(categories)), column_order(np.asarray(sources))
     shown = np.asarray(z)[np.ix_(rows, cols)]
     limit = limit or color_limit(shown)
-    fig = plt.figure(figsize=(12, 2.5 + 0.22 * len(rows)))
+    fig = plt.figure(figsize=(12, min(16.0, 2.5 + 0.18 * len(rows))))
     grid = fig.add_gridspec(2, 3, width_ratios=[40, 1.2, 0.6], height_ratios=[1.2, 12], wspace=0.05, hspace=0.05)
     main = fig.add_subplot(grid[1, 0])
     top = fig.add_subplot(grid[0, 0], sharex=main)
     side = fig.add_subplot(grid[1, 1], sharey=main)
     bar = fig.add_subplot(grid[1, 2])
-    kw = dict(cmap="bwr", vmin=-limit, vmax=limit, shading="auto", rasterized=True)
-    image = main.pcolormesh(shown, **kw)
+    image = _image(main, shown, limit)
     with np.errstate(invalid="ignore"):
-        top.pcolormesh(np.nanmean(shown, axis=0)[None, :], **kw)
-        side.pcolormesh(np.nanmean(shown, axis=1)[:, None], **kw)
-    main.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=7)
-    main.invert_yaxis()
+        _image(top, np.nanmean(shown, axis=0)[None, :], limit)
+        _image(side, np.nanmean(shown, axis=1)[:, None], limit)
+    main.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=7 if len(rows) <= 40 else 4)
     src = np.asarray(sources)[cols]
     ticks = [(a + b) / 2 for _, a, b in _segments(src)]
     main.set_xticks(ticks, [name for name, _, _ in _segments(src)], rotation=30, fontsize=7)
@@ -81,7 +95,7 @@ def heatmap(z, tasks, categories, sources, path, title="Forgetting Z = NLL after
     side.set_axis_off()
     top.set_title(title, fontsize=9)
     fig.colorbar(image, cax=bar, label="Δ NLL (nats/token)")
-    fig.savefig(path, dpi=150, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -107,19 +121,21 @@ def components(parts, tasks, categories, sources, path):
     as its own heatmap."""
     plt = _pyplot()
     rows = row_order(list(categories))
-    fig, axes = plt.subplots(len(parts), 1, figsize=(10, 1.6 + len(parts) * (0.6 + 0.12 * len(rows))), squeeze=False)
+    panel = min(4.0, 0.6 + 0.12 * len(rows))
+    fig, axes = plt.subplots(len(parts), 1, figsize=(10, 1.6 + len(parts) * panel), squeeze=False)
     for k, (ax, part) in enumerate(zip(axes[:, 0], parts)):
         shown = part[rows]
-        limit = color_limit(shown)
-        ax.pcolormesh(shown, cmap="bwr", vmin=-limit, vmax=limit, shading="auto", rasterized=True)
-        ax.invert_yaxis()
-        ax.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=5)
+        _image(ax, shown, color_limit(shown))
+        if len(rows) <= 40:
+            ax.set_yticks(np.arange(len(rows)) + 0.5, [tasks[i] for i in rows], fontsize=5)
+        else:
+            ax.set_yticks([])
         segments = _segments(np.asarray(sources))
         ax.set_xticks([(a + b) / 2 for _, a, b in segments], [name for name, _, _ in segments], fontsize=6)
         for _, _, b in segments[:-1]:
             ax.axvline(b, color="k", lw=0.4)
         ax.set_title(f"component {k + 1}", fontsize=8)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -147,11 +163,10 @@ def task_correlations(corr, tasks, categories, path):
     rows = row_order(list(categories))
     shown = np.asarray(corr)[np.ix_(rows, rows)]
     fig, ax = plt.subplots(figsize=(2 + 0.28 * len(rows), 1.5 + 0.28 * len(rows)))
-    image = ax.pcolormesh(shown, cmap="bwr", vmin=-1, vmax=1)
+    image = _image(ax, shown, 1.0)
     labels = [tasks[i] for i in rows]
     ax.set_xticks(np.arange(len(rows)) + 0.5, labels, rotation=90, fontsize=7)
     ax.set_yticks(np.arange(len(rows)) + 0.5, labels, fontsize=7)
-    ax.invert_yaxis()
     for _, _, b in _segments(np.asarray(categories)[rows])[:-1]:
         ax.axhline(b, color="k", lw=0.8)
         ax.axvline(b, color="k", lw=0.8)
