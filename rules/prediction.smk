@@ -35,7 +35,7 @@ rule predict:
         matrix="results/{model}/forgetting.parquet",
         split="results/{model}/splits/{split}.json",
     output:
-        predictions="results/{model}/prediction/{split}/{method}.parquet",
+        predictions=directory("results/{model}/prediction/{split}/{method}"),
         metrics="results/{model}/prediction/{split}/{method}.tsv",
     wildcard_constraints:
         method=_alternatives(fm_config.PREDICTION_METHODS),

@@ -191,21 +191,27 @@ def cmd_split_definition(args) -> dict:
 
 
 def cmd_predict(args) -> dict:
+    import numpy as np
+
+    from .io import atomic_path
     from .matrix import ForgettingMatrix
-    from .predict.protocol import run_split, write_outputs
+    from .predict.protocol import iterate_split, write_metrics, write_seed
 
     matrix = ForgettingMatrix.read(args.matrix)
     split = json.loads(Path(args.split).read_text())
     options = args.settings
-    predictions, known, metrics, model = run_split(
-        matrix.values, matrix.tasks, split["train_tasks"], split["test_tasks"], args.method, {},
-        options["k"], list(range(options["seeds"])), split["name"],
-        {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]})
-    write_outputs(matrix, split, args.method, predictions, known, metrics, args.out, args.metrics, model)
-    import numpy as np
-
+    metrics = {}
+    with atomic_path(args.out, directory=True) as out_dir:
+        for seed, predictions, known, values, model in iterate_split(
+                matrix.values, matrix.tasks, split["train_tasks"], split["test_tasks"], args.method, {},
+                options["k"], list(range(options["seeds"])), split["name"],
+                {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]}):
+            write_seed(matrix.example_ids, split, args.method, seed, predictions, known, model,
+                       out_dir / f"seed-{seed}.parquet")
+            metrics[seed] = values
+    write_metrics(split["name"], args.method, metrics, args.metrics)
     return {"split": split["name"], "method": args.method,
-            **{k: float(np.nanmean([m[k] for m in metrics])) for k in metrics[0]}}
+            **{k: float(np.nanmean([m[k] for m in metrics.values()])) for k in next(iter(metrics.values()))}}
 
 
 def cmd_prediction_scores(args) -> dict:
@@ -330,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", required=True, help="split definition JSON file")
     p.add_argument("--method", required=True)
     p.add_argument("--settings", type=_json, required=True, help="the resolved `prediction` section (JSON)")
-    p.add_argument("--out", required=True, help="parquet of predicted rows")
+    p.add_argument("--out", required=True, help="directory of seed-{s}.parquet predicted rows")
     p.add_argument("--metrics", required=True, help="TSV of per-seed metrics")
     p.set_defaults(func=cmd_predict)
 

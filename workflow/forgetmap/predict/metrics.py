@@ -12,19 +12,27 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import rankdata
 
 METRICS = ("rmse", "precision", "recall", "f1", "roc_auc", "top_q_f1", "precision_at_b")
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Mann-Whitney AUC with average ranks for ties; NaN when only one class is present."""
-    labels = labels.astype(bool)
-    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    """P(score of a positive > score of a negative), ties counting one half (Mann-Whitney);
+    NaN when only one class is present. One sort, then linear passes over groups of equal scores."""
+    labels = np.asarray(labels, dtype=bool).ravel()
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    ranks = rankdata(scores)
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    order = np.argsort(np.asarray(scores).ravel())  # ties are grouped below: any order will do
+    ordered = np.asarray(scores).ravel()[order]
+    positives = labels[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # groups of tied scores
+    pos_in_group = np.add.reduceat(positives.astype(np.int64), starts)
+    neg_in_group = np.diff(np.r_[starts, ordered.size]) - pos_in_group
+    neg_below = np.cumsum(neg_in_group) - neg_in_group
+    wins = (pos_in_group * (neg_below + 0.5 * neg_in_group)).sum()
+    return float(wins / (n_pos * n_neg))
 
 
 def _prf(truth: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:

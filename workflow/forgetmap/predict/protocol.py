@@ -6,7 +6,8 @@ test task, as the reference does. Metrics use the hidden entries only. Every met
 per split on the train rows; each seed is one batched `predict` over all test tasks.
 
 Examples with a NaN in any train or test row are left out of the split (the reference turns NaN into
-0; leaving them out never scores a made-up entry); their predictions are NaN.
+0; leaving them out never scores a made-up entry); their predictions are NaN. Predictions are produced
+and written one seed at a time, so memory does not grow with the number of seeds.
 """
 
 from __future__ import annotations
@@ -33,56 +34,78 @@ def known_columns(n_examples: int, k: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n_examples, k, replace=False))
 
 
-def run_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
-              k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None):
-    """Fit `method` on the train rows, predict the test rows for every seed.
-
-    Returns (predictions (S, T, N) float32 with NaN at left-out examples, known (S, k) in the full
-    column index, metrics: one dict per seed, the fitted method)."""
+def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str):
+    """(usable columns, train rows float64, test rows float32) after the checks."""
     check_split(tasks, train, test, name)
     rows_train = [tasks.index(t) for t in train]
     rows_test = [tasks.index(t) for t in test]
-    usable = np.flatnonzero(np.isfinite(z[rows_train + rows_test]).all(axis=0))
-    n = len(usable)
-    if k >= n:
-        raise DataError(f"split {name!r}: k = {k} known columns leaves nothing to predict among {n} usable examples")
-    train_z = z[np.ix_(rows_train, usable)].astype(np.float64)
-    test_z = z[np.ix_(rows_test, usable)].astype(np.float64)
+    finite = np.ones(z.shape[1], dtype=bool)
+    for row in rows_train + rows_test:  # row by row: no copy of the split's rows just to find NaN
+        finite &= np.isfinite(z[row])
+    usable = np.flatnonzero(finite)
+    if k >= len(usable):
+        raise DataError(f"split {name!r}: k = {k} known columns leaves nothing to predict among "
+                        f"{len(usable)} usable examples")
+    everything = len(usable) == z.shape[1]
+    train_z = np.asarray(z[rows_train] if everything else z[np.ix_(rows_train, usable)], dtype=np.float64)
+    test_z = np.asarray(z[rows_test] if everything else z[np.ix_(rows_test, usable)], dtype=np.float32)
+    return usable, train_z, test_z
+
+
+def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
+                  k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None):
+    """Fit `method` once on the train rows, then for each seed yield (seed, predicted test rows over
+    all N examples (float32, NaN at left-out examples), known columns in the full index, metrics).
+
+    One seed's predictions at a time: memory stays near the matrix whatever the number of seeds."""
+    usable, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
     model = make_method(method, **params).fit(train_z)
-    predictions = np.full((len(seeds), len(test), z.shape[1]), np.nan, dtype=np.float32)
-    known_full, metrics = [], []
-    for s, seed in enumerate(seeds):
-        known = known_columns(n, k, seed)
+    for seed in seeds:
+        known = known_columns(len(usable), k, seed)
         known_t = np.broadcast_to(known, (len(test), k))
-        pred = model.predict(known_t, test_z[:, known])
-        hidden = np.ones_like(test_z, dtype=bool)
+        pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32)
+        hidden = np.ones(test_z.shape, dtype=bool)
         hidden[:, known] = False
-        metrics.append(evaluate(pred, test_z, hidden, regression=getattr(model, "regression", True),
-                                **(metric_options or {})))
-        predictions[s][:, usable] = pred
-        known_full.append(usable[known])
-    return predictions, np.stack(known_full), metrics, model
+        metrics = evaluate(pred, test_z, hidden, regression=getattr(model, "regression", True),
+                           **(metric_options or {}))
+        if len(usable) == z.shape[1]:
+            full = pred
+        else:
+            full = np.full((len(test), z.shape[1]), np.nan, dtype=np.float32)
+            full[:, usable] = pred
+        yield seed, full, usable[known], metrics, model
 
 
-def write_outputs(matrix, split: dict, method: str, predictions, known, metrics, out_parquet, out_tsv, model) -> None:
-    """Predicted rows (one float32 column per seed and test task) and the per-seed metrics."""
-    import pandas as pd
+def run_split(z, tasks, train, test, method, params, k, seeds, name="split", metric_options=None):
+    """All seeds at once: (predictions (S, T, N), known (S, k), metrics per seed, fitted method)."""
+    out = list(iterate_split(z, tasks, train, test, method, params, k, seeds, name, metric_options))
+    return (np.stack([o[1] for o in out]), np.stack([o[2] for o in out]), [o[3] for o in out],
+            out[-1][4] if out else None)
+
+
+def write_seed(example_ids, split: dict, method: str, seed: int, predictions, known, model, out) -> None:
+    """One seed's predicted rows: `example_id`, then one float32 column per test task."""
     import pyarrow as pa
 
-    from ..io import atomic_path, write_table
+    from ..io import write_table
 
-    columns = {"example_id": pa.array(matrix.example_ids.astype(str))}
-    for s in range(len(predictions)):
-        for t, task in enumerate(split["test_tasks"]):
-            columns[f"seed{s}:{task}"] = pa.array(predictions[s, t], pa.float32())
-    meta = {"split": split["name"], "method": method, "train_tasks": split["train_tasks"],
-            "test_tasks": split["test_tasks"], "known_columns": known.tolist()}
+    columns = {"example_id": pa.array(example_ids.astype(str))}
+    for t, task in enumerate(split["test_tasks"]):
+        columns[task] = pa.array(predictions[t], pa.float32())
     fitted = {k: v for k, v in vars(model).items() if k.endswith("_") and isinstance(v, (int, float))}
-    meta["fitted"] = fitted
-    write_table(pa.table(columns), out_parquet, meta)
-    rows = [{"split": split["name"], "method": method, "seed": s, "metric": name, "value": value}
-            for s, values in enumerate(metrics) for name, value in values.items()]
-    with atomic_path(out_tsv) as tmp:
+    write_table(pa.table(columns), out, {"split": split["name"], "method": method, "seed": seed,
+                                         "train_tasks": split["train_tasks"], "known_columns": known.tolist(),
+                                         "fitted": fitted})
+
+
+def write_metrics(split_name: str, method: str, metrics: dict[int, dict], out) -> None:
+    import pandas as pd
+
+    from ..io import atomic_path
+
+    rows = [{"split": split_name, "method": method, "seed": seed, "metric": name, "value": value}
+            for seed, values in metrics.items() for name, value in values.items()]
+    with atomic_path(out) as tmp:
         pd.DataFrame(rows).to_csv(tmp, sep="\t", index=False, float_format="%.6g")
 
 
