@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -170,7 +171,13 @@ def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> n
         from vllm.inputs import TokensPrompt
     except ImportError as exc:  # pragma: no cover - needs the gpu extra
         raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
-    llm = LLM(model=model_dir, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
+    from .models import read_pointer
+
+    if (Path(model_dir) / "adapter_config.json").exists():
+        raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
+    pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
+    source = pointer["path"] if pointer else model_dir  # a base pointer (POINTER) names the real weights
+    llm = LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
               max_model_len=max(len(e.ids) for e in encoded) + 1, enforce_eager=False)
     params = SamplingParams(max_tokens=1, prompt_logprobs=0)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], params)
