@@ -49,7 +49,7 @@ rule predict:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} forgetmap predict --matrix {input.matrix:q} --split {input.split:q} "
+        "OMP_NUM_THREADS={threads} OPENBLAS_NUM_THREADS={threads} forgetmap predict --matrix {input.matrix:q} --split {input.split:q} "
         "--method {wildcards.method} --settings {params.settings:q} --out {output.predictions:q} "
         "--metrics {output.metrics:q} > {log:q} 2>&1"
 

@@ -49,6 +49,17 @@ def test_additive_matches_the_closed_form_on_complete_data():
     np.testing.assert_allclose(fitted, expected, atol=1e-8)
 
 
+@pytest.mark.parametrize("method", ["logistic_mf", "implicit_als"])
+def test_binary_methods_rank_forgotten_examples_above_chance(method):
+    z = low_rank(m=30, n=400, rank=2, noise=0.3)
+    preds, _, metrics, _ = run_split(z, [f"t{i}" for i in range(30)], [f"t{i}" for i in range(25)],
+                                     [f"t{i}" for i in range(25, 30)], method, {}, k=30, seeds=[0, 1])
+    random = run_split(z, [f"t{i}" for i in range(30)], [f"t{i}" for i in range(25)],
+                       [f"t{i}" for i in range(25, 30)], "random", {}, k=30, seeds=[0, 1])[2]
+    assert np.mean([m["roc_auc"] for m in metrics]) > 0.7 > np.mean([m["roc_auc"] for m in random]) + 0.15
+    assert np.isnan(metrics[0]["rmse"])  # a binary method has no RMSE
+
+
 def test_roc_auc_matches_pairwise_counting():
     rng = np.random.default_rng(0)
     labels, scores = rng.random(200) > 0.6, rng.normal(size=200).round(1)

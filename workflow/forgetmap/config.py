@@ -184,7 +184,7 @@ TASK = _obj({
 for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
 
-PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "all_forgotten", "random")
+PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "all_forgotten", "random")
 
 SPLIT = _obj({
     "test": {"type": ["array", "null"], "items": {"type": "string"}, "default": None,

@@ -10,11 +10,15 @@ Every `predict` is batched over the T new tasks: no Python loop runs over tasks,
 - `mf`: a rank-r factorisation of the column-centred train rows (their top right singular vectors);
   a new row is folded in by one ridge solve on its known columns (offset plus r factors). Rank and
   ridge are chosen by validation inside the train rows.
+- `logistic_mf`, `implicit_als`: the binary matrix 1[Z > threshold], by logistic MF and by the
+  implicit package's ALS, each folding a new task in from its known entries.
+- `all_forgotten`, `random`: the trivial and chance baselines of the binary metrics.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit
 
 
 class CompletionMethod:
@@ -34,7 +38,7 @@ class ColumnMean(CompletionMethod):
     name = "mean"
 
     def fit(self, train):
-        self.column_mean_ = np.asarray(train, dtype=np.float64).mean(axis=0)
+        self.column_mean_ = np.asarray(train).mean(axis=0, dtype=np.float64)
         return self
 
     def predict(self, known_columns, known_values):
@@ -51,13 +55,15 @@ class Additive(CompletionMethod):
         self.n_iter = n_iter
 
     def fit(self, train):
-        train = np.asarray(train, dtype=np.float64)
         m, n = train.shape
-        self.mu_ = train.mean()
+        row_sums = train.sum(axis=1, dtype=np.float64)
+        col_sums = train.sum(axis=0, dtype=np.float64)
+        self.mu_ = row_sums.sum() / (m * n)
         a, b = np.zeros(m), np.zeros(n)
+        # alternating ridge means need only row and column sums: no M x N temporary
         for _ in range(self.n_iter):  # complete data: converges in a couple of sweeps
-            b = (train - self.mu_ - a[:, None]).sum(0) / (m + self.reg)
-            a = (train - self.mu_ - b[None, :]).sum(1) / (n + self.reg)
+            b = (col_sums - m * self.mu_ - a.sum()) / (m + self.reg)
+            a = (row_sums - n * self.mu_ - b.sum()) / (n + self.reg)
         self.task_offset_, self.example_offset_ = a, b
         return self
 
@@ -80,15 +86,18 @@ class KNNBaseline(CompletionMethod):
         self.reg = reg
 
     def fit(self, train):
-        self.train_ = np.asarray(train, dtype=np.float64)
+        self.train_ = np.asarray(train)
         self.additive_ = Additive(self.reg).fit(self.train_)
-        self.residual_ = self.train_ - self.additive_.baseline(self.additive_.task_offset_)
+        add = self.additive_
+        self.residual_ = np.empty(self.train_.shape, dtype=np.float32)
+        for i, row in enumerate(self.train_):  # row by row: no float64 M x N baseline
+            self.residual_[i] = row - (add.mu_ + add.task_offset_[i] + add.example_offset_)
         return self
 
     def predict(self, known_columns, known_values):
         known_values = np.asarray(known_values, dtype=np.float64)
         # (T, M): mean squared difference with every train task on each new task's known columns
-        neighbours = self.train_[:, known_columns]                       # (M, T, k)
+        neighbours = self.train_[:, known_columns].astype(np.float64)    # (M, T, k)
         msd = ((neighbours - known_values[None]) ** 2).mean(axis=2).T    # (T, M)
         sim = 1.0 / (1.0 + msd)
         k = min(self.k, sim.shape[1])
@@ -113,9 +122,9 @@ class FoldInMF(CompletionMethod):
     @staticmethod
     def _spectrum(train):
         """Column means and the SVD of the centred rows; factors of any rank are slices of it."""
-        mean = train.mean(axis=0)
-        _, s, vt = np.linalg.svd(train - mean, full_matrices=False)
-        return mean, vt.T * (s / np.sqrt(len(train)))  # (N, min(M, N)), scaled like the data
+        mean = train.mean(axis=0, dtype=np.float64)
+        _, s, vt = np.linalg.svd((train - mean).astype(np.float32), full_matrices=False)
+        return mean, vt.T * (s / np.sqrt(len(train))).astype(np.float32)  # (N, min(M, N)), scaled like the data
 
     @staticmethod
     def _fold(mean, factors, reg, known_columns, known_values):
@@ -149,11 +158,12 @@ class FoldInMF(CompletionMethod):
                 for reg in self.regs:
                     pred = self._fold(mean, factors[:, :rank], reg, known[held],
                                       np.take_along_axis(truth, known[held], axis=1))
-                    errors[(rank, reg)] = errors.get((rank, reg), 0.0) + ((pred - truth) ** 2)[hidden[held]].sum()
+                    errors[(rank, reg)] = errors.get((rank, reg), 0.0) + float(
+                        ((pred - truth) ** 2)[hidden[held]].sum(dtype=np.float64))
         return min(errors, key=errors.get) if errors else (1, 1.0)
 
     def fit(self, train):
-        train = np.asarray(train, dtype=np.float64)
+        train = np.asarray(train)
         if self.rank is None or self.reg is None:
             self.rank_, self.reg_ = self._validate(train) if len(train) >= 3 else (1, 1.0)
         else:
@@ -166,6 +176,106 @@ class FoldInMF(CompletionMethod):
     def predict(self, known_columns, known_values):
         return self._fold(self.mean_, self.factors_, self.reg_, known_columns,
                           np.asarray(known_values, dtype=np.float64))
+
+
+class LogisticMF(CompletionMethod):
+    """Logistic matrix factorisation of the binary matrix Y = 1[Z > threshold] (reference §5.4).
+
+    P(Y = 1) = σ(c_task + d_example + w_taskᵀ h_example), fitted once on the train rows by L-BFGS on the
+    L2-penalised log-likelihood (the reference runs 5,000 full-batch ascent steps per test task); a new
+    task's (c, w) is a ridge logistic regression (`fold_reg`) on its k known entries, a few batched
+    Newton steps.
+    Predictions are logits.
+    """
+
+    name = "logistic_mf"
+    regression = False
+
+    def __init__(self, rank: int = 5, reg: float = 0.1, fold_reg: float = 3.0, threshold: float = 0.0,
+                 max_iter: int = 300, seed: int = 0):
+        self.rank, self.reg, self.fold_reg, self.threshold = rank, reg, fold_reg, threshold
+        self.max_iter, self.seed = max_iter, seed
+
+    def fit(self, train):
+        from scipy.optimize import minimize
+
+        y = (np.asarray(train) > self.threshold).astype(np.float64)
+        m, n = y.shape
+        r = self.rank
+        rng = np.random.default_rng(self.seed)
+        x0 = np.concatenate([np.zeros(m + n), 0.01 * rng.normal(size=(m + n) * r)])
+
+        def unpack(x):
+            c, d = x[:m], x[m:m + n]
+            w = x[m + n:m + n + m * r].reshape(m, r)
+            h = x[m + n + m * r:].reshape(r, n)
+            return c, d, w, h
+
+        def objective(x):
+            c, d, w, h = unpack(x)
+            logits = c[:, None] + d[None, :] + w @ h
+            p = expit(logits)
+            nll = (np.logaddexp(0.0, logits) - y * logits).sum()
+            g = p - y  # d nll / d logits
+            penalty = 0.5 * self.reg * ((w ** 2).sum() + (h ** 2).sum())
+            grad = np.concatenate([g.sum(1), g.sum(0), (g @ h.T + self.reg * w).ravel(), (w.T @ g + self.reg * h).ravel()])
+            return nll + penalty, grad
+
+        result = minimize(objective, x0, jac=True, method="L-BFGS-B", options={"maxiter": self.max_iter})
+        _, self.example_bias_, _, self.example_factors_ = unpack(result.x)
+        return self
+
+    def predict(self, known_columns, known_values):
+        y = (np.asarray(known_values) > self.threshold).astype(np.float64)          # (T, k)
+        x = np.concatenate([np.ones(known_columns.shape + (1,)),
+                            self.example_factors_[:, known_columns].transpose(1, 2, 0)], axis=2)  # (T, k, r+1)
+        offset = self.example_bias_[known_columns]
+        w = np.zeros((len(y), x.shape[2]))
+        # k binary labels cannot pin down rank + 1 weights: a firmer ridge than the fit's keeps them sane
+        penalty = self.fold_reg * np.eye(x.shape[2])
+        penalty[0, 0] = 1e-6
+        for _ in range(25):  # Newton steps, all tasks at once
+            logits = (x @ w[..., None])[..., 0] + offset
+            p = expit(logits)
+            grad = (x * (p - y)[..., None]).sum(1) + w @ penalty
+            hess = (x.transpose(0, 2, 1) * (p * (1 - p))[:, None, :]) @ x + penalty
+            w -= np.linalg.solve(hess, grad[..., None])[..., 0]
+        return w[:, :1] + self.example_bias_[None, :] + w[:, 1:] @ self.example_factors_
+
+
+class ImplicitALS(CompletionMethod):
+    """ALS for implicit feedback (the implicit package) on the binary matrix Y = 1[Z > threshold]:
+    forgotten examples are positives, the rest weighted zeros; a new task is folded in with
+    `recalculate_user` from its known forgotten examples. Predictions are scores."""
+
+    name = "implicit_als"
+    regression = False
+
+    def __init__(self, factors: int = 8, regularization: float = 0.1, alpha: float = 1.0, iterations: int = 15,
+                 threshold: float = 0.0, seed: int = 0):
+        self.factors, self.regularization, self.alpha = factors, regularization, alpha
+        self.iterations, self.threshold, self.seed = iterations, threshold, seed
+
+    def fit(self, train):
+        from implicit.cpu.als import AlternatingLeastSquares
+        from scipy.sparse import csr_matrix
+
+        self.model_ = AlternatingLeastSquares(factors=self.factors, regularization=self.regularization,
+                                              alpha=self.alpha, iterations=self.iterations, random_state=self.seed,
+                                              num_threads=1, calculate_training_loss=False)
+        self.model_.fit(csr_matrix((np.asarray(train) > self.threshold).astype(np.float32)), show_progress=False)
+        self.n_ = np.asarray(train).shape[1]
+        return self
+
+    def predict(self, known_columns, known_values):
+        from scipy.sparse import csr_matrix
+
+        positive = np.asarray(known_values) > self.threshold
+        rows = np.repeat(np.arange(len(known_columns)), known_columns.shape[1])[positive.ravel()]
+        cols = np.asarray(known_columns).ravel()[positive.ravel()]
+        items = csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(known_columns), self.n_))
+        users = self.model_.recalculate_user(np.arange(len(known_columns)), items)
+        return np.asarray(users) @ np.asarray(self.model_.item_factors).T
 
 
 class AllForgotten(CompletionMethod):
@@ -200,7 +310,8 @@ class RandomScores(CompletionMethod):
         return np.random.default_rng(seed).normal(size=(len(known_columns), self.n_))
 
 
-METHODS = {cls.name: cls for cls in (ColumnMean, Additive, KNNBaseline, FoldInMF, AllForgotten, RandomScores)}
+METHODS = {cls.name: cls for cls in (ColumnMean, Additive, KNNBaseline, FoldInMF, LogisticMF, ImplicitALS,
+                                     AllForgotten, RandomScores)}
 
 
 def make_method(name: str, **params) -> CompletionMethod:
