@@ -38,7 +38,7 @@ rule predict:
         predictions=directory("results/{model}/prediction/{split}/{method}"),
         metrics="results/{model}/prediction/{split}/{method}.tsv",
     wildcard_constraints:
-        method=_alternatives(fm_config.PREDICTION_METHODS),
+        method=_alternatives(fm_config.PREDICTION_METHODS + fm_config.REFERENCE_METHODS),
     params:
         settings=as_json({k: v for k, v in CFG["prediction"].items() if k not in ("splits", "methods")}),
     threads: 1

@@ -96,3 +96,13 @@ def test_bad_splits_are_clear_errors(train, test, k, message):
     z = low_rank(m=3, n=100)
     with pytest.raises(DataError, match=message):
         run_split(z, ["t0", "t1", "t2"], train, test, "mean", {}, k=k, seeds=[0])
+
+
+def test_reference_surprise_methods_run_as_the_reference_does():
+    pytest.importorskip("surprise")
+    z = low_rank(m=10, n=40, noise=0.05)
+    tasks = [f"t{i}" for i in range(10)]
+    ours = run_split(z, tasks, tasks[:8], tasks[8:], "additive", {}, k=10, seeds=[0])[2][0]["rmse"]
+    for method in ("surprise_additive", "surprise_svd"):
+        preds, _, metrics, _ = run_split(z, tasks, tasks[:8], tasks[8:], method, {}, k=10, seeds=[0])
+        assert np.isfinite(preds).all() and metrics[0]["rmse"] < 2 * ours + 0.1

@@ -185,6 +185,7 @@ for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
 
 PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "all_forgotten", "random")
+REFERENCE_METHODS = ("surprise_additive", "surprise_knn", "surprise_svd")  # scikit-surprise, as the reference
 
 SPLIT = _obj({
     "test": {"type": ["array", "null"], "items": {"type": "string"}, "default": None,
@@ -198,8 +199,9 @@ SPLIT = _obj({
 PREDICTION = _obj({
     "k": _int(30, "known (measured) examples of each test task", 1),
     "seeds": _int(10, "seeds 0..n-1 of the known-example draw", 1),
-    "methods": {"type": "array", "items": {"enum": list(PREDICTION_METHODS)}, "minItems": 1,
-                "default": list(PREDICTION_METHODS), "description": "completion methods to evaluate"},
+    "methods": {"type": "array", "items": {"enum": list(PREDICTION_METHODS + REFERENCE_METHODS)}, "minItems": 1,
+                "default": list(PREDICTION_METHODS),
+                "description": "completion methods to evaluate; surprise_* need the `reference` extra"},
     "threshold": _num(0.0, "forgotten := Z > threshold for the binary metrics"),
     "top_q": _num(0.1, "top-q metric: share of each task's examples counted as most forgotten",
                   exclusive_minimum=0),

@@ -114,7 +114,7 @@ class FoldInMF(CompletionMethod):
     name = "mf"
 
     def __init__(self, rank: int | None = None, reg: float | None = None, ranks=(1, 2, 3, 5, 8),
-                 regs=(0.1, 1.0, 10.0), validation_k: int = 30, seed: int = 0):
+                 regs=(0.001, 0.01, 0.1, 1.0, 10.0), validation_k: int = 30, seed: int = 0):
         self.rank, self.reg = rank, reg
         self.ranks, self.regs = ranks, regs
         self.validation_k, self.seed = validation_k, seed
@@ -315,6 +315,10 @@ METHODS = {cls.name: cls for cls in (ColumnMean, Additive, KNNBaseline, FoldInMF
 
 
 def make_method(name: str, **params) -> CompletionMethod:
+    from .reference import NAMES as REFERENCE, SurpriseMethod
+
+    if name in REFERENCE:
+        return SurpriseMethod(name, **params)
     if name not in METHODS:
-        raise KeyError(f"unknown prediction method {name!r}; available: {', '.join(METHODS)}")
+        raise KeyError(f"unknown prediction method {name!r}; available: {', '.join([*METHODS, *REFERENCE])}")
     return METHODS[name](**params)
