@@ -50,6 +50,7 @@ rule semantic_similarity:
     output:
         table=correlation_report("semantic.tsv", "semantic"),
         figure=correlation_report("semantic.png", "semantic_figure"),
+        similarity="results/{model}/correlations/semantic_similarity.npy",
     wildcard_constraints:
         model=_alternatives(COMPUTED),
     params:
@@ -69,7 +70,8 @@ rule semantic_similarity:
     shell:
         "OMP_NUM_THREADS={threads} forgetmap semantic-similarity --matrix {input.matrix:q} "
         "--shards {input.shards:q} --tasks {params.tasks:q} --settings {params.settings:q} "
-        "--threads {threads} --out {output.table:q} --figure {output.figure:q} > {log:q} 2>&1"
+        "--threads {threads} --out {output.table:q} --figure {output.figure:q} "
+        "--similarity-out {output.similarity:q} > {log:q} 2>&1"
 
 
 rule gradient_similarity:

@@ -7,6 +7,18 @@ def splits_of(model):
     return list(fm_config.prediction_splits(CFG, model))
 
 
+def methods_of(model):
+    """The configured methods; `semantic` only where the model's texts give it a similarity matrix."""
+    semantic = model in COMPUTED and CFG["models"][model]["correlations"]["semantic"]
+    return [m for m in CFG["prediction"]["methods"] if m != "semantic" or semantic]
+
+
+def _similarity(wc):
+    if wc.method == "semantic":
+        return [f"results/{wc.model}/correlations/semantic_similarity.npy"]
+    return []
+
+
 def prediction_targets(model):
     if not splits_of(model):
         return []
@@ -34,6 +46,7 @@ rule predict:
     input:
         matrix="results/{model}/forgetting.parquet",
         split="results/{model}/splits/{split}.json",
+        similarity=_similarity,
     output:
         predictions=directory("results/{model}/prediction/{split}/{method}"),
         metrics="results/{model}/prediction/{split}/{method}.tsv",
@@ -41,6 +54,7 @@ rule predict:
         method=_alternatives(fm_config.PREDICTION_METHODS + fm_config.REFERENCE_METHODS),
     params:
         settings=as_json({k: v for k, v in CFG["prediction"].items() if k not in ("splits", "methods")}),
+        similarity=lambda wc, input: f"--similarity {shlex.quote(input.similarity[0])}" if input.similarity else "",
     threads: 1
     log:
         "results/logs/{model}/predict/{split}/{method}.log",
@@ -51,7 +65,7 @@ rule predict:
     shell:
         "OMP_NUM_THREADS={threads} OPENBLAS_NUM_THREADS={threads} forgetmap predict --matrix {input.matrix:q} --split {input.split:q} "
         "--method {wildcards.method} --settings {params.settings:q} --out {output.predictions:q} "
-        "--metrics {output.metrics:q} > {log:q} 2>&1"
+        "--metrics {output.metrics:q} {params.similarity} > {log:q} 2>&1"
 
 
 rule prediction_scores:
@@ -59,7 +73,7 @@ rule prediction_scores:
         lambda wc: [
             f"results/{wc.model}/prediction/{s}/{m}.tsv"
             for s in splits_of(wc.model)
-            for m in CFG["prediction"]["methods"]
+            for m in methods_of(wc.model)
         ],
     output:
         table=report(

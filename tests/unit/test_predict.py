@@ -106,3 +106,15 @@ def test_reference_surprise_methods_run_as_the_reference_does():
     for method in ("surprise_additive", "surprise_svd"):
         preds, _, metrics, _ = run_split(z, tasks, tasks[:8], tasks[8:], method, {}, k=10, seeds=[0])
         assert np.isfinite(preds).all() and metrics[0]["rmse"] < 2 * ours + 0.1
+
+
+def test_semantic_method_learns_the_slope_on_train_tasks_and_the_offset_from_known_entries():
+    rng = np.random.default_rng(4)
+    sim = rng.random(size=(8, 200))
+    z = 0.3 + 2.0 * sim + 0.01 * rng.normal(size=(8, 200)) + np.arange(8)[:, None] * 0.1
+    tasks = [f"t{i}" for i in range(8)]
+    preds, _, metrics, model = run_split(z, tasks, tasks[:6], tasks[6:], "semantic", {}, k=20, seeds=[0],
+                                         similarity=sim)
+    assert model.slope_ == pytest.approx(2.0, abs=0.02) and metrics[0]["rmse"] < 0.03
+    with pytest.raises(ValueError, match="similarity rows"):
+        run_split(z, tasks, tasks[:6], tasks[6:], "semantic", {}, k=20, seeds=[0])

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
 # everything that depends on the matrix: it reruns whenever the matrix does
 ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
-            "gradient_similarity": 1, "predict": 16, "prediction_scores": 1, "all": 1}
+            "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     scores = pd.read_csv(finished / "results/tiny/prediction/scores.tsv", sep="\t")
     assert list(scores.columns) == ["split", "method", "metric", "mean", "std", "n_seeds"]
     assert set(scores["split"]) == {"id", "ood"} and set(scores["method"]) == {
-        "mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "all_forgotten", "random"}
+        "mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten", "random"}
     assert (scores.query("metric == 'roc_auc'")["n_seeds"] == 2).all()
     predictions = pd.read_parquet(finished / "results/tiny/prediction/ood/mf/seed-1.parquet")
     assert list(predictions.columns) == ["example_id", "hex_copy"] and len(predictions) == 60

@@ -163,7 +163,8 @@ def cmd_semantic_similarity(args) -> dict:
     set_threads(args.threads)
     return semantic_analysis(args.matrix, args.shards, _task_paths(args.tasks), args.out, args.figure,
                              args.settings["batch_size"], args.settings["max_task_examples"],
-                             args.settings["device"] if args.settings["device"] != "auto" else "cpu")
+                             args.settings["device"] if args.settings["device"] != "auto" else "cpu",
+                             args.similarity_out)
 
 
 def cmd_gradient_similarity(args) -> dict:
@@ -200,12 +201,14 @@ def cmd_predict(args) -> dict:
     matrix = ForgettingMatrix.read(args.matrix)
     split = json.loads(Path(args.split).read_text())
     options = args.settings
+    similarity = np.load(args.similarity) if args.similarity else None
     metrics = {}
     with atomic_path(args.out, directory=True) as out_dir:
         for seed, predictions, known, values, model in iterate_split(
                 matrix.values, matrix.tasks, split["train_tasks"], split["test_tasks"], args.method, {},
                 options["k"], list(range(options["seeds"])), split["name"],
-                {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]}):
+                {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]},
+                similarity):
             write_seed(matrix.example_ids, split, args.method, seed, predictions, known, model,
                        out_dir / f"seed-{seed}.parquet")
             metrics[seed] = values
@@ -317,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--figure", required=True)
         if name == "gradient-similarity":
             p.add_argument("--base", required=True, help="base model directory")
+        else:
+            p.add_argument("--similarity-out", default=None, help="write the similarity matrix (.npy) here")
         p.set_defaults(func=func)
 
     p = sub.add_parser("cross-task", help="correlations between the forgetting rows of tasks")
@@ -338,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", type=_json, required=True, help="the resolved `prediction` section (JSON)")
     p.add_argument("--out", required=True, help="directory of seed-{s}.parquet predicted rows")
     p.add_argument("--metrics", required=True, help="TSV of per-seed metrics")
+    p.add_argument("--similarity", default=None, help="tasks x examples .npy (the semantic method)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("prediction-scores", help="mean and std over seeds of every split, method, metric")

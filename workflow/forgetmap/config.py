@@ -184,7 +184,8 @@ TASK = _obj({
 for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
 
-PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "all_forgotten", "random")
+PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten",
+                      "random")
 REFERENCE_METHODS = ("surprise_additive", "surprise_knn", "surprise_svd")  # scikit-surprise, as the reference
 
 SPLIT = _obj({

@@ -99,8 +99,10 @@ def _write(frame: pd.DataFrame, path) -> None:
 
 
 def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_tsv, out_png,
-                      batch_size: int = 64, max_task_examples: int | None = None, device: str = "cpu") -> dict:
-    """Cosine between each task's mean MiniLM embedding and each upstream example's, against Z."""
+                      batch_size: int = 64, max_task_examples: int | None = None, device: str = "cpu",
+                      out_npy=None) -> dict:
+    """Cosine between each task's mean MiniLM embedding and each upstream example's, against Z;
+    the similarity matrix itself (tasks x examples, float32) goes to `out_npy` for prediction."""
     from . import plots
     from .embed import embed, example_texts, task_texts
 
@@ -109,6 +111,12 @@ def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_
     task_vectors = np.stack([embed(task_texts(pd.read_parquet(task_paths[t]), max_task_examples),
                                    batch_size, device=device).mean(0) for t in matrix.tasks])
     similarity = cosine_similarity(task_vectors, examples)
+    if out_npy is not None:
+        from .io import atomic_path
+
+        with atomic_path(out_npy) as tmp:
+            with open(tmp, "wb") as handle:
+                np.save(handle, similarity)
     table = pair_correlations(matrix.values, similarity, matrix.tasks)
     _write(table, out_tsv)
     plots.similarity_scatter(matrix.values, similarity, "cosine(task mean embedding, example embedding)",

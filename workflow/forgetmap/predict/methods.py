@@ -12,6 +12,7 @@ Every `predict` is batched over the T new tasks: no Python loop runs over tasks,
   ridge are chosen by validation inside the train rows.
 - `logistic_mf`, `implicit_als`: the binary matrix 1[Z > threshold], by logistic MF and by the
   implicit package's ALS, each folding a new task in from its known entries.
+- `semantic`: an offset plus a slope on task-example embedding similarity (no completion at all).
 - `all_forgotten`, `random`: the trivial and chance baselines of the binary metrics.
 """
 
@@ -278,6 +279,34 @@ class ImplicitALS(CompletionMethod):
         return np.asarray(users) @ np.asarray(self.model_.item_factors).T
 
 
+class SemanticSimilarity(CompletionMethod):
+    """Forgetting from sentence-embedding similarity alone (the paper's negative finding, §4.1):
+    Z ≈ a_task + b · cosine(task, example). The slope b is fitted once on the train rows (after
+    removing each row's mean); a new task's offset a comes from its known entries. Needs the
+    similarity rows of the train and test tasks (`semantic_similarity.npy` of the correlation stage)."""
+
+    name = "semantic"
+
+    def __init__(self, similarity_train=None, similarity_test=None):
+        self.similarity_train = similarity_train
+        self.similarity_test = similarity_test
+
+    def fit(self, train):
+        if self.similarity_train is None or self.similarity_test is None:
+            raise ValueError("the semantic method needs the tasks' similarity rows (semantic_similarity.npy)")
+        z = np.asarray(train, dtype=np.float64)
+        sim = np.asarray(self.similarity_train, dtype=np.float64)
+        zc, sc = z - z.mean(1, keepdims=True), sim - sim.mean(1, keepdims=True)
+        denom = (sc * sc).sum()
+        self.slope_ = float((zc * sc).sum() / denom) if denom > 0 else 0.0
+        return self
+
+    def predict(self, known_columns, known_values):
+        sim = np.asarray(self.similarity_test, dtype=np.float64)
+        offset = (np.asarray(known_values) - self.slope_ * np.take_along_axis(sim, known_columns, axis=1)).mean(1)
+        return offset[:, None] + self.slope_ * sim
+
+
 class AllForgotten(CompletionMethod):
     """The trivial baseline for the binary metrics: every example forgotten (a constant score)."""
 
@@ -311,7 +340,7 @@ class RandomScores(CompletionMethod):
 
 
 METHODS = {cls.name: cls for cls in (ColumnMean, Additive, KNNBaseline, FoldInMF, LogisticMF, ImplicitALS,
-                                     AllForgotten, RandomScores)}
+                                     SemanticSimilarity, AllForgotten, RandomScores)}
 
 
 def make_method(name: str, **params) -> CompletionMethod:

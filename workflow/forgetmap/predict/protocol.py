@@ -53,12 +53,16 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
 
 
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
-                  k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None):
+                  k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None,
+                  similarity: np.ndarray | None = None):
     """Fit `method` once on the train rows, then for each seed yield (seed, predicted test rows over
     all N examples (float32, NaN at left-out examples), known columns in the full index, metrics).
 
     One seed's predictions at a time: memory stays near the matrix whatever the number of seeds."""
     usable, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
+    if similarity is not None:  # side information aligned with Z (tasks x examples), e.g. for `semantic`
+        params = {**params, "similarity_train": similarity[[tasks.index(t) for t in train]][:, usable],
+                  "similarity_test": similarity[[tasks.index(t) for t in test]][:, usable]}
     model = make_method(method, **params).fit(train_z)
     for seed in seeds:
         known = known_columns(len(usable), k, seed)
@@ -76,9 +80,9 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         yield seed, full, usable[known], metrics, model
 
 
-def run_split(z, tasks, train, test, method, params, k, seeds, name="split", metric_options=None):
+def run_split(z, tasks, train, test, method, params, k, seeds, name="split", metric_options=None, similarity=None):
     """All seeds at once: (predictions (S, T, N), known (S, k), metrics per seed, fitted method)."""
-    out = list(iterate_split(z, tasks, train, test, method, params, k, seeds, name, metric_options))
+    out = list(iterate_split(z, tasks, train, test, method, params, k, seeds, name, metric_options, similarity))
     return (np.stack([o[1] for o in out]), np.stack([o[2] for o in out]), [o[3] for o in out],
             out[-1][4] if out else None)
 
