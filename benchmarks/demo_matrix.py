@@ -11,23 +11,17 @@ import sys
 import numpy as np
 import pandas as pd
 
+from forgetmap.correlate import category_summary, cross_task
 from forgetmap.lowrank import r2_by_rank, row_shuffled_null
 from forgetmap.matrix import ForgettingMatrix
-
-
-def category_correlation(z: np.ndarray, categories: list[str]) -> tuple[float, float]:
-    """Mean Pearson correlation of column-centred rows, within vs across categories."""
-    c = np.corrcoef(z - z.mean(0))
-    cats = np.asarray(categories)
-    same, off = cats[:, None] == cats[None], ~np.eye(len(cats), dtype=bool)
-    return float(c[same & off].mean()), float(c[~same].mean())
 
 
 def main() -> None:
     path = sys.argv[1] if len(sys.argv) > 1 else "results/demo/forgetting.parquet"
     m = ForgettingMatrix.read(path)
     z = m.values.astype(np.float64)
-    within, across = category_correlation(z, m.task_categories())
+    summary = category_summary(cross_task(z, m.tasks, m.task_categories())).set_index("pairs")
+    within, across = (summary.loc[p, "pearson_column_centred"] for p in ("within category", "across categories"))
     by_domain = pd.DataFrame(z.T, columns=m.tasks).groupby(m.sources).mean().T.round(2)
     print(json.dumps({
         "shape": list(m.shape), "mean": round(float(z.mean()), 4), "std": round(float(z.std()), 4),

@@ -49,11 +49,17 @@ def _row_correlation(z: np.ndarray) -> np.ndarray:
         return (centred @ centred.T) / np.outer(norms, norms)
 
 
-def cross_task(z: np.ndarray, tasks: list[str], categories: list[str]) -> pd.DataFrame:
-    """Every pair of tasks: Pearson correlation of their rows, raw and after removing each example's
-    mean over tasks (what a task shares with its category beyond what all tasks share)."""
-    raw = _row_correlation(z)
-    centred = _row_correlation(z - np.nanmean(z, axis=0, keepdims=True))
+def task_correlations(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """M x M row correlations of Z, raw and after removing each example's mean over tasks (what a
+    task shares with its category beyond what every fine-tune does)."""
+    return _row_correlation(z), _row_correlation(z - np.nanmean(z, axis=0, keepdims=True))
+
+
+def cross_task(z: np.ndarray, tasks: list[str], categories: list[str],
+               correlations: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+    """Every pair of tasks: Pearson correlation of their rows, raw and column-centred
+    (`correlations` from `task_correlations`, computed here if not given)."""
+    raw, centred = correlations if correlations is not None else task_correlations(z)
     i, j = np.triu_indices(len(tasks), k=1)
     return pd.DataFrame({"task_a": np.asarray(tasks)[i], "task_b": np.asarray(tasks)[j],
                          "category_a": np.asarray(categories)[i], "category_b": np.asarray(categories)[j],
@@ -162,10 +168,10 @@ def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
 
     matrix = ForgettingMatrix.read(matrix_path)
     categories = matrix.task_categories()
-    pairs = cross_task(matrix.values, matrix.tasks, categories)
+    correlations = task_correlations(matrix.values)
+    pairs = cross_task(matrix.values, matrix.tasks, categories, correlations)
     summary = category_summary(pairs)
     _write(pairs, out_tsv)
     _write(summary, out_summary)
-    plots.task_correlations(_row_correlation(matrix.values - np.nanmean(matrix.values, axis=0, keepdims=True)),
-                            matrix.tasks, categories, out_png)
+    plots.task_correlations(correlations[1], matrix.tasks, categories, out_png)
     return {row["pairs"]: row["pearson_column_centred"] for _, row in summary.iterrows()}

@@ -35,7 +35,7 @@ def known_columns(n_examples: int, k: int, seed: int) -> np.ndarray:
 
 
 def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str):
-    """(usable columns, train rows float64, test rows float32) after the checks."""
+    """(usable columns, train and test row indices, train rows float64, test rows float32) after the checks."""
     check_split(tasks, train, test, name)
     rows_train = [tasks.index(t) for t in train]
     rows_test = [tasks.index(t) for t in test]
@@ -49,7 +49,7 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     everything = len(usable) == z.shape[1]
     train_z = np.asarray(z[rows_train] if everything else z[np.ix_(rows_train, usable)], dtype=np.float64)
     test_z = np.asarray(z[rows_test] if everything else z[np.ix_(rows_test, usable)], dtype=np.float32)
-    return usable, train_z, test_z
+    return usable, rows_train, rows_test, train_z, test_z
 
 
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
@@ -59,10 +59,10 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     all N examples (float32, NaN at left-out examples), known columns in the full index, metrics).
 
     One seed's predictions at a time: memory stays near the matrix whatever the number of seeds."""
-    usable, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
+    usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
     if similarity is not None:  # side information aligned with Z (tasks x examples), e.g. for `semantic`
-        params = {**params, "similarity_train": similarity[[tasks.index(t) for t in train]][:, usable],
-                  "similarity_test": similarity[[tasks.index(t) for t in test]][:, usable]}
+        params = {**params, "similarity_train": similarity[np.ix_(rows_train, usable)],
+                  "similarity_test": similarity[np.ix_(rows_test, usable)]}
     model = make_method(method, **params).fit(train_z)
     for seed in seeds:
         known = known_columns(len(usable), k, seed)
