@@ -41,6 +41,27 @@ def test_mf_chooses_rank_by_validation():
     assert model.rank_ == 3
 
 
+def test_mf_validation_error_is_the_squared_error_of_the_predicted_hidden_entries():
+    train = low_rank(m=25, n=300, rank=3, noise=0.1).astype(np.float32)
+    mf = make_method("mf")
+    errors, rows, known = mf.validation_errors(train, mf._gram(train))
+    for (rank, reg), error in [((1, 0.01), errors[(1, 0.01)]), ((3, 1.0), errors[(3, 1.0)])]:
+        direct = 0.0
+        for held in np.array_split(np.arange(len(rows)), 5):
+            rest = np.setdiff1d(np.arange(len(train)), rows[held])
+            centred = train[rest].astype(np.float64) - train[rest].mean(0)
+            _, s, vt = np.linalg.svd(centred, full_matrices=False)
+            model = make_method("mf", rank=rank, reg=reg).fit(train[rest])
+            np.testing.assert_allclose(np.abs(model.factors_), np.abs(vt[:rank].T * s[:rank] / np.sqrt(len(rest))),
+                                       atol=1e-4)
+            truth = train[rows[held]]
+            pred = model.predict(known[held], np.take_along_axis(truth, known[held], axis=1))
+            hidden = np.ones(truth.shape, dtype=bool)
+            np.put_along_axis(hidden, known[held], False, axis=1)
+            direct += float(((pred.astype(np.float64) - truth) ** 2)[hidden].sum())
+        assert error == pytest.approx(direct, rel=1e-4)
+
+
 def test_additive_matches_the_closed_form_on_complete_data():
     z = low_rank()
     model = make_method("additive", reg=0.0).fit(z)
@@ -50,10 +71,12 @@ def test_additive_matches_the_closed_form_on_complete_data():
 
 
 @pytest.mark.parametrize("method", ["logistic_mf", "implicit_als"])
-def test_binary_methods_rank_forgotten_examples_above_chance(method):
+@pytest.mark.parametrize("fit_columns", [1000, 150])  # all examples / fitted on a sample, the rest folded in
+def test_binary_methods_rank_forgotten_examples_above_chance(method, fit_columns):
     z = low_rank(m=30, n=400, rank=2, noise=0.3)
     preds, _, metrics, _ = run_split(z, [f"t{i}" for i in range(30)], [f"t{i}" for i in range(25)],
-                                     [f"t{i}" for i in range(25, 30)], method, {}, k=30, seeds=[0, 1])
+                                     [f"t{i}" for i in range(25, 30)], method, {"fit_columns": fit_columns},
+                                     k=30, seeds=[0, 1])
     random = run_split(z, [f"t{i}" for i in range(30)], [f"t{i}" for i in range(25)],
                        [f"t{i}" for i in range(25, 30)], "random", {}, k=30, seeds=[0, 1])[2]
     assert np.mean([m["roc_auc"] for m in metrics]) > 0.7 > np.mean([m["roc_auc"] for m in random]) + 0.15
@@ -66,6 +89,39 @@ def test_roc_auc_matches_pairwise_counting():
     pos, neg = scores[labels], scores[~labels]
     expected = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (len(pos) * len(neg))
     assert roc_auc(labels, scores) == pytest.approx(expected)
+
+
+def test_metrics_match_a_direct_computation():
+    rng = np.random.default_rng(3)
+    truth = rng.normal(0.3, 1.0, size=(4, 500)).astype(np.float32)
+    pred = (truth + rng.normal(size=truth.shape)).astype(np.float32)
+    hidden = rng.random(truth.shape) > 0.1
+    hidden[:, :10] = True
+    out = evaluate(pred, truth, hidden, q=0.2, budget=25)
+    p, t = pred[hidden], truth[hidden]
+    assert out["rmse"] == pytest.approx(np.sqrt(np.mean((p.astype(np.float64) - t) ** 2)))
+    tp = ((p > 0) & (t > 0)).sum()
+    assert out["precision"] == pytest.approx(tp / (p > 0).sum()) and out["recall"] == pytest.approx(tp / (t > 0).sum())
+    assert out["roc_auc"] == pytest.approx(roc_auc(t > 0, p))
+    count = round(0.2 * hidden.sum(1).min())
+    hits = chosen_true = 0
+    for row in range(4):
+        order_p = np.argsort(-pred[row][hidden[row]])
+        order_t = np.argsort(-truth[row][hidden[row]])
+        hits += len(np.intersect1d(order_p[:count], order_t[:count]))
+        chosen_true += (truth[row][hidden[row]][order_p[:25]] > 0).sum()
+    assert out["top_q_f1"] == pytest.approx(hits / (4 * count))
+    assert out["precision_at_b"] == pytest.approx(chosen_true / (4 * 25))
+
+
+def test_a_constant_prediction_selects_exactly_the_budget():
+    truth = np.tile(np.array([1.0, -1.0, 1.0, 1.0, -1.0, 1.0], dtype=np.float32), (2, 1))
+    hidden = np.ones_like(truth, dtype=bool)
+    hidden[1, 0] = False
+    out = evaluate(np.ones_like(truth), truth, hidden, q=0.5, budget=2)
+    # ties go to the lower index: row 0 takes examples 0, 1 (one forgotten), row 1 takes 1, 2 (one)
+    assert out["precision_at_b"] == pytest.approx(0.5)
+    assert out["roc_auc"] == 0.5
 
 
 def test_metrics_of_a_perfect_prediction():

@@ -7,6 +7,10 @@
   is the q highest predictions (where most entries are positive the sign alone says little).
 - `precision_at_b`: share truly forgotten (Z > threshold) among each task's b highest predictions,
   b being a replay budget, averaged over tasks.
+
+Ties in a top selection go to the lower example index, so a constant prediction selects exactly
+`count` examples per task, as any other does. ROC-AUC sorts the pooled scores of each class and counts
+pairs with `searchsorted`; the rest is per-row partitions: no per-entry index arrays anywhere.
 """
 
 from __future__ import annotations
@@ -14,55 +18,88 @@ from __future__ import annotations
 import numpy as np
 
 METRICS = ("rmse", "precision", "recall", "f1", "roc_auc", "top_q_f1", "precision_at_b")
+_CHUNK = 1 << 18  # searchsorted queries at a time: bounds its int64 output
+
+
+def _pairs_below(sorted_values: np.ndarray, sorted_queries: np.ndarray) -> int:
+    """Σ over queries of the number of values strictly below it."""
+    return sum(int(np.searchsorted(sorted_values, sorted_queries[i:i + _CHUNK], "left").sum(dtype=np.int64))
+               for i in range(0, len(sorted_queries), _CHUNK))
 
 
 def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """P(score of a positive > score of a negative), ties counting one half (Mann-Whitney);
-    NaN when only one class is present. One sort, then linear passes over groups of equal scores."""
+    NaN when only one class is present."""
     labels = np.asarray(labels, dtype=bool).ravel()
-    n_pos = int(labels.sum())
-    n_neg = labels.size - n_pos
-    if n_pos == 0 or n_neg == 0:
+    scores = np.asarray(scores).ravel()
+    return _auc(scores[labels], scores[~labels])
+
+
+def _auc(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """roc_auc from the two classes' scores (sorted in place): pairs won + lost + tied = P x N."""
+    if len(positives) == 0 or len(negatives) == 0:
         return float("nan")
-    order = np.argsort(np.asarray(scores).ravel())  # ties are grouped below: any order will do
-    ordered = np.asarray(scores).ravel()[order]
-    positives = labels[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])  # groups of tied scores
-    pos_in_group = np.add.reduceat(positives.astype(np.int64), starts)
-    neg_in_group = np.diff(np.r_[starts, ordered.size]) - pos_in_group
-    neg_below = np.cumsum(neg_in_group) - neg_in_group
-    wins = (pos_in_group * (neg_below + 0.5 * neg_in_group)).sum()
-    return float(wins / (n_pos * n_neg))
+    positives.sort()
+    negatives.sort()
+    total = len(positives) * len(negatives)
+    won = _pairs_below(negatives, positives)
+    lost = _pairs_below(positives, negatives)
+    return float((won + 0.5 * (total - won - lost)) / total)
 
 
-def _prf(truth: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
-    tp = float((truth & predicted).sum())
-    precision = tp / predicted.sum() if predicted.any() else 0.0
-    recall = tp / truth.sum() if truth.any() else 0.0
+def _prf(true_positives: int, predicted: int, actual: int) -> tuple[float, float, float]:
+    precision = true_positives / predicted if predicted else 0.0
+    recall = true_positives / actual if actual else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
-    return precision, recall, f1
+    return float(precision), float(recall), float(f1)
 
 
-def _top_mask(values: np.ndarray, hidden: np.ndarray, count: int) -> np.ndarray:
-    """Per row, the `count` largest hidden entries."""
-    masked = np.where(hidden, values, -np.inf)
-    top = np.argpartition(-masked, count - 1, axis=1)[:, :count]
-    out = np.zeros_like(hidden)
-    np.put_along_axis(out, top, True, axis=1)
-    return out & hidden
+def _top(values: np.ndarray, count: int) -> np.ndarray:
+    """Mask of the `count` largest of a 1-D array, ties to the lower index (a constant array selects
+    exactly `count` too)."""
+    cut = np.partition(values, len(values) - count)[len(values) - count]
+    chosen = values > cut
+    short = count - int(np.count_nonzero(chosen))
+    chosen[np.flatnonzero(values == cut)[:short]] = True
+    return chosen
 
 
 def evaluate(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, threshold: float = 0.0,
              q: float = 0.1, budget: int = 100, regression: bool = True) -> dict[str, float]:
-    """All metrics for T test rows; `hidden` marks the entries that count (not known, not NaN)."""
-    p, t = pred[hidden], truth[hidden]
-    out = {"rmse": float(np.sqrt(np.mean((p - t) ** 2))) if regression else float("nan")}
-    out["precision"], out["recall"], out["f1"] = _prf(t > threshold, p > threshold)
-    out["roc_auc"] = roc_auc(t > threshold, p)
+    """All metrics for T test rows; `hidden` marks the entries that count (not known, not NaN).
+
+    One pass over the rows: per-row sums for RMSE, the confusion counts and the top selections, and
+    each row's scores appended to the pooled positive / negative arrays that ROC-AUC sorts. Beyond
+    those two arrays (together one float32 copy of the hidden entries) memory is a few rows."""
+    forgotten = truth > threshold
+    n_positive = int(np.count_nonzero(forgotten & hidden))
+    positives = np.empty(n_positive, dtype=np.float32)
+    negatives = np.empty(int(np.count_nonzero(hidden)) - n_positive, dtype=np.float32)
     per_row = int(hidden.sum(axis=1).min())
     count = max(1, int(round(q * per_row)))
-    out["top_q_f1"] = _prf(_top_mask(truth, hidden, count)[hidden], _top_mask(pred, hidden, count)[hidden])[2]
     b = max(1, min(budget, per_row))
-    chosen = _top_mask(pred, hidden, b)
-    out["precision_at_b"] = float(((truth > threshold) & chosen).sum(axis=1).mean() / b)
+    squares = 0.0
+    confusion = np.zeros(3, dtype=np.int64)  # true positives, predicted positives, actual positives
+    top_q = np.zeros(3, dtype=np.int64)      # the same for the top-q selections
+    hits_at_b = 0
+    n_pos = n_neg = 0
+    for row in range(len(pred)):
+        keep = hidden[row]
+        p, t, f = pred[row][keep], truth[row][keep], forgotten[row][keep]
+        if regression:
+            diff = p.astype(np.float64) - t
+            squares += float(diff @ diff)
+        predicted = p > threshold
+        confusion += (np.count_nonzero(f & predicted), np.count_nonzero(predicted), np.count_nonzero(f))
+        most_forgotten, predicted_top = _top(t, count), _top(p, count)
+        top_q += (np.count_nonzero(most_forgotten & predicted_top), count, count)
+        hits_at_b += int(np.count_nonzero(f[_top(p, b)]))
+        pos, neg = p[f], p[~f]
+        positives[n_pos:n_pos + len(pos)], negatives[n_neg:n_neg + len(neg)] = pos, neg
+        n_pos, n_neg = n_pos + len(pos), n_neg + len(neg)
+    out = {"rmse": float(np.sqrt(squares / (n_pos + n_neg))) if regression else float("nan")}
+    out["precision"], out["recall"], out["f1"] = _prf(*confusion)
+    out["roc_auc"] = _auc(positives, negatives)
+    out["top_q_f1"] = _prf(*top_q)[2]
+    out["precision_at_b"] = hits_at_b / (b * len(pred))
     return out

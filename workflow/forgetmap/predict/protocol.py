@@ -35,7 +35,7 @@ def known_columns(n_examples: int, k: int, seed: int) -> np.ndarray:
 
 
 def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str):
-    """(usable columns, train and test row indices, train rows float64, test rows float32) after the checks."""
+    """(usable columns, train and test row indices, train rows, test rows (float32)) after the checks."""
     check_split(tasks, train, test, name)
     rows_train = [tasks.index(t) for t in train]
     rows_test = [tasks.index(t) for t in test]
@@ -47,7 +47,7 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         raise DataError(f"split {name!r}: k = {k} known columns leaves nothing to predict among "
                         f"{len(usable)} usable examples")
     everything = len(usable) == z.shape[1]
-    train_z = np.asarray(z[rows_train] if everything else z[np.ix_(rows_train, usable)], dtype=np.float64)
+    train_z = np.asarray(z[rows_train] if everything else z[np.ix_(rows_train, usable)], dtype=np.float32)
     test_z = np.asarray(z[rows_test] if everything else z[np.ix_(rows_test, usable)], dtype=np.float32)
     return usable, rows_train, rows_test, train_z, test_z
 
@@ -61,13 +61,16 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     One seed's predictions at a time: memory stays near the matrix whatever the number of seeds."""
     usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
     if similarity is not None:  # side information aligned with Z (tasks x examples), e.g. for `semantic`
-        params = {**params, "similarity_train": similarity[np.ix_(rows_train, usable)],
-                  "similarity_test": similarity[np.ix_(rows_test, usable)]}
+        def rows(indices):  # views of the rows where every example is usable, else copies of the usable part
+            return [similarity[i] if len(usable) == z.shape[1] else similarity[i, usable] for i in indices]
+
+        params = {**params, "similarity_train": rows(rows_train), "similarity_test": rows(rows_test)}
     model = make_method(method, **params).fit(train_z)
+    del train_z, params  # the fitted method keeps what it needs
     for seed in seeds:
         known = known_columns(len(usable), k, seed)
         known_t = np.broadcast_to(known, (len(test), k))
-        pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32)
+        pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32, copy=False)
         hidden = np.ones(test_z.shape, dtype=bool)
         hidden[:, known] = False
         metrics = evaluate(pred, test_z, hidden, regression=getattr(model, "regression", True),
