@@ -18,7 +18,7 @@ rule base_model:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap base-model --settings {params.settings:q} --threads {threads} "
+        "forgetmap base-model --settings {params.settings:q} --threads {threads} --gpus {resources.gpu} "
         "--out {output:q} > {log:q} 2>&1"
 
 
@@ -43,4 +43,4 @@ rule finetune:
         "../envs/forgetmap.yaml"
     shell:
         "forgetmap finetune --base {input.base:q} --task {input.task:q} "
-        "--settings {params.settings:q} --threads {threads} --out {output:q} > {log:q} 2>&1"
+        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"

@@ -22,7 +22,7 @@ rule score:
         "../envs/forgetmap.yaml"
     shell:
         "forgetmap score --model-dir {input.model:q} --shard {input.shard:q} "
-        "--settings {params.settings:q} --threads {threads} --out {output:q} > {log:q} 2>&1"
+        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
 
 
 def _matrix_tasks(model):

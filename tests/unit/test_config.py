@@ -48,6 +48,10 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: c["models"]["m"].update(base={"kind": "pretrained"}), "models.m.base.path: required"),
     (lambda c: c["models"]["m"].update(resources={"score": {"gpu": -1}}), "models.m.resources.score.gpu: value -1"),
     (lambda c: c.pop("models"), "'models' is a required property"),
+    (lambda c: c["models"]["m"].update(finetune={"method": "lora", "processes": 2}),
+     "finetune.processes (models.m / tasks.city_qa): value 2 needs method 'full'"),
+    (lambda c: c["models"]["m"].update(finetune={"processes": 4}, resources={"finetune": {"gpu": 2}}),
+     "resources.finetune.gpu (models.m / tasks.city_qa): value 2 must equal finetune.processes (4)"),
 ])
 def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     raw = minimal()

@@ -102,3 +102,18 @@ def test_failing_finetune_leaves_no_partial_checkpoint(tmp_path, base_dir, task_
     with pytest.raises(ValueError):
         finetune(str(base_dir), str(task_path), str(tmp_path / "ckpt"), bad, threads=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_fsdp_processes_train_as_one_process_with_the_same_global_batch(tmp_path, base_dir, task_path):
+    """The distributed path (torchrun, FSDP, gloo on CPU) on the tiny model: 2 processes x 1 micro-batch
+    per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint."""
+    single = finetune(str(base_dir), str(task_path), str(tmp_path / "one"), {**SETTINGS, "grad_accum": 2}, threads=1)
+    double = finetune(str(base_dir), str(task_path), str(tmp_path / "two"), {**SETTINGS, "processes": 2}, threads=2)
+    assert double["processes"] == 2 and double["steps"] == single["steps"] == 3
+    a = load_model(tmp_path / "one", torch.device("cpu"), torch.float32)
+    b = load_model(tmp_path / "two", torch.device("cpu"), torch.float32)
+    assert json.loads((tmp_path / "two/config.json").read_text())["architectures"] == [type(a).__name__]
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-5), name
+    logs = [[json.loads(x) for x in (tmp_path / run / "train_log.jsonl").read_text().splitlines()] for run in ("one", "two")]
+    assert [r["loss"] for r in logs[0]] == pytest.approx([r["loss"] for r in logs[1]], rel=1e-4)

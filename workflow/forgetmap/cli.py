@@ -15,6 +15,8 @@ from pathlib import Path
 from .errors import ForgetmapError
 
 log = logging.getLogger("forgetmap")
+GPUS_HELP = ("GPUs this job claims before CUDA starts (the rule's `gpu` resource): free devices by lock file "
+             "on a workstation, or those SLURM gave it")
 
 
 def _json(text: str) -> dict:
@@ -75,6 +77,24 @@ def cmd_finetune(args) -> dict:
 
     _quiet_transformers()
     return finetune(args.base, args.task, args.out, args.settings, args.threads)
+
+
+def cmd_finetune_worker(args) -> dict | None:
+    """One FSDP rank of a multi-process fine-tune (started by `forgetmap finetune` through torchrun)."""
+    import torch.distributed as dist
+
+    from .models import pick_device
+    from .train import finetune_into
+
+    _quiet_transformers()
+    dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo")
+    try:
+        summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads)
+        dist.barrier()  # rank 0 has written the checkpoint
+        rank = dist.get_rank()
+    finally:
+        dist.destroy_process_group()
+    return summary if rank == 0 else None
 
 
 def cmd_score(args) -> dict:
@@ -257,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("base-model", help="pretrain the demo base model, or point to real weights")
     p.add_argument("--settings", type=_json, required=True, help="the model's resolved `base` section (JSON)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_base_model)
 
@@ -265,14 +286,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help="task parquet (task contract)")
     p.add_argument("--settings", type=_json, required=True, help="resolved fine-tuning settings (JSON)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
     p.add_argument("--out", required=True, help="checkpoint directory to create")
     p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("finetune-worker", help="one rank of a multi-process (FSDP) fine-tune; run by torchrun")
+    p.add_argument("--base", required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--settings", type=_json, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--into", required=True, help="directory rank 0 writes the checkpoint into")
+    p.set_defaults(func=cmd_finetune_worker)
 
     p = sub.add_parser("score", help="per-example NLL of one upstream shard under one model")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--shard", required=True)
     p.add_argument("--settings", type=_json, required=True, help="resolved scoring settings (JSON)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_score)
 
@@ -364,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
+        if getattr(args, "gpus", 0):
+            from .devices import claim_gpus
+
+            claim = claim_gpus(args.gpus)  # held until this process exits
+            log.info("GPU(s) %s claimed", claim.devices or "chosen by the scheduler")
         summary = args.func(args)
     except ForgetmapError as exc:
         print(f"forgetmap {args.command}: error: {exc}", file=sys.stderr)

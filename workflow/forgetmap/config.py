@@ -68,6 +68,9 @@ FINETUNE = _obj({
     "gradient_checkpointing": {"type": "boolean", "default": False, "description": "trade compute for memory"},
     "bf16": {"type": "boolean", "default": True, "description": "bf16 autocast on CUDA (ignored on CPU)"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "processes": _int(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
+                         "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
+                         "resources.finetune.gpu to the same number", 1),
     "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"),
                        "auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa"),
     "lora": _obj({
@@ -87,6 +90,9 @@ SCORE = _obj({
                                    "batches), 0.1 on GPU"},
     "max_length": _int(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "processes": _int(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
+                         "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
+                         "resources.finetune.gpu to the same number", 1),
     "dtype": _enum("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
     "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
     "gpu_memory_utilization": _num(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
@@ -316,6 +322,19 @@ def _check_references(cfg: dict) -> None:
                                   f"allowed: {', '.join(cfg['tasks'])}")
         if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
             raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
+        for task in model_tasks(cfg, name):
+            _check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
+                             f"models.{name} / tasks.{task}")
+
+
+def _check_processes(settings: dict, gpus: int, where: str) -> None:
+    processes = settings["processes"]
+    if processes > 1 and settings["method"] != "full":
+        raise ConfigError(f"config key finetune.processes ({where}): value {processes} needs method 'full' "
+                          f"(FSDP shards full fine-tuning); a {settings['method']} run fits one device")
+    if gpus and gpus != processes:
+        raise ConfigError(f"config key resources.finetune.gpu ({where}): value {gpus} must equal finetune.processes "
+                          f"({processes}): each training process drives one GPU")
 
 
 def model_tasks(cfg: dict, model: str) -> list[str]:

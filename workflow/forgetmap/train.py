@@ -10,6 +10,7 @@ paper's label masking); `lm` examples on every token but the first.
 from __future__ import annotations
 
 import json
+import os
 import logging
 import math
 import time
@@ -57,14 +58,29 @@ def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
 
 def planned_steps(settings: dict, n_examples: int) -> int:
     """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
-    effective = settings["batch_size"] * settings["grad_accum"]
+    effective = settings["batch_size"] * settings["grad_accum"] * settings.get("processes", 1)
     cap = settings["max_epochs"] * n_examples // effective if settings.get("max_epochs") else settings["steps"]
     return max(1, min(settings["steps"], cap))
 
 
-def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path: Path,
+def _world() -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless torch.distributed is running."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path: Path | None,
           on_step: Callable[[int], dict] | None = None) -> dict:
-    """Train `model` in place; one JSON line per optimizer step goes to `log_path`."""
+    """Train `model` in place; one JSON line per optimizer step goes to `log_path`.
+
+    Under torch.distributed (FSDP) every rank draws the same step's grad_accum x world micro-batches
+    from the same seeded order and runs its share; the loss is scaled by the world size because FSDP
+    averages gradients over ranks, so a step's gradient is exactly the one-process gradient of all of
+    them. Only rank 0 writes the log (`log_path` None on the others)."""
+    rank, world = _world()
     device = next(model.parameters()).device
     total = planned_steps(settings, len(examples))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -80,26 +96,33 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
     order = example_order(len(examples), settings["seed"])
     started = time.perf_counter()
     last = {}
-    with open(log_path, "w") as sink:
+    with open(log_path, "w") if log_path is not None else nullcontext() as sink:
         for step in range(total):
             t0 = time.perf_counter()
             lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             micro = [[examples[next(order)] for _ in range(settings["batch_size"])]
-                     for _ in range(settings["grad_accum"])]
+                     for _ in range(settings["grad_accum"] * world)]
             n_targets = sum(len(e.ids) - e.target_start for mb in micro for e in mb)
-            loss_sum, tokens = 0.0, 0
-            for mb in micro:
+            tokens = sum(len(e.ids) for mb in micro for e in mb)
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+            for mb in micro[rank::world]:
                 batch = {k: v.to(device) for k, v in collate(mb, pad_id).items()}
                 with autocast:
                     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
                 loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), batch["labels"][:, 1:].flatten(),
                                        ignore_index=IGNORE, reduction="sum") / max(1, n_targets)
-                loss.backward()
-                loss_sum += float(loss.detach())
-                tokens += int(batch["attention_mask"].sum())
+                (loss * world).backward()
+                loss_sum += loss.detach()
+            if world > 1:
+                import torch.distributed as dist
+
+                dist.all_reduce(loss_sum)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
+            if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
+                grad_norm = grad_norm.full_tensor()
+            loss_sum = float(loss_sum)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             if device.type == "cuda":
@@ -110,8 +133,9 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
                     "elapsed_s": round(time.perf_counter() - started, 3)}
             if on_step is not None:
                 last.update(on_step(step + 1))
-            sink.write(json.dumps(last) + "\n")
-            sink.flush()
+            if sink is not None:
+                sink.write(json.dumps(last) + "\n")
+                sink.flush()
     model.eval()
     if not math.isfinite(last.get("loss", 0.0)):
         raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
@@ -128,17 +152,59 @@ def attach_lora(model, lora: dict, seed: int):
 
 
 def finetune(base_dir: str, task_path: str, out: str, settings: dict, threads: int) -> dict:
-    """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all."""
+    """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all.
+    With `processes` above 1, torchrun runs that many FSDP workers (`finetune_worker`) into the
+    temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo."""
+    from .io import atomic_path
+
+    processes = settings.get("processes", 1)
+    with atomic_path(out, directory=True) as tmp:
+        if processes == 1:
+            return finetune_into(base_dir, task_path, tmp, settings, threads)
+        import subprocess
+        import sys
+
+        from .errors import ForgetmapError
+
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+                   "-m", "forgetmap.cli", "finetune-worker", "--base", str(base_dir), "--task", str(task_path),
+                   "--settings", json.dumps(settings), "--threads", str(max(1, threads // processes)),
+                   "--into", str(tmp)]
+        log.info("launching %d FSDP training processes: %s", processes, " ".join(command[:6]))
+        done = subprocess.run(command)
+        if done.returncode != 0:
+            raise ForgetmapError(f"distributed fine-tuning ({processes} processes) failed with exit code "
+                                 f"{done.returncode}; the workers' errors are above in this log")
+        return json.loads((tmp / "train_summary.json").read_text())
+
+
+def _shard(model) -> None:
+    """FSDP (fully_shard) on every transformer block the model names as unsplittable, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    blocks = set(getattr(model, "_no_split_modules", None) or [])
+    for module in model.modules():
+        if type(module).__name__ in blocks:
+            fully_shard(module)
+    fully_shard(model)
+
+
+def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int) -> dict:
+    """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     import pandas as pd
 
     from .data.chat import encode_chat
-    from .io import atomic_path
     from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
                          write_pointer)
 
+    into = Path(into)
     set_threads(threads)
     torch.manual_seed(settings["seed"])
+    rank, world = _world()
     device = pick_device(settings["device"])
+    if world > 1 and device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
     tokenizer = load_tokenizer(base_dir)
     # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs,
     # and flash-attention 2 (which needs half precision) runs inside that autocast
@@ -151,14 +217,23 @@ def finetune(base_dir: str, task_path: str, out: str, settings: dict, threads: i
                            settings["chat_template"], settings["max_length"])
     if settings["method"] == "lora":
         model = attach_lora(model, settings["lora"], settings["seed"])
-    with atomic_path(out, directory=True) as tmp:
-        summary = train(model, examples, settings, tokenizer.pad_token_id, tmp / "train_log.jsonl")
+    parameters, architecture = n_parameters(model), type(model).__name__
+    if world > 1:
+        _shard(model)
+    summary = train(model, examples, settings, tokenizer.pad_token_id, into / "train_log.jsonl" if rank == 0 else None)
+    state = None
+    if world > 1:  # every rank takes part in gathering the full weights; rank 0 writes them
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        model.save_pretrained(into, state_dict=state)
+        if world > 1:  # FSDP swapped in a subclass; the checkpoint names the model's own class
+            model.config.architectures = [architecture]
+            model.config.save_pretrained(into)
         if settings["method"] == "lora":
-            model.save_pretrained(tmp)
-            write_pointer(tmp, str(base_dir))
-        else:
-            model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        summary.update(examples=len(examples), parameters=n_parameters(model), device=str(device))
-        (tmp / "train_summary.json").write_text(json.dumps(summary, indent=1))
+            write_pointer(into, str(base_dir))
+        tokenizer.save_pretrained(into)
+        summary.update(examples=len(examples), parameters=parameters, device=str(device), processes=world)
+        (into / "train_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
