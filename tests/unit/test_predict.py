@@ -174,3 +174,14 @@ def test_semantic_method_learns_the_slope_on_train_tasks_and_the_offset_from_kno
     assert model.slope_ == pytest.approx(2.0, abs=0.02) and metrics[0]["rmse"] < 0.03
     with pytest.raises(ValueError, match="similarity rows"):
         run_split(z, tasks, tasks[:6], tasks[6:], "semantic", {}, k=20, seeds=[0])
+
+
+def test_a_constant_matrix_is_predicted_as_the_constant_by_every_method():
+    z = np.full((12, 200), 0.3, dtype=np.float32)
+    tasks = [f"t{i}" for i in range(12)]
+    for method in ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "all_forgotten", "random"):
+        preds, _, metrics, _ = run_split(z, tasks, tasks[:8], tasks[8:], method, {}, k=10, seeds=[0])
+        assert np.isfinite(preds).all(), method
+        if method in ("mean", "additive", "knn", "mf"):
+            np.testing.assert_allclose(preds, 0.3, atol=1e-5, err_msg=method)
+        assert np.isnan(metrics[0]["roc_auc"])  # one class only: undefined, not a number made up
