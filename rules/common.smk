@@ -92,6 +92,9 @@ def checkpoint_output(path):
 
 
 def resource(stage, key):
+    """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time)."""
+    if key == "runtime":
+        return lambda wildcards, attempt: CFG["models"][wildcards.model]["resources"][stage][key] * attempt
     return lambda wildcards: CFG["models"][wildcards.model]["resources"][stage][key]
 
 

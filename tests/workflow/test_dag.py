@@ -52,13 +52,15 @@ def test_duplicate_upstream_ids_fail_before_any_job(tmp_path):
     assert "resources/up.parquet: row 2, column 'example_id': duplicate id 'a'" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("profile", [(), ("--profile", "profiles/slurm")], ids=["local", "slurm"])
 @pytest.mark.parametrize("name, n_upstream, n_tasks", [("olmo-1b", 141_871, 85), ("pythia-1b", 10_000, 19)])
-def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks):
+def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks,
+                                                                         profile):
     workdir = make_workdir(tmp_path)
     config_path = REPO / "config/examples" / f"{name}.yaml"
     cfg = fake_resources(workdir, config_path, n_upstream)
     shards = -(-n_upstream // cfg["shard_size"])
-    jobs = planned_jobs(workdir, "--configfile", str(config_path))
+    jobs = planned_jobs(workdir, *profile, "--configfile", str(config_path))
     counts = by_rule(jobs)
     assert counts["finetune"] == n_tasks and counts["score"] == (n_tasks + 1) * shards
     assert counts["shard_upstream"] == shards and counts["forgetting_matrix"] == 1

@@ -398,8 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "gpus", 0):
             from .devices import claim_gpus
 
+            import os
+
             claim = claim_gpus(args.gpus)  # held until this process exits
-            log.info("GPU(s) %s claimed", claim.devices or "chosen by the scheduler")
+            log.info("CUDA_VISIBLE_DEVICES=%s (%s)", os.environ["CUDA_VISIBLE_DEVICES"],
+                     "claimed by lock file" if claim.devices else "set by the scheduler")
         summary = args.func(args)
     except ForgetmapError as exc:
         print(f"forgetmap {args.command}: error: {exc}", file=sys.stderr)

@@ -1,0 +1,134 @@
+"""The SLURM profile on a real single-node SLURM cluster (slurm-up.sh starts one; CI runs as root).
+
+The tiny workflow goes through `--profile profiles/slurm` exactly as a user submits it, with two
+command-line overrides this cluster needs: no accounting database (`--slurm-status-command squeue`)
+and a short first status delay. What ran is read back from slurmctld (`scontrol show job`).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forgetmap.matrix import ForgettingMatrix
+from helpers import by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.cluster
+HERE = Path(__file__).parent
+MATRIX = "results/tiny/forgetting.parquet"
+GPU_RULES = {"base_model", "finetune", "score"}
+SLURM = ("--profile", "profiles/slurm", "--slurm-status-command", "squeue",
+         "--slurm-init-seconds-before-status-checks", "2")
+
+
+def _partitions() -> set[str]:
+    done = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True)
+    return set(done.stdout.split()) if done.returncode == 0 else set()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A running cluster with the profile's partitions: this machine's, or one started (and stopped) here."""
+    if shutil.which("sinfo") and {"cpu", "gpu"} <= _partitions():
+        yield
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("starting a local SLURM cluster needs root and apt-get (CI has both)")
+    started = tmp_path_factory.mktemp("slurm") / "started"
+    try:
+        subprocess.run(["bash", str(HERE / "slurm-up.sh"), str(started)], check=True, timeout=900)
+        yield
+    finally:
+        subprocess.run(["bash", str(HERE / "slurm-down.sh"), str(started)], timeout=120)
+
+
+def slurm_jobs(workdir: Path) -> list[dict]:
+    """Every job slurmctld knows that ran in `workdir`: rule (from the plugin's comment), partition,
+    GPUs asked for, state; in submission order."""
+    done = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, check=True)
+    jobs = []
+    for line in done.stdout.splitlines():
+        fields = dict(re.findall(r"(\S+?)=(\S*)", line))
+        if fields.get("WorkDir") != str(workdir):
+            continue
+        rule = re.match(r"rule_(\w+?)(?:_wildcards_|$)", fields.get("Comment", ""))
+        jobs.append({"id": int(fields["JobId"]), "rule": rule.group(1) if rule else None,
+                     "partition": fields.get("Partition"), "gpus": fields.get("TresPerJob", ""),
+                     "state": fields.get("JobState")})
+    return sorted(jobs, key=lambda j: j["id"])
+
+
+def gpu_config():
+    """The tiny config with one GPU per base, fine-tuning and scoring job."""
+    return edited(tiny_config(), lambda c: [c["models"]["tiny"]["resources"][stage].update(gpu=1)
+                                            for stage in ("base", "finetune", "score")])
+
+
+@pytest.fixture(scope="module")
+def local_matrix(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("local") / "wf")
+    snakemake(workdir, MATRIX)
+    return ForgettingMatrix.read(workdir / MATRIX)
+
+
+@pytest.fixture(scope="module")
+def submitted(cluster, tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("slurm-run") / "wf", gpu_config())
+    planned = planned_jobs(workdir, MATRIX)
+    snakemake(workdir, MATRIX, *SLURM, timeout=1800)
+    return workdir, planned
+
+
+def test_every_job_ran_as_a_slurm_job_with_its_partition_and_gpus(submitted):
+    workdir, planned = submitted
+    jobs = slurm_jobs(workdir)
+    assert by_rule([(j["rule"], {}) for j in jobs]) == by_rule(planned)
+    assert all(j["state"] == "COMPLETED" for j in jobs)
+    for job in jobs:
+        if job["rule"] in GPU_RULES:
+            assert job["partition"] == "gpu", job
+            assert job["gpus"] == "gres:gpu:1", job
+        else:
+            assert job["partition"] == "cpu" and "gpu" not in job["gpus"], job
+    log = (workdir / "results/logs/tiny/finetune/city_qa.log").read_text()
+    assert "set by the scheduler" in log  # the job kept SLURM's CUDA_VISIBLE_DEVICES
+
+
+def test_the_cluster_matrix_equals_the_local_one_bit_for_bit(submitted, local_matrix):
+    cluster_matrix = ForgettingMatrix.read(submitted[0] / MATRIX)
+    assert cluster_matrix.tasks == local_matrix.tasks
+    assert np.array_equal(cluster_matrix.values, local_matrix.values)
+    assert np.array_equal(cluster_matrix.base_nll, local_matrix.base_nll)
+
+
+def test_adding_a_task_submits_exactly_the_new_jobs(submitted):
+    workdir, _ = submitted
+    before = {j["id"] for j in slurm_jobs(workdir)}
+    write_config(workdir, edited(gpu_config(), lambda c: c["tasks"].update(
+        add_qa={"category": "world", "n_examples": 24})))
+    planned = planned_jobs(workdir, *SLURM, MATRIX)
+    assert by_rule(planned) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1}
+    snakemake(workdir, *SLURM, MATRIX, timeout=1800)
+    new = [j for j in slurm_jobs(workdir) if j["id"] not in before]
+    assert by_rule([(j["rule"], {}) for j in new]) == by_rule(planned)
+    assert ForgettingMatrix.read(workdir / MATRIX).tasks[-1] == "add_qa"
+
+
+def test_an_unknown_partition_or_too_many_gpus_fails_with_slurms_reason_and_the_rest_runs(cluster, tmp_path):
+    # (--set-resources on the command line replaces the profile's: base_model goes to the default partition)
+    workdir = make_workdir(tmp_path / "wf", gpu_config())
+    done = snakemake(workdir, MATRIX, *SLURM, "--keep-going", "--set-resources",
+                     "finetune:slurm_partition=nonexistent", "score:gpu=64", check=False, timeout=1800)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert re.search(r"invalid partition specified: nonexistent", output), output[-3000:]
+    assert re.search(r"Requested node configuration is not available", output), output[-3000:]
+    # what did not depend on the failed submissions still ran
+    assert (workdir / "results/tiny/base/config.json").exists()
+    assert sorted(p.name for p in (workdir / "results/data/tasks").glob("*.parquet")) == [
+        "city_qa.parquet", "hex_copy.parquet", "mod10_add.parquet"]
+    assert not (workdir / MATRIX).exists()
