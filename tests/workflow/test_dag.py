@@ -19,8 +19,9 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
 
 
 def test_gpu_resources_come_from_the_config(tmp_path):
-    cfg = edited(tiny_config(), lambda c: c["models"]["tiny"]["resources"].update(
-        finetune={"gpu": 2, "mem_mb": 1234, "runtime": 77, "threads": 1}))
+    cfg = edited(tiny_config(), lambda c: (c["models"]["tiny"]["resources"].update(
+        finetune={"gpu": 2, "mem_mb": 1234, "runtime": 77, "threads": 1}),
+        c["models"]["tiny"]["finetune"].update(processes=2)))
     proc = snakemake(make_workdir(tmp_path, cfg), "--dry-run")
     block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
     assert "gpu=2" in block and "mem_mb=1234" in block and "runtime=77" in block
