@@ -185,3 +185,10 @@ def test_a_constant_matrix_is_predicted_as_the_constant_by_every_method():
         if method in ("mean", "additive", "knn", "mf"):
             np.testing.assert_allclose(preds, 0.3, atol=1e-5, err_msg=method)
         assert np.isnan(metrics[0]["roc_auc"])  # one class only: undefined, not a number made up
+
+
+@pytest.mark.parametrize("method", ["logistic_mf", "implicit_als", "mf", "knn"])
+def test_a_single_train_task_is_enough(method):
+    z = low_rank(m=4, n=120, noise=0.3)
+    preds, _, metrics, _ = run_split(z, ["a", "b", "c", "d"], ["a"], ["c", "d"], method, {}, k=10, seeds=[0])
+    assert preds.shape == (1, 2, 120) and np.isfinite(preds).all()

@@ -380,9 +380,7 @@ class LogisticMF(CompletionMethod):
         return max(scores, key=scores.get) if scores else 1.0
 
     def fit(self, train):
-        y = np.asarray(train) > self.threshold
-        if len(y) < 2:
-            raise ValueError("logistic_mf needs at least 2 train tasks")
+        y = np.asarray(train) > self.threshold  # one train task: rank 0, offsets only
         self.reg_ = self.reg if self.reg is not None else (self._validate(y) if len(y) >= 4 else 1.0)
         self.example_bias_, self.example_factors_ = self._factorise(y, self.reg_)
         return self
