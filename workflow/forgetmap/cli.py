@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -27,8 +28,6 @@ def _json(text: str) -> dict:
 
 
 def _quiet_transformers() -> None:
-    import os
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers.utils import logging as hf_logging
 
@@ -397,8 +396,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "gpus", 0):
             from .devices import claim_gpus
-
-            import os
 
             claim = claim_gpus(args.gpus)  # held until this process exits
             log.info("CUDA_VISIBLE_DEVICES=%s (%s)", os.environ["CUDA_VISIBLE_DEVICES"],

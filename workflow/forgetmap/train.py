@@ -10,9 +10,9 @@ paper's label masking); `lm` examples on every token but the first.
 from __future__ import annotations
 
 import json
-import os
 import logging
 import math
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from .data.chat import Encoded
@@ -65,8 +66,6 @@ def planned_steps(settings: dict, n_examples: int) -> int:
 
 def _world() -> tuple[int, int]:
     """(rank, world size): (0, 1) unless torch.distributed is running."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -116,8 +115,6 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
                 (loss * world).backward()
                 loss_sum += loss.detach()
             if world > 1:
-                import torch.distributed as dist
-
                 dist.all_reduce(loss_sum)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
             if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
