@@ -224,6 +224,13 @@ class FoldInMF(CompletionMethod):
         return pred
 
 
+def sample_columns(n: int, count: int, seed) -> np.ndarray:
+    """`count` sorted random examples of n (all of them when n <= count); `seed` an int or a Generator."""
+    if n <= count:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, count, replace=False))
+
+
 def ridge_logistic(design: np.ndarray, labels: np.ndarray, offset: np.ndarray, penalty: np.ndarray,
                    steps: int = 25) -> np.ndarray:
     """B independent ridge logistic regressions at once by Newton's method: design (B, k, p), labels
@@ -348,9 +355,7 @@ class LogisticMF(CompletionMethod):
     def _factorise(self, y, reg):
         """(d, h) of every example, h scaled to unit RMS per factor."""
         n = y.shape[1]
-        sample = np.arange(n)
-        if n > self.fit_columns:
-            sample = np.sort(np.random.default_rng(self.seed).choice(n, self.fit_columns, replace=False))
+        sample = sample_columns(n, self.fit_columns, self.seed)
         task_bias, task_factors = self._fit_joint(y[:, sample], reg)
         bias, factors = self._fit_examples(y, task_bias, task_factors, reg)
         # the factorisation's scale is a gauge (w h = (w s)(h / s)); unit-RMS example factors make the
@@ -363,7 +368,7 @@ class LogisticMF(CompletionMethod):
         `fit_columns` examples."""
         rng = np.random.default_rng(self.seed)
         if y.shape[1] > self.fit_columns:
-            y = y[:, np.sort(rng.choice(y.shape[1], self.fit_columns, replace=False))]
+            y = y[:, sample_columns(y.shape[1], self.fit_columns, rng)]
         m, n = y.shape
         held = rng.permutation(m)[:min(5, max(1, m // 4))]
         rest = np.setdiff1d(np.arange(m), held)
@@ -437,9 +442,7 @@ class ImplicitALS(CompletionMethod):
 
         train = np.asarray(train)
         m, n = train.shape
-        sample = np.arange(n)
-        if n > self.fit_columns:
-            sample = np.sort(np.random.default_rng(self.seed).choice(n, self.fit_columns, replace=False))
+        sample = sample_columns(n, self.fit_columns, self.seed)
         self.model_ = AlternatingLeastSquares(factors=self.factors, regularization=self.regularization,
                                               alpha=self.alpha, iterations=self.iterations, random_state=self.seed,
                                               num_threads=1, calculate_training_loss=False)
