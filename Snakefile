@@ -1,5 +1,6 @@
 # forgetmap: which upstream examples a language model forgets when fine-tuned on each of many tasks.
-# Default target: every configured model's forgetting matrix. The default config is the embedded demo.
+# Default target: every configured model's forgetting matrix and its analyses. The default config is
+# the embedded demo; forgetmap.plan decides every job, the rule files only wire files to commands.
 
 from snakemake.utils import min_version
 
@@ -31,5 +32,5 @@ include: "rules/prediction.smk"
 
 rule all:
     input:
-        all_targets(),
+        PLAN.targets(),
     default_target: True

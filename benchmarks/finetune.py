@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from common import build, machine, peak_flops
+from forgetmap.data.batches import task_batches
 from forgetmap.data.chat import Encoded
 from forgetmap.models import n_parameters, set_threads
 from forgetmap.train import train
@@ -38,12 +39,11 @@ def main() -> None:
     model = build(args.shape, vocab, device, torch.float32, attention)  # fp32 weights, bf16 autocast on GPU
     rng = np.random.default_rng(0)
     data = [Encoded(rng.integers(0, vocab, args.length), args.length // 2, args.length) for _ in range(512)]
-    settings = {"steps": args.steps, "batch_size": args.batch_size, "grad_accum": 1, "lr": 1e-5, "warmup_steps": 1,
-                "weight_decay": 0.0, "max_grad_norm": 1.0, "max_epochs": None, "seed": 0, "bf16": True,
+    settings = {"lr": 1e-5, "warmup_steps": 1, "weight_decay": 0.0, "max_grad_norm": 1.0, "bf16": True,
                 "gradient_checkpointing": args.gradient_checkpointing}
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.jsonl"
-        train(model, data, settings, 0, log)
+        train(model, task_batches(data, args.batch_size, 1, 0), args.steps, settings, 0, log)
         rows = [json.loads(line) for line in log.read_text().splitlines()]
     steady = rows[len(rows) // 3:]  # skip warm-up steps
     seconds = sum(r["tokens"] / r["tokens_per_s"] for r in steady)

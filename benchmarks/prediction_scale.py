@@ -21,7 +21,7 @@ import tracemalloc
 
 import numpy as np
 
-from forgetmap.config import PREDICTION_METHODS
+from forgetmap.predict.registry import DEFAULT_METHODS as PREDICTION_METHODS
 from forgetmap.predict.protocol import iterate_split
 
 SLOW_FIRST = ("logistic_mf", "implicit_als")  # longest jobs first keeps both processes busy to the end

@@ -1,89 +1,73 @@
-# Config access, wildcard constraints, target lists and resource helpers. Rules only wire files.
+# The plan of every job (forgetmap.plan), the wildcard constraints it gives, and the small get_*
+# functions rules call for their inputs, params, threads and resources. Rules only wire files.
 
 import json
 import os
-import re
 import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from forgetmap import config as fm_config
-from forgetmap.data import upstream as fm_upstream
+from forgetmap import plan as fm_plan
 from forgetmap.errors import ForgetmapError
-from forgetmap.released import released_tasks
 
 try:
-    CFG = fm_config.resolve(config)
-    # shard plans are read from the corpora now, so bad ids fail before any job starts
-    SHARDS = {
-        name: fm_upstream.shard_plan(
-            fm_upstream.example_ids({**spec, "seed": CFG["demo_seed"]}), CFG["shard_size"]
-        )
-        for name, spec in CFG["upstream"].items()
-        if any(m["upstream"] == name for m in CFG["models"].values())
-    }
+    PLAN = fm_plan.Plan(config)
 except ForgetmapError as exc:
     raise WorkflowError(f"forgetmap: {exc}") from None
-
-MODELS = list(CFG["models"])
-IMPORTED = [m for m in MODELS if CFG["models"][m]["imported"] is not None]
-COMPUTED = [m for m in MODELS if m not in IMPORTED]
-try:
-    TASKS = {
-        model: (
-            released_tasks(CFG["models"][model]["imported"]["matrix"], CFG["models"][model]["imported"]["meta"])
-            if model in IMPORTED
-            else fm_config.model_tasks(CFG, model)
-        )
-        for model in MODELS
-    }
-except (ForgetmapError, OSError, ValueError) as exc:
-    raise WorkflowError(f"forgetmap: {exc}") from None
-
-
-def _alternatives(names):
-    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+CFG = PLAN.cfg
+COMPUTED = fm_plan.alternatives(PLAN.computed)  # rule-level constraints: models a rule serves
+IMPORTED = fm_plan.alternatives(PLAN.imported)
 
 
 wildcard_constraints:
-    model=_alternatives(MODELS),
-    split=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
-    task=_alternatives(CFG["tasks"]),
-    corpus=_alternatives(SHARDS),
-    run=_alternatives(["base", *CFG["tasks"]]),
-    shard=r"\d+",
+    **PLAN.wildcard_constraints(),
 
 
 def as_json(value):
     return json.dumps(value, sort_keys=True)
 
 
-def corpus_of(model):
-    return CFG["models"][model]["upstream"]
+def get_settings(kind):
+    """The JSON settings a job's command reads (and Snakemake reruns the job when they change)."""
+    settings = {
+        "shard_upstream": lambda wc: PLAN.shard_settings(wc.corpus, int(wc.shard)),
+        "prepare_task": lambda wc: PLAN.task_settings(wc.task),
+        "base_model": lambda wc: PLAN.base_settings(wc.model),
+        "finetune": lambda wc: PLAN.finetune_settings(wc.model, wc.task),
+        "score": lambda wc: PLAN.score_settings(wc.model),
+        "forgetting_matrix": lambda wc: PLAN.matrix_settings(wc.model),
+        "correlations": lambda wc: PLAN.correlation_settings(wc.model),
+        "split_definition": lambda wc: PLAN.splits(wc.model)[wc.split],
+        "predict": lambda wc: PLAN.prediction_settings(wc.method),
+    }[kind]
+    return lambda wc: as_json(settings(wc))
 
 
-def corpus_spec(corpus):
-    """What a shard job reads: the source, never the corpus size (growing it adds shards only)."""
-    spec = CFG["upstream"][corpus]
-    if spec["format"] == "demo":
-        return {"format": "demo", "seed": CFG["demo_seed"]}
-    return {"format": spec["format"], "path": spec["path"]}
+def get_resource(stage, key):
+    """A configured resource of the model's `stage` (threads too); runtime grows with each retry."""
+    if key == "runtime":
+        return lambda wc, attempt: PLAN.resource(wc.model, stage, key, attempt)
+    return lambda wc: PLAN.resource(wc.model, stage, key)
 
 
-def shard_paths(model):
-    corpus = corpus_of(model)
-    return [f"results/data/upstream/{corpus}/shard-{k}.parquet" for k in range(len(SHARDS[corpus]))]
+def get_checkpoint(wc):
+    return PLAN.checkpoint(wc.model, wc.run)
 
 
-def score_paths(model, run):
-    return [
-        f"results/{model}/scores/{run}/shard-{k}.parquet"
-        for k in range(len(SHARDS[corpus_of(model)]))
-    ]
+def get_shards(wc):
+    return PLAN.shard_paths(wc.model)
 
 
-def model_dir(model, run):
-    return f"results/{model}/base" if run == "base" else f"results/{model}/checkpoints/{run}"
+def get_shard(wc):
+    return fm_plan.SHARD.format(corpus=PLAN.corpus(wc.model), shard=wc.shard)
+
+
+def get_task_files(wc):
+    return list(PLAN.task_paths(wc.model).values())
+
+
+def get_task_args(wc):
+    return [f"{t}={p}" for t, p in PLAN.task_paths(wc.model).items()]
 
 
 def checkpoint_output(path):
@@ -91,22 +75,69 @@ def checkpoint_output(path):
     return out if CFG["keep_checkpoints"] else temp(out)
 
 
-def resource(stage, key):
-    """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time)."""
-    if key == "runtime":
-        return lambda wildcards, attempt: CFG["models"][wildcards.model]["resources"][stage][key] * attempt
-    return lambda wildcards: CFG["models"][wildcards.model]["resources"][stage][key]
+def get_corpus_file(wc):
+    spec = CFG["upstream"][wc.corpus]
+    return [] if spec["format"] == "demo" else [ancient(spec["path"])]
 
 
-def split_paths(model):
-    imported = CFG["models"][model]["imported"]
-    return [f"results/{model}/splits/{name}.json" for name in (imported or {}).get("splits", {})]
+def get_task_inputs(wc):
+    spec = CFG["tasks"][wc.task]
+    return [p for p in (spec["path"], spec["validation_path"]) if p]
 
 
-def all_targets():
-    targets = [f"results/{model}/forgetting.parquet" for model in MODELS]
-    targets += [f"results/{model}/lowrank/r2.tsv" for model in MODELS]
-    targets += [p for model in MODELS for p in split_paths(model)]
-    targets += [p for model in MODELS for p in correlation_targets(model)]
-    targets += [p for model in MODELS for p in prediction_targets(model)]
-    return targets + ["results/lowrank_summary.tsv"]
+def get_matrix_scores(wc):
+    """Every score file the matrix reads: each run's shards (the settings say which run is which)."""
+    return [p for run in PLAN.runs(wc.model) for p in PLAN.scores(wc.model, run)]
+
+
+def get_imported_inputs(wc):
+    spec = CFG["models"][wc.model]["imported"]
+    meta = spec["meta"] or f"{spec['matrix']}.meta"
+    optional = [meta, spec["base_logprobs"], spec["sources"]]
+    return [spec["matrix"]] + [p for p in optional if p and os.path.exists(p)]
+
+
+def get_released_split(wc):
+    return PLAN.splits(wc.model)[wc.split]["released"]
+
+
+def get_similarity(wc):
+    return [fm_plan.SIMILARITY.format(model=wc.model)] if wc.method == "semantic" else []
+
+
+def get_prediction_metrics(wc):
+    return [fm_plan.PREDICTION_METRICS.format(model=wc.model, split=s, method=m)
+            for s in PLAN.splits(wc.model) for m in PLAN.methods(wc.model)]
+
+
+def get_lowrank_tables(wc):
+    return {m: fm_plan.LOWRANK.format(model=m, name="r2.tsv") for m in PLAN.models}
+
+
+def get_imported_matrix(wc):
+    return CFG["models"][wc.model]["imported"]["matrix"]
+
+
+def get_import_options(wc):
+    """The released files of an imported model as `forgetmap import` options."""
+    spec = CFG["models"][wc.model]["imported"]
+    options = []
+    for key in ("matrix", "meta", "base_logprobs", "sources"):
+        if spec[key]:
+            options += [f"--{key.replace('_', '-')}", spec[key]]
+    groups = {c: v["group"] for c, v in CFG["categories"].items()}
+    return " ".join(shlex.quote(o) for o in options + ["--corpus", wc.model, "--groups", as_json(groups)])
+
+
+def analysis_report(template, category):
+    """An analysis output under `template`, tagged for `snakemake --report` with its caption."""
+
+    def tagged(name, caption):
+        return report(template.replace("{name}", name), caption=f"../workflow/report/{caption}.rst",
+                      category=category, subcategory="{model}")
+
+    return tagged
+
+
+lowrank_report = analysis_report(fm_plan.LOWRANK, "Low-rank structure")
+correlation_report = analysis_report(fm_plan.CORRELATION, "Correlations")

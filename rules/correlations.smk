@@ -1,36 +1,17 @@
 # How forgetting relates to semantic similarity, gradient similarity, and between tasks (paper §4).
 
 
-def correlation_report(name, caption):
-    return report(
-        f"results/{{model}}/correlations/{name}",
-        caption=f"../workflow/report/{caption}.rst",
-        category="Correlations",
-        subcategory="{model}",
-    )
-
-
-def _task_args(wc):
-    return [f"{t}=results/data/tasks/{t}.parquet" for t in TASKS[wc.model]]
-
-
-def correlation_targets(model):
-    targets = [f"results/{model}/correlations/cross_task.tsv"]
-    if model in COMPUTED:
-        settings = CFG["models"][model]["correlations"]
-        targets += [f"results/{model}/correlations/semantic.tsv"] if settings["semantic"] else []
-        targets += [f"results/{model}/correlations/gradient.tsv"] if settings["gradient"] else []
-    return targets
-
-
 rule cross_task:
     input:
-        "results/{model}/forgetting.parquet",
+        fm_plan.MATRIX,
     output:
         pairs=correlation_report("cross_task.tsv", "cross_task"),
         summary=correlation_report("cross_task_summary.tsv", "cross_task_summary"),
         figure=correlation_report("cross_task.png", "cross_task_figure"),
-    threads: 1
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
     log:
         "results/logs/{model}/cross_task.log",
     benchmark:
@@ -44,23 +25,23 @@ rule cross_task:
 
 rule semantic_similarity:
     input:
-        matrix="results/{model}/forgetting.parquet",
-        shards=lambda wc: shard_paths(wc.model),
-        tasks=lambda wc: [f"results/data/tasks/{t}.parquet" for t in TASKS[wc.model]],
+        matrix=fm_plan.MATRIX,
+        shards=get_shards,
+        tasks=get_task_files,
     output:
         table=correlation_report("semantic.tsv", "semantic"),
         figure=correlation_report("semantic.png", "semantic_figure"),
-        similarity="results/{model}/correlations/semantic_similarity.npy",
+        similarity=fm_plan.SIMILARITY,
     wildcard_constraints:
-        model=_alternatives(COMPUTED),
+        model=COMPUTED,
     params:
-        settings=lambda wc: as_json(fm_config.correlation_settings(CFG, wc.model)),
-        tasks=_task_args,
-    threads: lambda wc: CFG["models"][wc.model]["resources"]["score"]["threads"]
+        settings=get_settings("correlations"),
+        tasks=get_task_args,
+    threads: get_resource("semantic", "threads")
     resources:
-        gpu=resource("score", "gpu"),
-        mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        gpu=get_resource("semantic", "gpu"),
+        mem_mb=get_resource("semantic", "mem_mb"),
+        runtime=get_resource("semantic", "runtime"),
     log:
         "results/logs/{model}/semantic_similarity.log",
     benchmark:
@@ -70,29 +51,29 @@ rule semantic_similarity:
     shell:
         "OMP_NUM_THREADS={threads} forgetmap semantic-similarity --matrix {input.matrix:q} "
         "--shards {input.shards:q} --tasks {params.tasks:q} --settings {params.settings:q} "
-        "--threads {threads} --out {output.table:q} --figure {output.figure:q} "
+        "--threads {threads} --gpus {resources.gpu} --out {output.table:q} --figure {output.figure:q} "
         "--similarity-out {output.similarity:q} > {log:q} 2>&1"
 
 
 rule gradient_similarity:
     input:
-        base="results/{model}/base",
-        matrix="results/{model}/forgetting.parquet",
-        shards=lambda wc: shard_paths(wc.model),
-        tasks=lambda wc: [f"results/data/tasks/{t}.parquet" for t in TASKS[wc.model]],
+        base=fm_plan.BASE,
+        matrix=fm_plan.MATRIX,
+        shards=get_shards,
+        tasks=get_task_files,
     output:
         table=correlation_report("gradient.tsv", "gradient"),
         figure=correlation_report("gradient.png", "gradient_figure"),
     wildcard_constraints:
-        model=_alternatives(COMPUTED),
+        model=COMPUTED,
     params:
-        settings=lambda wc: as_json(fm_config.correlation_settings(CFG, wc.model)),
-        tasks=_task_args,
-    threads: lambda wc: CFG["models"][wc.model]["resources"]["finetune"]["threads"]
+        settings=get_settings("correlations"),
+        tasks=get_task_args,
+    threads: get_resource("gradient", "threads")
     resources:
-        gpu=resource("finetune", "gpu"),
-        mem_mb=resource("finetune", "mem_mb"),
-        runtime=resource("finetune", "runtime"),
+        gpu=get_resource("gradient", "gpu"),
+        mem_mb=get_resource("gradient", "mem_mb"),
+        runtime=get_resource("gradient", "runtime"),
     log:
         "results/logs/{model}/gradient_similarity.log",
     benchmark:
@@ -102,5 +83,5 @@ rule gradient_similarity:
     shell:
         "OMP_NUM_THREADS={threads} forgetmap gradient-similarity --base {input.base:q} "
         "--matrix {input.matrix:q} --shards {input.shards:q} --tasks {params.tasks:q} "
-        "--settings {params.settings:q} --threads {threads} --out {output.table:q} "
+        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output.table:q} "
         "--figure {output.figure:q} > {log:q} 2>&1"

@@ -3,18 +3,11 @@
 
 rule shard_upstream:
     input:
-        lambda wc: (
-            ancient(CFG["upstream"][wc.corpus]["path"])
-            if CFG["upstream"][wc.corpus]["format"] != "demo"
-            else []
-        ),
+        get_corpus_file,
     output:
-        "results/data/upstream/{corpus}/shard-{shard}.parquet",
+        fm_plan.SHARD,
     params:
-        corpus=lambda wc: as_json(corpus_spec(wc.corpus)),
-        first=lambda wc: SHARDS[wc.corpus][int(wc.shard)]["first"],
-        n_examples=lambda wc: SHARDS[wc.corpus][int(wc.shard)]["count"],
-        digest=lambda wc: SHARDS[wc.corpus][int(wc.shard)]["digest"],
+        settings=get_settings("shard_upstream"),
     log:
         "results/logs/data/upstream/{corpus}/shard-{shard}.log",
     benchmark:
@@ -22,26 +15,16 @@ rule shard_upstream:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap shard-upstream --corpus {params.corpus:q} --first {params.first} "
-        "--count {params.n_examples} --out {output:q} > {log:q} 2>&1"
-
-
-def _task_inputs(wc):
-    spec = CFG["tasks"][wc.task]
-    return [p for p in (spec["path"], spec["validation_path"]) if p]
+        "forgetmap shard-upstream --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule prepare_task:
     input:
-        _task_inputs,
+        get_task_inputs,
     output:
-        "results/data/tasks/{task}.parquet",
+        fm_plan.TASK,
     params:
-        spec=lambda wc: as_json(
-            {k: v for k, v in CFG["tasks"][wc.task].items() if k != "finetune"}
-        ),
-        seed=CFG["seed"],
-        demo_seed=CFG["demo_seed"],
+        settings=get_settings("prepare_task"),
     log:
         "results/logs/data/tasks/{task}.log",
     benchmark:
@@ -49,5 +32,4 @@ rule prepare_task:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap prepare-task --name {wildcards.task:q} --spec {params.spec:q} "
-        "--seed {params.seed} --demo-seed {params.demo_seed} --out {output:q} > {log:q} 2>&1"
+        "forgetmap prepare-task --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"

@@ -2,36 +2,19 @@
 # into the same files the pipeline writes, so every analysis runs on them unchanged.
 
 
-def _imported(wc):
-    return CFG["models"][wc.model]["imported"]
-
-
-def _imported_inputs(wc):
-    spec = _imported(wc)
-    meta = spec["meta"] or f"{spec['matrix']}.meta"
-    optional = [meta, spec["base_logprobs"], spec["sources"]]
-    return [spec["matrix"]] + [p for p in optional if p and os.path.exists(p)]
-
-
-def _import_options(wc):
-    spec = _imported(wc)
-    options = ["--matrix", spec["matrix"]]
-    for key in ("meta", "base_logprobs", "sources"):
-        if spec[key]:
-            options += [f"--{key.replace('_', '-')}", spec[key]]
-    groups = {c: v["group"] for c, v in CFG["categories"].items()}
-    return " ".join(shlex.quote(o) for o in options + ["--corpus", wc.model, "--groups", as_json(groups)])
-
-
 rule import_matrix:
     input:
-        _imported_inputs,
+        get_imported_inputs,
     output:
-        "results/{model}/forgetting.parquet",
+        fm_plan.MATRIX,
     wildcard_constraints:
-        model=_alternatives(IMPORTED),
+        model=IMPORTED,
     params:
-        options=_import_options,
+        options=get_import_options,
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
     log:
         "results/logs/{model}/import_matrix.log",
     benchmark:
@@ -44,15 +27,14 @@ rule import_matrix:
 
 rule import_split:
     input:
-        matrix=lambda wc: _imported(wc)["matrix"],
-        split=lambda wc: _imported(wc)["splits"][wc.split],
+        matrix=get_imported_matrix,
+        split=get_released_split,
     output:
-        "results/{model}/splits/{split}.json",
+        fm_plan.SPLIT,
     wildcard_constraints:
-        model=_alternatives(IMPORTED),
+        model=IMPORTED,
     params:
-        options=_import_options,
-        splits_dir=lambda wc: f"results/{wc.model}/splits",
+        options=get_import_options,
     log:
         "results/logs/{model}/import_split/{split}.log",
     benchmark:
@@ -60,5 +42,5 @@ rule import_split:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap import {params.options} --split {wildcards.split}={input.split:q} "
-        "--splits-dir {params.splits_dir:q} > {log:q} 2>&1"
+        "forgetmap import-split {params.options} --name {wildcards.split:q} --split {input.split:q} "
+        "--out {output:q} > {log:q} 2>&1"

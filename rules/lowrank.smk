@@ -1,18 +1,9 @@
 # Low-rank structure of each model's forgetting matrix, and the cross-model R² table.
 
 
-def lowrank_report(name, caption):
-    return report(
-        f"results/{{model}}/lowrank/{name}",
-        caption=f"../workflow/report/{caption}.rst",
-        category="Low-rank structure",
-        subcategory="{model}",
-    )
-
-
 rule lowrank:
     input:
-        "results/{model}/forgetting.parquet",
+        fm_plan.MATRIX,
     output:
         r2=lowrank_report("r2.tsv", "lowrank_r2"),
         spectrum=lowrank_report("spectrum.png", "lowrank_spectrum"),
@@ -20,11 +11,13 @@ rule lowrank:
         components=lowrank_report("components.tsv", "lowrank_components"),
         component_figure=lowrank_report("components.png", "lowrank_component_figure"),
         sources=lowrank_report("component_sources.tsv", "lowrank_sources"),
-        summary="results/{model}/lowrank/summary.json",
+        summary=fm_plan.LOWRANK.replace("{name}", "summary.json"),
     params:
-        tasks=lambda wc: as_json(TASKS[wc.model]),
-        out_dir=lambda wc: f"results/{wc.model}/lowrank",
-    threads: 1
+        tasks=lambda wc: as_json(PLAN.tasks[wc.model]),
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
     log:
         "results/logs/{model}/lowrank.log",
     benchmark:
@@ -32,21 +25,23 @@ rule lowrank:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} forgetmap lowrank --matrix {input:q} --out-dir {params.out_dir:q} "
-        "--expected-tasks {params.tasks:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS={threads} forgetmap lowrank --matrix {input:q} --expected-tasks {params.tasks:q} "
+        "--r2 {output.r2:q} --spectrum {output.spectrum:q} --heatmap {output.heatmap:q} "
+        "--components {output.components:q} --component-figure {output.component_figure:q} "
+        "--sources {output.sources:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
 rule lowrank_summary:
     input:
-        expand("results/{model}/lowrank/r2.tsv", model=MODELS),
+        lambda wc: list(get_lowrank_tables(wc).values()),
     output:
         report(
-            "results/lowrank_summary.tsv",
+            fm_plan.LOWRANK_SUMMARY,
             caption="../workflow/report/lowrank_summary.rst",
             category="Low-rank structure",
         ),
     params:
-        tables=[f"{m}=results/{m}/lowrank/r2.tsv" for m in MODELS],
+        tables=lambda wc: [f"{m}={path}" for m, path in get_lowrank_tables(wc).items()],
     log:
         "results/logs/lowrank_summary.log",
     benchmark:

@@ -3,14 +3,16 @@
 
 rule base_model:
     output:
-        directory("results/{model}/base"),
+        directory(fm_plan.BASE),
+    wildcard_constraints:
+        model=COMPUTED,
     params:
-        settings=lambda wc: as_json(fm_config.base_settings(CFG, wc.model)),
-    threads: lambda wc: CFG["models"][wc.model]["resources"]["base"]["threads"]
+        settings=get_settings("base_model"),
+    threads: get_resource("base", "threads")
     resources:
-        gpu=resource("base", "gpu"),
-        mem_mb=resource("base", "mem_mb"),
-        runtime=resource("base", "runtime"),
+        gpu=get_resource("base", "gpu"),
+        mem_mb=get_resource("base", "mem_mb"),
+        runtime=get_resource("base", "runtime"),
     log:
         "results/logs/{model}/base_model.log",
     benchmark:
@@ -24,17 +26,19 @@ rule base_model:
 
 rule finetune:
     input:
-        base="results/{model}/base",
-        task="results/data/tasks/{task}.parquet",
+        base=fm_plan.BASE,
+        task=fm_plan.TASK,
     output:
-        checkpoint_output("results/{model}/checkpoints/{task}"),
+        checkpoint_output(fm_plan.CHECKPOINT),
+    wildcard_constraints:
+        model=COMPUTED,
     params:
-        settings=lambda wc: as_json(fm_config.finetune_settings(CFG, wc.model, wc.task)),
-    threads: lambda wc: CFG["models"][wc.model]["resources"]["finetune"]["threads"]
+        settings=get_settings("finetune"),
+    threads: get_resource("finetune", "threads")
     resources:
-        gpu=resource("finetune", "gpu"),
-        mem_mb=resource("finetune", "mem_mb"),
-        runtime=resource("finetune", "runtime"),
+        gpu=get_resource("finetune", "gpu"),
+        mem_mb=get_resource("finetune", "mem_mb"),
+        runtime=get_resource("finetune", "runtime"),
     log:
         "results/logs/{model}/finetune/{task}.log",
     benchmark:

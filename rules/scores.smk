@@ -3,17 +3,19 @@
 
 rule score:
     input:
-        model=lambda wc: model_dir(wc.model, wc.run),
-        shard=lambda wc: f"results/data/upstream/{corpus_of(wc.model)}/shard-{wc.shard}.parquet",
+        model=get_checkpoint,
+        shard=get_shard,
     output:
-        "results/{model}/scores/{run}/shard-{shard}.parquet",
+        fm_plan.SCORES,
+    wildcard_constraints:
+        model=COMPUTED,
     params:
-        settings=lambda wc: as_json(fm_config.score_settings(CFG, wc.model)),
-    threads: lambda wc: CFG["models"][wc.model]["resources"]["score"]["threads"]
+        settings=get_settings("score"),
+    threads: get_resource("score", "threads")
     resources:
-        gpu=resource("score", "gpu"),
-        mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        gpu=get_resource("score", "gpu"),
+        mem_mb=get_resource("score", "mem_mb"),
+        runtime=get_resource("score", "runtime"),
     log:
         "results/logs/{model}/score/{run}/shard-{shard}.log",
     benchmark:
@@ -25,25 +27,20 @@ rule score:
         "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
 
 
-def _matrix_tasks(model):
-    tasks = TASKS[model]
-    categories = {t: CFG["tasks"][t]["category"] for t in tasks}
-    groups = {c: CFG["categories"][c]["group"] for c in set(categories.values())}
-    return {"tasks": tasks, "categories": categories, "groups": groups}
-
-
 rule forgetting_matrix:
     input:
-        shards=lambda wc: shard_paths(wc.model),
-        base=lambda wc: score_paths(wc.model, "base"),
-        tasks=lambda wc: [p for t in TASKS[wc.model] for p in score_paths(wc.model, t)],
+        shards=get_shards,
+        scores=get_matrix_scores,
     output:
-        "results/{model}/forgetting.parquet",
+        fm_plan.MATRIX,
     wildcard_constraints:
-        model=_alternatives(COMPUTED),
+        model=COMPUTED,
     params:
-        tasks=lambda wc: as_json(_matrix_tasks(wc.model)),
-        scores_dir=lambda wc: f"results/{wc.model}/scores",
+        settings=get_settings("forgetting_matrix"),
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
     log:
         "results/logs/{model}/forgetting_matrix.log",
     benchmark:
@@ -51,5 +48,5 @@ rule forgetting_matrix:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap forgetting-matrix --model {wildcards.model:q} --scores-dir {params.scores_dir:q} "
-        "--tasks {params.tasks:q} --shards {input.shards:q} --out {output:q} > {log:q} 2>&1"
+        "forgetmap forgetting-matrix --settings {params.settings:q} --shards {input.shards:q} "
+        "--out {output:q} > {log:q} 2>&1"

@@ -8,6 +8,7 @@ import yaml
 from forgetmap import config as fm_config
 from forgetmap.cli import main
 from forgetmap.errors import ConfigError
+from forgetmap.plan import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,11 +29,11 @@ def test_defaults_are_filled_from_the_schema():
 def test_task_overrides_apply_to_that_task_only():
     raw = minimal()
     raw["tasks"]["job_qa"] = {"category": "w", "finetune": {"lr": 1e-4, "lora": {"r": 8}}}
-    cfg = fm_config.resolve(raw)
-    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lr"] == 1e-4
-    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lora"]["r"] == 8
-    assert fm_config.finetune_settings(cfg, "m", "job_qa")["lora"]["alpha"] == 16
-    assert fm_config.finetune_settings(cfg, "m", "city_qa")["lr"] == 2e-6
+    plan = Plan(raw)
+    assert plan.finetune_settings("m", "job_qa")["lr"] == 1e-4
+    assert plan.finetune_settings("m", "job_qa")["lora"]["r"] == 8
+    assert plan.finetune_settings("m", "job_qa")["lora"]["alpha"] == 16
+    assert plan.finetune_settings("m", "city_qa")["lr"] == 2e-6
 
 
 @pytest.mark.parametrize("mutate, expected", [
@@ -48,6 +49,13 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: c["models"]["m"].update(base={"kind": "pretrained"}), "models.m.base.path: required"),
     (lambda c: c["models"]["m"].update(resources={"score": {"gpu": -1}}), "models.m.resources.score.gpu: value -1"),
     (lambda c: c.pop("models"), "'models' is a required property"),
+    (lambda c: c.pop("tasks"), "config key tasks: model 'm' is fine-tuned on every task, and none is configured"),
+    (lambda c: c.pop("upstream"), "models.m.upstream: value 'demo' is not an upstream corpus"),
+    (lambda c: c["prediction"].update(methods={"mf": {"rank2": 3}}),
+     "config key prediction.methods.mf.rank2: mf has no such parameter; allowed: rank, reg, ranks"),
+    (lambda c: c["prediction"].update(methods={"semantic": {"similarity_train": 1}}),
+     "config key prediction.methods.semantic.similarity_train: semantic has no such parameter"),
+    (lambda c: c["prediction"].update(methods=["mf", "svd++"]), "prediction.methods.1: value 'svd++' is not allowed"),
     (lambda c: c["models"]["m"].update(finetune={"method": "lora", "processes": 2}),
      "finetune.processes (models.m / tasks.city_qa): value 2 needs method 'full'"),
     (lambda c: c["models"]["m"].update(finetune={"processes": 4}, resources={"finetune": {"gpu": 2}}),
@@ -55,16 +63,35 @@ def test_task_overrides_apply_to_that_task_only():
 ])
 def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     raw = minimal()
+    raw["prediction"] = {}
     mutate(raw)
     with pytest.raises(ConfigError) as err:
-        fm_config.resolve(raw)
+        Plan(raw)  # the config's checks, then the plan's (settings per job)
     assert expected in str(err.value)
+
+
+def test_method_hyperparameters_come_from_the_config():
+    raw = {**minimal(), "prediction": {"methods": {"mf": {"rank": 2, "reg": 0.5}, "knn": None}}}
+    plan = Plan(raw)
+    assert plan.prediction_settings("mf")["params"] == {"rank": 2, "reg": 0.5}
+    assert plan.prediction_settings("knn")["params"] == {}
+    assert Plan(minimal()).cfg["prediction"]["methods"]["logistic_mf"] == {}  # the default list, as a mapping
+
+
+def test_a_config_of_imported_models_alone_needs_no_upstream_or_tasks(tmp_path):
+    from helpers import released_fixture
+
+    released_fixture(tmp_path)
+    plan = Plan({"models": {"paper": {"imported": {"matrix": str(tmp_path / "ftd-ppl-inc-full.npy")}}}})
+    assert plan.computed == [] and plan.tasks["paper"] == ["aeslc", "cb", "wsc", "lima", "oasst1"]
+    assert plan.wildcard_constraints()["computed"] == "(?!)"  # no rule for computed models matches anything
 
 
 def test_shipped_configs_are_valid():
     for path in [REPO / "config/config.yaml", REPO / "config/test/config.yaml",
                  *sorted((REPO / "config/examples").glob("*.yaml"))]:
         fm_config.resolve(yaml.safe_load(path.read_text()))
+    Plan(yaml.safe_load((REPO / "config/config.yaml").read_text()))
 
 
 def test_schema_file_is_generated_from_the_definition(tmp_path):

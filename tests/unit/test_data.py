@@ -57,6 +57,33 @@ def test_appending_examples_keeps_earlier_shards():
     assert before[:2] == after[:2] and before[2]["digest"] != after[2]["digest"]
 
 
+def test_a_changed_text_under_the_same_id_changes_exactly_its_shards_digest(tmp_path):
+    frame = pd.DataFrame({"example_id": [f"d{i}" for i in range(25)], "source": "web", "kind": "lm",
+                          "text": [f"text {i}" for i in range(25)]})
+    spec = {"format": "parquet", "path": write(frame, tmp_path / "up.parquet")}
+    before = fm_upstream.shard_plan(fm_upstream.example_ids(spec), 10, spec)
+    frame.loc[13, "text"] = "text 13, edited"
+    write(frame, tmp_path / "up.parquet")
+    after = fm_upstream.shard_plan(fm_upstream.example_ids(spec), 10, spec)
+    assert [b["digest"] == a["digest"] for b, a in zip(before, after)] == [True, False, True]
+
+
+def test_an_empty_corpus_is_refused_when_the_workflow_is_planned(tmp_path):
+    path = write(corpus_frame().iloc[:0], tmp_path / "up.parquet")
+    spec = {"format": "parquet", "path": path}
+    with pytest.raises(DataError, match=f"{path}: no examples"):
+        fm_upstream.shard_plan(fm_upstream.example_ids(spec), 10, spec)
+
+
+def test_a_truncated_jsonl_line_is_named_by_its_line_number(tmp_path):
+    path = tmp_path / "up.jsonl"
+    write(corpus_frame(), path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2] + [lines[2][:17]]) + "\n")
+    with pytest.raises(DataError, match=r"up.jsonl: line 3: not a JSON object"):
+        fm_upstream.read_corpus({"format": "jsonl", "path": str(path)})
+
+
 def test_demo_shard_is_the_slice_of_the_corpus(tmp_path):
     out = tmp_path / "shard.parquet"
     assert fm_upstream.write_shard({"format": "demo", "seed": 1234}, 12, 6, str(out)) == 6

@@ -108,8 +108,11 @@ def test_analyse_writes_tables_and_figures(tmp_path):
 
 def test_cli_rejects_a_matrix_whose_tasks_disagree_with_the_config(tmp_path, capsys):
     demo_matrix().write(tmp_path / "z.parquet")
-    code = main(["lowrank", "--matrix", str(tmp_path / "z.parquet"), "--out-dir", str(tmp_path / "out"),
+    outputs = [arg for name in ("r2", "spectrum", "heatmap", "components", "component-figure", "sources", "summary")
+               for arg in (f"--{name}", str(tmp_path / "out" / name))]
+    code = main(["lowrank", "--matrix", str(tmp_path / "z.parquet"), *outputs,
                  "--expected-tasks", json.dumps(["t0", "t1", "t9"])])
     assert code == 2
     err = capsys.readouterr().err
     assert "disagree with the config" in err and "'t9'" in err and "'t2'" in err
+    assert not (tmp_path / "out").exists()  # nothing half-written

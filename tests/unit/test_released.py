@@ -43,8 +43,8 @@ def test_r2_of_the_import_equals_the_reference_computation(released, tmp_path):
 
 def test_split_pickles_become_split_definitions(released, tmp_path):
     path, _ = released
-    main(["import", "--matrix", str(path / "ftd-ppl-inc-full.npy"), "--split",
-          f"ood-tulu={path / 'fpd-split-ood-tulu.pkl'}", "--splits-dir", str(tmp_path / "splits")])
+    main(["import-split", "--matrix", str(path / "ftd-ppl-inc-full.npy"), "--name", "ood-tulu",
+          "--split", str(path / "fpd-split-ood-tulu.pkl"), "--out", str(tmp_path / "splits/ood-tulu.json")])
     split = json.loads((tmp_path / "splits/ood-tulu.json").read_text())
     assert split["train_tasks"] == ["aeslc", "cb", "wsc"] and split["test_tasks"] == ["lima", "oasst1"]
     assert released_tasks(path / "ftd-ppl-inc-full.npy") == ["aeslc", "cb", "wsc", "lima", "oasst1"]

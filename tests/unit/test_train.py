@@ -10,7 +10,9 @@ from forgetmap.data import demo
 from forgetmap.data.chat import encode_chat
 from forgetmap.models import load_model, load_tokenizer
 from forgetmap.score import TorchScorer
-from forgetmap.train import IGNORE, collate, finetune, lr_at, planned_steps, train
+from forgetmap.data.batches import IGNORE, collate, task_batches
+from forgetmap.data.chat import Encoded
+from forgetmap.train import finetune, lr_at, planned_steps, train
 from helpers import tiny_model, tiny_tokenizer
 
 SETTINGS = {"method": "full", "steps": 3, "batch_size": 4, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 1,
@@ -61,8 +63,8 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path):
     frame = demo.task_examples("city_qa", 16, 1234, 0.0)
     examples = encode_chat(tok, frame["prompt"].tolist(), frame["response"].tolist(), "olmo", 48)
     one, two = tiny_model(tok), tiny_model(tok)
-    train(one, examples, {**SETTINGS, "steps": 1, "batch_size": 8}, tok.pad_token_id, tmp_path / "a.jsonl")
-    train(two, examples, {**SETTINGS, "steps": 1, "batch_size": 4, "grad_accum": 2}, tok.pad_token_id, tmp_path / "b.jsonl")
+    train(one, task_batches(examples, 8, 1, 0), 1, SETTINGS, tok.pad_token_id, tmp_path / "a.jsonl")
+    train(two, task_batches(examples, 4, 2, 0), 1, SETTINGS, tok.pad_token_id, tmp_path / "b.jsonl")
     for p, q in zip(one.parameters(), two.parameters()):
         assert torch.allclose(p, q, atol=1e-6)
     a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.jsonl", "b.jsonl"))
@@ -71,7 +73,7 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path):
 
 def test_full_finetune_writes_checkpoint_and_log_and_is_deterministic(tmp_path, base_dir, task_path):
     for run in ("one", "two"):
-        summary = finetune(str(base_dir), str(task_path), str(tmp_path / run), SETTINGS, threads=1)
+        summary = finetune(str(base_dir), str(task_path), SETTINGS, 1, str(tmp_path / run))
         assert summary["steps"] == 3 and summary["examples"] == 18
     log = [json.loads(line) for line in (tmp_path / "one/train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2, 3]
@@ -85,7 +87,7 @@ def test_full_finetune_writes_checkpoint_and_log_and_is_deterministic(tmp_path, 
 
 def test_lora_checkpoint_is_an_adapter_that_scoring_merges(tmp_path, base_dir, task_path):
     out = tmp_path / "lora"
-    finetune(str(base_dir), str(task_path), str(out), {**SETTINGS, "method": "lora", "lr": 1e-2}, threads=1)
+    finetune(str(base_dir), str(task_path), {**SETTINGS, "method": "lora", "lr": 1e-2}, 1, str(out))
     assert (out / "adapter_config.json").exists() and (out / "base.json").exists()
     assert not (out / "model.safetensors").exists()
     tok = load_tokenizer(out)
@@ -100,15 +102,15 @@ def test_lora_checkpoint_is_an_adapter_that_scoring_merges(tmp_path, base_dir, t
 def test_failing_finetune_leaves_no_partial_checkpoint(tmp_path, base_dir, task_path):
     bad = {**SETTINGS, "method": "lora", "lora": {**SETTINGS["lora"], "target_modules": ["no_such_module"]}}
     with pytest.raises(ValueError):
-        finetune(str(base_dir), str(task_path), str(tmp_path / "ckpt"), bad, threads=1)
+        finetune(str(base_dir), str(task_path), bad, 1, str(tmp_path / "ckpt"))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_two_fsdp_processes_train_as_one_process_with_the_same_global_batch(tmp_path, base_dir, task_path):
     """The distributed path (torchrun, FSDP, gloo on CPU) on the tiny model: 2 processes x 1 micro-batch
     per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint."""
-    single = finetune(str(base_dir), str(task_path), str(tmp_path / "one"), {**SETTINGS, "grad_accum": 2}, threads=1)
-    double = finetune(str(base_dir), str(task_path), str(tmp_path / "two"), {**SETTINGS, "processes": 2}, threads=2)
+    single = finetune(str(base_dir), str(task_path), {**SETTINGS, "grad_accum": 2}, 1, str(tmp_path / "one"))
+    double = finetune(str(base_dir), str(task_path), {**SETTINGS, "processes": 2}, 2, str(tmp_path / "two"))
     assert double["processes"] == 2 and double["steps"] == single["steps"] == 3
     a = load_model(tmp_path / "one", torch.device("cpu"), torch.float32)
     b = load_model(tmp_path / "two", torch.device("cpu"), torch.float32)
@@ -117,3 +119,53 @@ def test_two_fsdp_processes_train_as_one_process_with_the_same_global_batch(tmp_
         assert torch.allclose(p, q, atol=1e-5), name
     logs = [[json.loads(x) for x in (tmp_path / run / "train_log.jsonl").read_text().splitlines()] for run in ("one", "two")]
     assert [r["loss"] for r in logs[0]] == pytest.approx([r["loss"] for r in logs[1]], rel=1e-4)
+
+
+def test_a_loss_mask_drops_tokens_from_the_labels_and_from_the_normaliser():
+    tok = tiny_tokenizer()
+    [e] = encode_chat(tok, ["Compute 2 + 3."], ["2 + 3 = 5."], "olmo", 64)
+    mask = np.ones(len(e.ids), dtype=bool)
+    mask[e.target_start + 1:e.target_start + 3] = False  # two response tokens carry no loss
+    masked = Encoded(e.ids, e.target_start, e.score_end, loss_mask=mask)
+    labels = collate([masked], tok.pad_token_id)["labels"][0].numpy()
+    kept = np.flatnonzero(labels != IGNORE)
+    assert kept.tolist() == masked.target_positions().tolist()
+    assert len(kept) == e.n_targets - 2 == masked.n_targets
+    assert collate([masked], tok.pad_token_id)["weights"] is None  # unit weights: the plain mean
+
+
+def test_the_loss_is_the_weighted_sum_over_kept_tokens_divided_by_their_count(tmp_path):
+    """A step's logged loss from a masked, weighted batch equals the mean computed by hand."""
+    tok = tiny_tokenizer()
+    frame = demo.task_examples("city_qa", 4, 1234, 0.0)
+    plain = encode_chat(tok, frame["prompt"].tolist(), frame["response"].tolist(), "olmo", 48)
+    rng = np.random.default_rng(0)
+    examples = []
+    for i, e in enumerate(plain):
+        mask = rng.random(len(e.ids)) < 0.7
+        examples.append(Encoded(e.ids, e.target_start, e.score_end, loss_mask=mask, weight=0.5 + i))
+    model = tiny_model(tok)
+    expected_sum, kept = 0.0, 0
+    with torch.no_grad():
+        for e in examples:
+            logp = torch.log_softmax(model(input_ids=torch.from_numpy(e.ids[None])).logits[0].float(), -1)
+            positions = e.target_positions()
+            expected_sum += e.weight * float(-logp[positions - 1, torch.from_numpy(e.ids[positions])].sum())
+            kept += len(positions)
+    train(model, iter([[examples]]), 1, SETTINGS, tok.pad_token_id, tmp_path / "log.jsonl")
+    log = json.loads((tmp_path / "log.jsonl").read_text())
+    assert log["targets"] == kept == sum(e.n_targets for e in examples)
+    assert log["loss"] == pytest.approx(expected_sum / kept, rel=1e-5)
+
+
+def test_training_only_draws_from_its_batch_source(tmp_path):
+    """The loop trains on exactly what the source yields: the same examples from two sources that
+    order them alike give the same weights, whatever else the sources hold."""
+    tok = tiny_tokenizer()
+    frame = demo.task_examples("city_qa", 8, 1234, 0.0)
+    examples = encode_chat(tok, frame["prompt"].tolist(), frame["response"].tolist(), "olmo", 48)
+    steps = [[examples[:4]], [examples[4:]]]
+    one, two = tiny_model(tok), tiny_model(tok)
+    train(one, iter(steps), 2, SETTINGS, tok.pad_token_id, None)
+    train(two, iter(steps + [[examples[::-1]]]), 2, SETTINGS, tok.pad_token_id, None)
+    assert all(torch.equal(p, q) for p, q in zip(one.parameters(), two.parameters()))

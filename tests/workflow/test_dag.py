@@ -42,6 +42,23 @@ def test_a_task_of_an_unknown_category_is_named(tmp_path):
     assert proc.returncode != 0 and "tasks.city_qa.category: value 'geography'" in proc.stdout + proc.stderr
 
 
+def test_the_workflow_passes_snakemakes_linter(tmp_path):
+    proc = snakemake(make_workdir(tmp_path), "--lint")
+    assert "Congratulations, your workflow is in a good condition!" in proc.stdout + proc.stderr
+
+
+def test_an_empty_upstream_corpus_is_refused_before_any_job_naming_the_file(tmp_path):
+    workdir = make_workdir(tmp_path)
+    (workdir / "resources").mkdir()
+    pd.DataFrame({"example_id": pd.Series([], dtype=str), "source": pd.Series([], dtype=str),
+                  "kind": pd.Series([], dtype=str), "text": pd.Series([], dtype=str)}).to_parquet(
+        workdir / "resources/up.parquet")
+    cfg = edited(tiny_config(), lambda c: c["upstream"].update(demo={"format": "parquet", "path": "resources/up.parquet"}))
+    proc = snakemake(make_workdir(workdir, cfg), "--dry-run", check=False)
+    assert proc.returncode != 0 and "resources/up.parquet: no examples" in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists()
+
+
 def test_duplicate_upstream_ids_fail_before_any_job(tmp_path):
     workdir = make_workdir(tmp_path)
     (workdir / "resources").mkdir()

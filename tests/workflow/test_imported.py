@@ -35,3 +35,23 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
     assert set(scores["split"]) == {"ood-tulu"} and (scores.query("metric == 'rmse'")["mean"].dropna() > 0).all()
     matrix = pd.read_parquet(workdir / "results/paper/forgetting.parquet")
     assert list(matrix.columns) == ["example_id", "source", "base_nll", "aeslc", "cb", "wsc", "lima", "oasst1"]
+
+
+def test_a_config_of_imported_models_alone_runs_every_analysis_and_the_prediction(tmp_path):
+    """The analyst's case: only the authors' released statistics, no upstream corpus and no tasks."""
+    workdir = make_workdir(tmp_path / "wf")
+    released_fixture(workdir / "resources/stats")
+    cfg = {"categories": {"flan": {"group": "in_domain"}, "tulu": {"group": "out_of_domain"}},
+           "prediction": {"k": 5, "seeds": 2},
+           "models": {"paper": {"imported": {
+               "matrix": "resources/stats/ftd-ppl-inc-full.npy", "base_logprobs": "resources/stats/olmo_base_ppl.npy",
+               "splits": {"ood-tulu": "resources/stats/fpd-split-ood-tulu.pkl"}}}}}
+    write_config(workdir, cfg)
+    proc = snakemake(workdir)
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output and "Exception" not in output
+    for path in ("forgetting.parquet", "lowrank/r2.tsv", "correlations/cross_task.tsv", "splits/ood-tulu.json",
+                 "prediction/scores.tsv"):
+        assert (workdir / "results/paper" / path).exists(), path
+    assert (workdir / "results/lowrank_summary.tsv").exists()
+    assert planned_jobs(workdir) == []

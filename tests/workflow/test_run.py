@@ -19,8 +19,15 @@ ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_t
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     workdir = make_workdir(tmp_path_factory.mktemp("run") / "wf")
-    snakemake(workdir)
+    proc = snakemake(workdir)
+    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
     return workdir
+
+
+def test_a_successful_run_prints_no_traceback_exception_or_warning(finished):
+    output = (finished / "run.out").read_text()
+    for word in ("Traceback", "Exception", "Warning", "warning"):
+        assert word not in output, output[max(0, output.find(word) - 2000):output.find(word) + 500]
 
 
 def fresh_clone(finished, tmp_path):

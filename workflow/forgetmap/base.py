@@ -15,7 +15,8 @@ import numpy as np
 from .data import demo
 from .data.chat import Encoded, chat_pieces, encode_examples
 from .io import atomic_path
-from .models import (build_demo_model, n_parameters, set_threads, train_demo_tokenizer, write_pointer)
+from .models import build_demo_model, n_parameters, pick_device, set_threads, train_demo_tokenizer, write_pointer
+from .data.batches import task_batches
 from .score import TorchScorer
 from .train import train
 
@@ -44,7 +45,7 @@ def pretrain_demo(settings: dict, out: str, threads: int) -> dict:
     encoded = encode_examples(tokenizer, corpus, "olmo", settings["max_length"])
     # pretraining learns every token (prompt and markers too); scoring keeps the contract's spans
     examples = [Encoded(e.ids, 1, len(e.ids)) for e in encoded]
-    model = build_demo_model(tokenizer, settings["architecture"], settings["seed"])
+    model = build_demo_model(tokenizer, settings["architecture"], settings["seed"]).to(pick_device(settings["device"]))
     probe = np.random.default_rng(settings["seed"]).choice(len(encoded), min(256, len(encoded)), replace=False)
     probe_set = [encoded[i] for i in np.sort(probe)]
     scorer = TorchScorer(model, tokenizer.pad_token_id)
@@ -60,8 +61,8 @@ def pretrain_demo(settings: dict, out: str, threads: int) -> dict:
     planned = settings["steps"]
     initial = evaluate(0)["upstream_nll"] if settings["eval_every"] else None
     with atomic_path(out, directory=True) as tmp:
-        summary = train(model, examples, {**settings, "grad_accum": 1, "max_epochs": None},
-                        tokenizer.pad_token_id, tmp / "pretrain_log.jsonl", on_step=evaluate)
+        summary = train(model, task_batches(examples, settings["batch_size"], 1, settings["seed"]), planned,
+                        settings, tokenizer.pad_token_id, tmp / "pretrain_log.jsonl", on_step=evaluate)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         final = evaluate(planned)["upstream_nll"]
@@ -69,6 +70,13 @@ def pretrain_demo(settings: dict, out: str, threads: int) -> dict:
                        vocab_size=len(tokenizer))
         (tmp / "pretrain_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def base_command(settings: dict, threads: int, out: str) -> dict:
+    """`forgetmap base-model`: pretrain the demo base, or point to real weights."""
+    if settings["kind"] == "demo":
+        return pretrain_demo(settings, out, threads)
+    return link_pretrained(settings["path"], out, settings.get("revision"))
 
 
 def link_pretrained(source: str, out: str, revision: str | None = None) -> dict:

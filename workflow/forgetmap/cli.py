@@ -1,30 +1,117 @@
 """`forgetmap <command>`: one command per workflow rule, usable without Snakemake.
 
-Settings arrive as JSON (the rule's resolved config section), so a rule's `params` are exactly what
-its command sees and Snakemake reruns a job when they change.
+This module parses and dispatches; the stages own the behaviour. Each command is a row of `COMMANDS`:
+its name, the `module:function` it calls with the parsed arguments as keyword arguments, and those
+arguments. Settings arrive as JSON (what forgetmap.plan gives the rule), so a rule's `params` are
+exactly what its command sees and Snakemake reruns a job when they change. Nothing heavy is imported
+before a command is chosen: `forgetmap --help` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 from .errors import ForgetmapError
 
 log = logging.getLogger("forgetmap")
-GPUS_HELP = ("GPUs this job claims before CUDA starts (the rule's `gpu` resource): free devices by lock file "
-             "on a workstation, or those SLURM gave it")
 
 
-def _json(text: str) -> dict:
+def _json(text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+
+
+def arg(*flags, **options):
+    return flags, options
+
+
+OUT = arg("--out", required=True)
+THREADS = arg("--threads", type=int, default=1, help="torch threads (the rule's threads)")
+GPUS = arg("--gpus", type=int, default=0, help="GPUs this job claims before CUDA starts (the rule's `gpu` "
+                                                "resource): free devices by lock file on a workstation, or those "
+                                                "SLURM gave it")
+SETTINGS = arg("--settings", type=_json, required=True, help="the job's settings from forgetmap.plan (JSON)")
+MATRIX = arg("--matrix", required=True, help="a forgetting.parquet")
+SHARDS = arg("--shards", nargs="+", required=True, help="the upstream shards, in corpus order")
+TASKS = arg("--tasks", nargs="+", required=True, help="TASK=task.parquet ...")
+RELEASED = [arg("--matrix", required=True, help="released Z as .npy (tasks x examples)"),
+            arg("--meta", default=None, help="its .meta JSON (default: MATRIX.meta)"),
+            arg("--base-logprobs", default=None, help="base model mean log-probs .npy (N,)"),
+            arg("--sources", default=None, help="text file, one source label per example"),
+            arg("--corpus", default="upstream", help="prefix of the generated example ids"),
+            arg("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}')]
+LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure", "sources", "summary")
+
+# name, help, "module:function", arguments, uses transformers
+COMMANDS = [
+    ("schema", "print the config JSON schema (YAML) generated from forgetmap.config", "config:schema_command",
+     [arg("--out", default=None, help="write to this file instead of stdout")], False),
+    ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
+     [SETTINGS, OUT], False),
+    ("prepare-task", "validate or generate a task into the task contract", "data.tasks:task_command",
+     [SETTINGS, OUT], False),
+    ("base-model", "pretrain the demo base model, or point to real weights", "base:base_command",
+     [SETTINGS, THREADS, GPUS, OUT], True),
+    ("finetune", "fine-tune a base model on one task", "train:finetune",
+     [arg("--base", required=True, help="base model directory"),
+      arg("--task", required=True, help="task parquet (task contract)"), SETTINGS, THREADS, GPUS,
+      arg("--out", required=True, help="checkpoint directory to create")], True),
+    ("score", "per-example NLL of one upstream shard under one model", "score:score_shard",
+     [arg("--model-dir", required=True), arg("--shard", required=True), SETTINGS, THREADS, GPUS, OUT], True),
+    ("forgetting-matrix", "assemble Z from the base and per-task scores", "matrix:matrix_command",
+     [SETTINGS, SHARDS, OUT], False),
+    ("lowrank", "R² by rank, spectrum, heatmap and significant components of Z", "lowrank:lowrank_command",
+     [MATRIX, arg("--expected-tasks", type=_json, default=None, help="JSON list: the config's tasks, in order"),
+      arg("--max-rank", type=int, default=30),
+      arg("--n-components", dest="components", type=int, default=4, help="leading components to describe"),
+      arg("--top-tasks", type=int, default=5), arg("--top-examples", type=int, default=100),
+      *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True) for name in LOWRANK_OUTPUTS]],
+     False),
+    ("lowrank-summary", "model x rank table of R² across models", "lowrank:summary_command",
+     [arg("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ..."), OUT], False),
+    ("import", "the authors' released matrix as a forgetting.parquet", "released:import_command",
+     [*RELEASED, OUT], False),
+    ("import-split", "an authors' released split pickle as a split definition", "released:import_split_command",
+     [*RELEASED, arg("--name", required=True), arg("--split", required=True, help="the split .pkl"), OUT], False),
+    ("semantic-similarity", "correlate Z with task-example embedding cosine", "correlate:semantic_command",
+     [MATRIX, SHARDS, TASKS, SETTINGS, THREADS, GPUS, arg("--out", required=True, help="TSV: scope, pearson, ..."),
+      arg("--figure", required=True),
+      arg("--similarity-out", default=None, help="write the similarity matrix (.npy) here")], True),
+    ("gradient-similarity", "correlate Z with projected gradient products", "correlate:gradient_command",
+     [arg("--base", required=True, help="base model directory"), MATRIX, SHARDS, TASKS, SETTINGS, THREADS, GPUS,
+      arg("--out", required=True), arg("--figure", required=True)], True),
+    ("cross-task", "correlations between the forgetting rows of tasks", "correlate:cross_task_analysis",
+     [arg("--matrix", dest="matrix_path", required=True), arg("--out", dest="out_tsv", required=True),
+      arg("--summary", dest="out_summary", required=True), arg("--figure", dest="out_png", required=True)], False),
+    ("split-definition", "write a prediction split's train and test tasks as JSON", "predict.protocol:split_command",
+     [arg("--split", type=_json, required=True, help='{"name", "train_tasks", "test_tasks"}'), OUT], False),
+    ("predict", "the prediction protocol for one split and one method, all seeds", "predict.protocol:predict_command",
+     [MATRIX, arg("--split", required=True, help="split definition JSON file"), SETTINGS,
+      arg("--out", required=True, help="directory of seed-{s}.parquet predicted rows"),
+      arg("--metrics", required=True, help="TSV of per-seed metrics"),
+      arg("--similarity", default=None, help="tasks x examples .npy (the semantic method)")], False),
+    ("prediction-scores", "mean and std over seeds of every split, method, metric", "predict.protocol:scores_command",
+     [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True)], False),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text, target, arguments, transformers in COMMANDS:
+        p = sub.add_parser(name, help=help_text)
+        for flags, options in arguments:
+            p.add_argument(*flags, **options)
+        p.set_defaults(target=target, transformers=transformers)
+    return parser
 
 
 def _quiet_transformers() -> None:
@@ -35,358 +122,15 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def cmd_schema(args) -> dict | None:
-    import yaml
-
-    from .config import SCHEMA
-
-    text = "# Generated by `forgetmap schema` from forgetmap/config.py: edit that, not this file.\n"
-    text += yaml.safe_dump(SCHEMA, sort_keys=False, width=110)
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return None
-
-
-def cmd_shard_upstream(args) -> dict:
-    from .data.upstream import write_shard
-
-    n = write_shard(args.corpus, args.first, args.count, args.out)
-    return {"first": args.first, "examples": n}
-
-
-def cmd_prepare_task(args) -> dict:
-    from .data.tasks import write_task
-
-    return write_task(args.name, args.spec, args.seed, args.demo_seed, args.out)
-
-
-def cmd_base_model(args) -> dict:
-    from .base import link_pretrained, pretrain_demo
-
-    if args.settings["kind"] == "demo":
-        _quiet_transformers()
-        return pretrain_demo(args.settings, args.out, args.threads)
-    return link_pretrained(args.settings["path"], args.out, args.settings.get("revision"))
-
-
-def cmd_finetune(args) -> dict:
-    from .train import finetune
-
-    _quiet_transformers()
-    return finetune(args.base, args.task, args.out, args.settings, args.threads)
-
-
-def cmd_finetune_worker(args) -> dict | None:
-    """One FSDP rank of a multi-process fine-tune (started by `forgetmap finetune` through torchrun)."""
-    import torch.distributed as dist
-
-    from .models import pick_device
-    from .train import finetune_into
-
-    _quiet_transformers()
-    dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo")
-    try:
-        summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads)
-        dist.barrier()  # rank 0 has written the checkpoint
-        rank = dist.get_rank()
-    finally:
-        dist.destroy_process_group()
-    return summary if rank == 0 else None
-
-
-def cmd_score(args) -> dict:
-    from .score import score_shard
-
-    _quiet_transformers()
-    return score_shard(args.model_dir, args.shard, args.out, args.settings, args.threads)
-
-
-def cmd_forgetting_matrix(args) -> dict:
-    from .matrix import assemble
-
-    tasks = args.tasks["tasks"]
-    root = Path(args.scores_dir)
-    n = len(args.shards)
-    base = [str(root / "base" / f"shard-{k}.parquet") for k in range(n)]
-    task_scores = {t: [str(root / t / f"shard-{k}.parquet") for k in range(n)] for t in tasks}
-    matrix = assemble(args.shards, base, task_scores, args.tasks["categories"], args.tasks["groups"])
-    matrix.write(args.out, {"model": args.model})
-    import numpy as np
-
-    return {"tasks": matrix.shape[0], "examples": matrix.shape[1],
-            "nan": int(np.isnan(matrix.values).sum()), "mean": float(np.nanmean(matrix.values)),
-            "share_negative": float(np.nanmean(matrix.values < 0))}
-
-
-def cmd_lowrank(args) -> dict:
-    from .errors import DataError
-    from .lowrank import analyse
-    from .matrix import ForgettingMatrix
-
-    matrix = ForgettingMatrix.read(args.matrix)
-    if args.expected_tasks is not None and matrix.tasks != args.expected_tasks:
-        missing = [t for t in args.expected_tasks if t not in matrix.tasks]
-        extra = [t for t in matrix.tasks if t not in args.expected_tasks]
-        raise DataError(f"{args.matrix}: its tasks disagree with the config (missing: {missing or 'none'}; "
-                        f"not in the config: {extra or 'none'}; or another order): rebuild the matrix")
-    return analyse(matrix, args.out_dir, args.max_rank, args.components, args.top_tasks, args.top_examples)
-
-
-def cmd_lowrank_summary(args) -> dict:
-    from .io import atomic_path
-    from .lowrank import summarise
-
-    tables = dict(item.split("=", 1) for item in args.r2)
-    frame = summarise(tables)
-    with atomic_path(args.out) as tmp:
-        frame.to_csv(tmp, sep="\t", index=False, float_format="%.4f")
-    return {"models": len(frame)}
-
-
-def cmd_import(args) -> dict:
-    from .errors import DataError
-    from .io import atomic_path
-    from .released import import_matrix, import_split, released_tasks
-
-    summary: dict = {}
-    if args.out:
-        matrix = import_matrix(args.matrix, args.meta, args.base_logprobs, args.sources, args.corpus, args.groups)
-        matrix.write(args.out, {"imported_from": str(args.matrix)})
-        import numpy as np
-
-        summary.update(tasks=matrix.shape[0], examples=matrix.shape[1], nan=int(np.isnan(matrix.values).sum()))
-    if args.split:
-        if not args.splits_dir:
-            raise DataError("--split needs --splits-dir")
-        tasks = released_tasks(args.matrix, args.meta)
-        for item in args.split:
-            name, _, path = item.partition("=")
-            split = import_split(path, name, tasks)
-            with atomic_path(Path(args.splits_dir) / f"{name}.json") as tmp:
-                tmp.write_text(json.dumps(split, indent=1))
-        summary["splits"] = len(args.split)
-    return summary
-
-
-def _task_paths(items: list[str]) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in items)
-
-
-def cmd_semantic_similarity(args) -> dict:
-    from .correlate import semantic_analysis
-    from .models import set_threads
-
-    _quiet_transformers()
-    set_threads(args.threads)
-    return semantic_analysis(args.matrix, args.shards, _task_paths(args.tasks), args.out, args.figure,
-                             args.settings["batch_size"], args.settings["max_task_examples"],
-                             args.settings["device"] if args.settings["device"] != "auto" else "cpu",
-                             args.similarity_out)
-
-
-def cmd_gradient_similarity(args) -> dict:
-    from .correlate import gradient_analysis
-    from .models import set_threads
-
-    _quiet_transformers()
-    set_threads(args.threads)
-    return gradient_analysis(args.base, args.matrix, args.shards, _task_paths(args.tasks), args.out, args.figure,
-                             args.settings)
-
-
-def cmd_cross_task(args) -> dict:
-    from .correlate import cross_task_analysis
-
-    return cross_task_analysis(args.matrix, args.out, args.summary, args.figure)
-
-
-def cmd_split_definition(args) -> dict:
-    from .io import atomic_path
-
-    with atomic_path(args.out) as tmp:
-        tmp.write_text(json.dumps(args.split, indent=1))
-    return {"train": len(args.split["train_tasks"]), "test": len(args.split["test_tasks"])}
-
-
-def cmd_predict(args) -> dict:
-    import numpy as np
-
-    from .io import atomic_path
-    from .matrix import ForgettingMatrix
-    from .predict.protocol import iterate_split, write_metrics, write_seed
-
-    matrix = ForgettingMatrix.read(args.matrix)
-    split = json.loads(Path(args.split).read_text())
-    options = args.settings
-    similarity = np.load(args.similarity) if args.similarity else None
-    metrics = {}
-    with atomic_path(args.out, directory=True) as out_dir:
-        for seed, predictions, known, values, model in iterate_split(
-                matrix.values, matrix.tasks, split["train_tasks"], split["test_tasks"], args.method, {},
-                options["k"], list(range(options["seeds"])), split["name"],
-                {"threshold": options["threshold"], "q": options["top_q"], "budget": options["budget"]},
-                similarity):
-            write_seed(matrix.example_ids, split, args.method, seed, predictions, known, model,
-                       out_dir / f"seed-{seed}.parquet")
-            metrics[seed] = values
-    write_metrics(split["name"], args.method, metrics, args.metrics)
-    return {"split": split["name"], "method": args.method,
-            **{k: float(np.nanmean([m[k] for m in metrics.values()])) for k in next(iter(metrics.values()))}}
-
-
-def cmd_prediction_scores(args) -> dict:
-    from . import plots
-    from .io import atomic_path
-    from .predict.protocol import aggregate
-
-    scores = aggregate(args.metrics)
-    with atomic_path(args.out) as tmp:
-        scores.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-    plots.prediction_scores(scores, args.figure)
-    return {"rows": len(scores)}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="forgetmap", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("schema", help="print the config JSON schema (YAML) generated from forgetmap.config")
-    p.add_argument("--out", help="write to this file instead of stdout")
-    p.set_defaults(func=cmd_schema)
-
-    p = sub.add_parser("shard-upstream", help="write one scoring shard of an upstream corpus")
-    p.add_argument("--corpus", type=_json, required=True,
-                   help='{"format": "demo", "seed": S} or {"format": "parquet"|"jsonl", "path": P}')
-    p.add_argument("--first", type=int, required=True, help="index of the shard's first example")
-    p.add_argument("--count", type=int, required=True, help="examples in the shard")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_shard_upstream)
-
-    p = sub.add_parser("prepare-task", help="validate or generate a task into the task contract")
-    p.add_argument("--name", required=True)
-    p.add_argument("--spec", type=_json, required=True, help="the task's resolved config (JSON)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/validation split of user files")
-    p.add_argument("--demo-seed", type=int, default=1234, help="seed of the demo world (demo tasks)")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_prepare_task)
-
-    p = sub.add_parser("base-model", help="pretrain the demo base model, or point to real weights")
-    p.add_argument("--settings", type=_json, required=True, help="the model's resolved `base` section (JSON)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_base_model)
-
-    p = sub.add_parser("finetune", help="fine-tune a base model on one task")
-    p.add_argument("--base", required=True, help="base model directory")
-    p.add_argument("--task", required=True, help="task parquet (task contract)")
-    p.add_argument("--settings", type=_json, required=True, help="resolved fine-tuning settings (JSON)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
-    p.add_argument("--out", required=True, help="checkpoint directory to create")
-    p.set_defaults(func=cmd_finetune)
-
-    p = sub.add_parser("finetune-worker", help="one rank of a multi-process (FSDP) fine-tune; run by torchrun")
-    p.add_argument("--base", required=True)
-    p.add_argument("--task", required=True)
-    p.add_argument("--settings", type=_json, required=True)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--into", required=True, help="directory rank 0 writes the checkpoint into")
-    p.set_defaults(func=cmd_finetune_worker)
-
-    p = sub.add_parser("score", help="per-example NLL of one upstream shard under one model")
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--shard", required=True)
-    p.add_argument("--settings", type=_json, required=True, help="resolved scoring settings (JSON)")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_score)
-
-    p = sub.add_parser("forgetting-matrix", help="assemble Z from the base and per-task scores")
-    p.add_argument("--model", required=True)
-    p.add_argument("--scores-dir", required=True, help="results/{model}/scores")
-    p.add_argument("--tasks", type=_json, required=True,
-                   help='{"tasks": [...], "categories": {task: category}, "groups": {category: group}}')
-    p.add_argument("--shards", nargs="+", required=True, help="the upstream shards, in order")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_forgetting_matrix)
-
-    p = sub.add_parser("lowrank", help="R² by rank, spectrum, heatmap and significant components of Z")
-    p.add_argument("--matrix", required=True, help="forgetting.parquet")
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--expected-tasks", type=_json, default=None, help="JSON list: the config's tasks, in order")
-    p.add_argument("--max-rank", type=int, default=30)
-    p.add_argument("--components", type=int, default=4, help="leading components to describe and plot")
-    p.add_argument("--top-tasks", type=int, default=5)
-    p.add_argument("--top-examples", type=int, default=100)
-    p.set_defaults(func=cmd_lowrank)
-
-    p = sub.add_parser("import", help="the authors' released statistics as forgetmap matrix and split files")
-    p.add_argument("--matrix", required=True, help="released Z as .npy (tasks x examples)")
-    p.add_argument("--meta", default=None, help="its .meta JSON (default: MATRIX.meta)")
-    p.add_argument("--base-logprobs", default=None, help="base model mean log-probs .npy (N,)")
-    p.add_argument("--sources", default=None, help="text file, one source label per example")
-    p.add_argument("--corpus", default="upstream", help="prefix of the generated example ids")
-    p.add_argument("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}')
-    p.add_argument("--out", default=None, help="forgetting.parquet to write")
-    p.add_argument("--split", nargs="*", default=[], help="NAME=split.pkl ...")
-    p.add_argument("--splits-dir", default=None, help="where NAME.json split definitions go")
-    p.set_defaults(func=cmd_import)
-
-    for name, func, help_text in (
-            ("semantic-similarity", cmd_semantic_similarity, "correlate Z with task-example embedding cosine"),
-            ("gradient-similarity", cmd_gradient_similarity, "correlate Z with projected gradient products")):
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--matrix", required=True)
-        p.add_argument("--shards", nargs="+", required=True, help="the upstream shards, in matrix order")
-        p.add_argument("--tasks", nargs="+", required=True, help="TASK=task.parquet ...")
-        p.add_argument("--settings", type=_json, required=True, help="the model's resolved `correlations` (JSON)")
-        p.add_argument("--threads", type=int, default=1)
-        p.add_argument("--out", required=True, help="TSV: scope, pearson, spearman, n")
-        p.add_argument("--figure", required=True)
-        if name == "gradient-similarity":
-            p.add_argument("--base", required=True, help="base model directory")
-        else:
-            p.add_argument("--similarity-out", default=None, help="write the similarity matrix (.npy) here")
-        p.set_defaults(func=func)
-
-    p = sub.add_parser("cross-task", help="correlations between the forgetting rows of tasks")
-    p.add_argument("--matrix", required=True)
-    p.add_argument("--out", required=True, help="TSV of task pairs")
-    p.add_argument("--summary", required=True, help="TSV: within vs across categories")
-    p.add_argument("--figure", required=True)
-    p.set_defaults(func=cmd_cross_task)
-
-    p = sub.add_parser("split-definition", help="write a prediction split's train and test tasks as JSON")
-    p.add_argument("--split", type=_json, required=True, help='{"name", "train_tasks", "test_tasks"}')
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_split_definition)
-
-    p = sub.add_parser("predict", help="the prediction protocol for one split and one method, all seeds")
-    p.add_argument("--matrix", required=True)
-    p.add_argument("--split", required=True, help="split definition JSON file")
-    p.add_argument("--method", required=True)
-    p.add_argument("--settings", type=_json, required=True, help="the resolved `prediction` section (JSON)")
-    p.add_argument("--out", required=True, help="directory of seed-{s}.parquet predicted rows")
-    p.add_argument("--metrics", required=True, help="TSV of per-seed metrics")
-    p.add_argument("--similarity", default=None, help="tasks x examples .npy (the semantic method)")
-    p.set_defaults(func=cmd_predict)
-
-    p = sub.add_parser("prediction-scores", help="mean and std over seeds of every split, method, metric")
-    p.add_argument("--metrics", nargs="+", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--figure", required=True)
-    p.set_defaults(func=cmd_prediction_scores)
-
-    p = sub.add_parser("lowrank-summary", help="model x rank table of R² across models")
-    p.add_argument("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ...")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_lowrank_summary)
-    return parser
+def _call(args: argparse.Namespace):
+    """Call the command's function with its arguments (`output_*` ones gathered into `outputs`)."""
+    module, function = args.target.split(":")
+    kwargs = {k: v for k, v in vars(args).items()
+              if k not in ("command", "verbose", "target", "transformers", "gpus")}
+    outputs = {k[len("output_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("output_")}
+    if outputs:
+        kwargs["outputs"] = outputs
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)(**kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
             claim = claim_gpus(args.gpus)  # held until this process exits
             log.info("CUDA_VISIBLE_DEVICES=%s (%s)", os.environ["CUDA_VISIBLE_DEVICES"],
                      "claimed by lock file" if claim.devices else "set by the scheduler")
-        summary = args.func(args)
+        if args.transformers:
+            _quiet_transformers()
+        summary = _call(args)
     except ForgetmapError as exc:
         print(f"forgetmap {args.command}: error: {exc}", file=sys.stderr)
         return 2
     if summary is not None:
-        print(json.dumps({"command": args.command, **summary}))
+        print(json.dumps({"command": args.command, **summary}, default=str))
     return 0
 
 

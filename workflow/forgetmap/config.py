@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from .errors import ConfigError
+from .predict.registry import DEFAULT_METHODS, METHODS
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
@@ -90,9 +91,6 @@ SCORE = _obj({
                                    "batches), 0.1 on GPU"},
     "max_length": _int(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
-    "processes": _int(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
-                         "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
-                         "resources.finetune.gpu to the same number", 1),
     "dtype": _enum("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
     "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
     "gpu_memory_utilization": _num(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
@@ -166,6 +164,9 @@ MODEL = _obj({
         "base": _resources(0, 4000, 60, 1, "base-model"),
         "finetune": _resources(1, 32000, 240, 4, "fine-tuning"),
         "score": _resources(1, 16000, 60, 4, "scoring"),
+        "semantic": _resources(1, 16000, 60, 4, "semantic-similarity (MiniLM embedding)"),
+        "gradient": _resources(1, 32000, 240, 4, "gradient-similarity (per-example gradients)"),
+        "analysis": _resources(0, 8000, 60, 1, "matrix-analysis (low rank, cross-task, prediction)"),
     }, description="per-rule resources", default={}),
 }, description="a model: its base, how it is fine-tuned and scored (or an imported matrix)")
 
@@ -190,9 +191,6 @@ TASK = _obj({
 for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
 
-PREDICTION_METHODS = ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten",
-                      "random")
-REFERENCE_METHODS = ("surprise_additive", "surprise_knn", "surprise_svd")  # scikit-surprise, as the reference
 
 SPLIT = _obj({
     "test": {"type": ["array", "null"], "items": {"type": "string"}, "default": None,
@@ -206,9 +204,14 @@ SPLIT = _obj({
 PREDICTION = _obj({
     "k": _int(30, "known (measured) examples of each test task", 1),
     "seeds": _int(10, "seeds 0..n-1 of the known-example draw", 1),
-    "methods": {"type": "array", "items": {"enum": list(PREDICTION_METHODS + REFERENCE_METHODS)}, "minItems": 1,
-                "default": list(PREDICTION_METHODS),
-                "description": "completion methods to evaluate; surprise_* need the `reference` extra"},
+    "methods": {"oneOf": [
+        {"type": "array", "items": {"enum": list(METHODS)}, "minItems": 1, "uniqueItems": True},
+        {"type": "object", "minProperties": 1, "propertyNames": {"enum": list(METHODS)},
+         "additionalProperties": {"type": ["object", "null"]}}],
+        "default": list(DEFAULT_METHODS),
+        "description": "completion methods to evaluate: a list of names, or {name: {parameter: value}} to set "
+                       "their hyperparameters (those of each method's class in forgetmap.predict); surprise_* "
+                       "need the `reference` extra"},
     "threshold": _num(0.0, "forgotten := Z > threshold for the binary metrics"),
     "top_q": _num(0.1, "top-q metric: share of each task's examples counted as most forgotten",
                   exclusive_minimum=0),
@@ -223,18 +226,19 @@ SCHEMA = _obj({
     "shard_size": _int(10000, "upstream examples per scoring job", 1),
     "keep_checkpoints": {"type": "boolean", "default": True,
                          "description": "false: fine-tuned checkpoints are temp() and deleted after scoring"},
-    "upstream": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+    "upstream": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
                  "additionalProperties": CORPUS, "description": "upstream corpora by name"},
-    "categories": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+    "categories": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
                    "additionalProperties": _obj({"group": _enum("in_domain", ("in_domain", "out_of_domain"),
                                                                 "prediction split group")}),
                    "description": "task categories and their split group"},
-    "tasks": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
+    "tasks": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
               "additionalProperties": TASK, "description": "fine-tuning tasks by name"},
     "models": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
                "additionalProperties": MODEL, "description": "models by name"},
     "prediction": PREDICTION,
-}, required=("upstream", "categories", "tasks", "models"), description="forgetmap workflow config",
+}, required=("models",), description="forgetmap workflow config (upstream corpora and tasks are needed by computed "
+                                    "models only: a config of imported models alone needs neither)",
     **{"$schema": "https://json-schema.org/draft/2020-12/schema"})
 
 
@@ -322,19 +326,26 @@ def _check_references(cfg: dict) -> None:
                                   f"allowed: {', '.join(cfg['tasks'])}")
         if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
             raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
-        for task in model_tasks(cfg, name):
-            _check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
-                             f"models.{name} / tasks.{task}")
+        if model["tasks"] == "all" and not cfg["tasks"]:
+            raise ConfigError(f"config key tasks: model {name!r} is fine-tuned on every task, and none is configured")
+    _check_methods(cfg["prediction"])
 
 
-def _check_processes(settings: dict, gpus: int, where: str) -> None:
-    processes = settings["processes"]
-    if processes > 1 and settings["method"] != "full":
-        raise ConfigError(f"config key finetune.processes ({where}): value {processes} needs method 'full' "
-                          f"(FSDP shards full fine-tuning); a {settings['method']} run fits one device")
-    if gpus and gpus != processes:
-        raise ConfigError(f"config key resources.finetune.gpu ({where}): value {gpus} must equal finetune.processes "
-                          f"({processes}): each training process drives one GPU")
+def _check_methods(prediction: dict) -> None:
+    """`prediction.methods` as {name: {parameter: value}}: every parameter one the method takes."""
+    from .predict.registry import PROVIDED, parameters
+
+    methods = prediction["methods"]
+    if isinstance(methods, list):
+        methods = {name: {} for name in methods}
+    for name, params in methods.items():
+        params = methods[name] = dict(params or {})
+        allowed = parameters(name) if params else {}
+        for key in params:
+            if key in PROVIDED or key not in allowed:
+                raise ConfigError(f"config key prediction.methods.{name}.{key}: {name} has no such parameter; "
+                                  f"allowed: {', '.join(allowed) or 'none'}")
+    prediction["methods"] = methods
 
 
 def model_tasks(cfg: dict, model: str) -> list[str]:
@@ -343,57 +354,16 @@ def model_tasks(cfg: dict, model: str) -> list[str]:
     return list(cfg["tasks"]) if chosen == "all" else [t for t in cfg["tasks"] if t in chosen]
 
 
-def finetune_settings(cfg: dict, model: str, task: str) -> dict:
-    """The model's fine-tuning settings with the task's overrides, plus what training needs to know."""
-    settings = copy.deepcopy(cfg["models"][model]["finetune"])
-    overrides = cfg["tasks"][task].get("finetune") or {}
-    for key, value in overrides.items():
-        if key == "lora":
-            settings["lora"].update(value)
-        else:
-            settings[key] = value
-    settings["chat_template"] = cfg["models"][model]["chat_template"]
-    return settings
+def schema_command(out: str | None = None) -> None:
+    """`forgetmap schema`: the JSON schema as YAML (config/schema.yaml is this output)."""
+    import sys
+    from pathlib import Path
 
+    import yaml
 
-def score_settings(cfg: dict, model: str) -> dict:
-    return {**cfg["models"][model]["score"], "chat_template": cfg["models"][model]["chat_template"]}
-
-
-def prediction_splits(cfg: dict, model: str) -> dict[str, dict]:
-    """Train and test tasks of each configured split, restricted to the model's tasks."""
-    tasks = model_tasks(cfg, model)
-    splits: dict[str, dict] = {}
-    pending = dict(cfg["prediction"]["splits"])
-    for name, split in pending.items():  # in-domain splits first: out-of-domain ones refer to them
-        key = f"config key prediction.splits.{name}"
-        if split["test"] is not None:
-            unknown = [t for t in split["test"] if t not in cfg["tasks"]]
-            if unknown:
-                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
-            test = [t for t in tasks if t in split["test"]]
-            categories = {cfg["tasks"][t]["category"] for t in test}
-            train = [t for t in tasks if cfg["tasks"][t]["category"] in categories and t not in test]
-            splits[name] = {"name": name, "train_tasks": train, "test_tasks": test}
-        elif split["test_category"] is None or split["train_split"] is None:
-            raise ConfigError(f"{key}: give `test` (in-domain) or `test_category` and `train_split` (out-of-domain)")
-    for name, split in pending.items():
-        key = f"config key prediction.splits.{name}"
-        if split["test"] is None:
-            if split["test_category"] not in cfg["categories"]:
-                raise ConfigError(f"{key}.test_category: value {split['test_category']!r} is not a category; "
-                                  f"allowed: {', '.join(cfg['categories'])}")
-            if split["train_split"] not in splits:
-                raise ConfigError(f"{key}.train_split: value {split['train_split']!r} is not an in-domain split; "
-                                  f"allowed: {', '.join(splits) or 'none'}")
-            test = [t for t in tasks if cfg["tasks"][t]["category"] == split["test_category"]]
-            splits[name] = {"name": name, "train_tasks": splits[split["train_split"]]["train_tasks"], "test_tasks": test}
-    return splits
-
-
-def correlation_settings(cfg: dict, model: str) -> dict:
-    return {**cfg["models"][model]["correlations"], "chat_template": cfg["models"][model]["chat_template"]}
-
-
-def base_settings(cfg: dict, model: str) -> dict:
-    return {**copy.deepcopy(cfg["models"][model]["base"]), "corpus_seed": cfg["demo_seed"]}
+    text = "# Generated by `forgetmap schema` from forgetmap/config.py: edit that, not this file.\n"
+    text += yaml.safe_dump(SCHEMA, sort_keys=False, width=110)
+    if out:
+        Path(out).write_text(text)
+    else:
+        sys.stdout.write(text)

@@ -175,3 +175,27 @@ def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
     _write(summary, out_summary)
     plots.task_correlations(correlations[1], matrix.tasks, categories, out_png)
     return {row["pairs"]: row["pearson_column_centred"] for _, row in summary.iterrows()}
+
+
+def semantic_command(matrix: str, shards: list[str], tasks: list[str], settings: dict, threads: int, out: str,
+                     figure: str, similarity_out: str | None = None) -> dict:
+    """`forgetmap semantic-similarity`: TASK=path arguments, the model's `correlations` settings."""
+    from .models import pick_device, set_threads
+
+    set_threads(threads)
+    return semantic_analysis(matrix, shards, task_arguments(tasks), out, figure, settings["batch_size"],
+                             settings["max_task_examples"], str(pick_device(settings["device"])), similarity_out)
+
+
+def gradient_command(base: str, matrix: str, shards: list[str], tasks: list[str], settings: dict, threads: int,
+                     out: str, figure: str) -> dict:
+    """`forgetmap gradient-similarity`."""
+    from .models import set_threads
+
+    set_threads(threads)
+    return gradient_analysis(base, matrix, shards, task_arguments(tasks), out, figure, settings)
+
+
+def task_arguments(items: list[str]) -> dict[str, str]:
+    """TASK=path command-line arguments as {task: path}."""
+    return dict(item.split("=", 1) for item in items)

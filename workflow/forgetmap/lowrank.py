@@ -130,12 +130,17 @@ def component_tops(u_k: np.ndarray, s_k: float, v_k: np.ndarray, n_tasks: int, n
     return top_tasks, row_mean[top_tasks], top_examples, col_mean[top_examples]
 
 
-def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_tasks: int = 5,
-            top_examples: int = 100, figures: bool = True) -> dict:
-    """Write r2.tsv, components.tsv, component_sources.tsv, summary.json and three figures to `out_dir`.
+OUTPUTS = {"r2": "r2.tsv", "spectrum": "spectrum.png", "heatmap": "heatmap.png", "components": "components.tsv",
+           "component_figure": "components.png", "sources": "component_sources.tsv", "summary": "summary.json"}
 
+
+def analyse(matrix, outputs, max_rank: int = 30, n_components: int = 4, top_tasks: int = 5,
+            top_examples: int = 100, figures: bool = True) -> dict:
+    """Write the R² table, components, their sources, a summary and three figures.
+
+    `outputs` maps each key of OUTPUTS to its path, or is a directory that receives OUTPUTS' file names.
     NaN handling: all-NaN task rows are dropped, then every example with a NaN in a remaining row;
-    both counts are in summary.json. A matrix that is constant after that is an error.
+    both counts are in the summary. A matrix that is constant after that is an error.
     """
     import json
     from pathlib import Path
@@ -145,8 +150,9 @@ def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_task
     from . import plots
     from .io import atomic_path
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not isinstance(outputs, dict):
+        outputs = {key: Path(outputs) / name for key, name in OUTPUTS.items()}
+    outputs = {key: Path(path) for key, path in outputs.items()}
     cleaned = drop_missing(matrix.values, matrix.tasks)
     z = cleaned.z
     tasks = [matrix.tasks[i] for i in cleaned.task_index]
@@ -165,7 +171,7 @@ def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_task
     del null
     table = pd.DataFrame({"rank": np.arange(1, ranks + 1), "r2": r2, "singular_value": s[:ranks],
                           "r2_row_shuffled": r2_null})
-    with atomic_path(out_dir / "r2.tsv") as tmp:
+    with atomic_path(outputs["r2"]) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
 
     k = int(min(n_components, np.count_nonzero(s > s[0] * 1e-9)))
@@ -185,20 +191,21 @@ def analyse(matrix, out_dir, max_rank: int = 30, n_components: int = 4, top_task
             source_rows.append({"component": c + 1, "source": source, "n_top": hits,
                                 "share_top": hits / len(e_idx), "share_all": n_all / len(sources),
                                 "z": zscore, "p_value": p})
-    for name, rows in (("components.tsv", top_rows), ("component_sources.tsv", source_rows)):
-        with atomic_path(out_dir / name) as tmp:
+    for key, rows in (("components", top_rows), ("sources", source_rows)):
+        with atomic_path(outputs[key]) as tmp:
             pd.DataFrame(rows).to_csv(tmp, sep="\t", index=False, float_format="%.6g")
 
     if figures:
-        plots.spectrum(s, r2, out_dir / "spectrum.png")
-        plots.heatmap(matrix.values, matrix.tasks, matrix.task_categories(), matrix.sources, out_dir / "heatmap.png")
+        plots.spectrum(s, r2, outputs["spectrum"])
+        plots.heatmap(matrix.values, matrix.tasks, matrix.task_categories(), matrix.sources, outputs["heatmap"])
         cols = plots.column_order(sources)
         parts = [s[c] * np.outer(u[:, c], v[c, cols]) for c in range(k)]
-        plots.components(parts, tasks, categories, sources[cols], out_dir / "components.png")
+        plots.components(parts, tasks, categories, sources[cols], outputs["component_figure"])
     summary = {"tasks": len(tasks), "examples": int(z.shape[1]), "tasks_dropped_all_nan": cleaned.dropped_tasks,
                "examples_dropped_nan": int(matrix.values.shape[1] - z.shape[1]),
                "r2_rank_1_3_5": [float(r2[r - 1]) if r <= ranks else None for r in (1, 3, 5)]}
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    with atomic_path(outputs["summary"]) as tmp:
+        tmp.write_text(json.dumps(summary, indent=1))
     return summary
 
 
@@ -211,3 +218,27 @@ def summarise(r2_tables: dict[str, str], ranks=(1, 3, 5)):
         table = pd.read_csv(path, sep="\t").set_index("rank")["r2"]
         rows.append({"model": model, **{f"rank_{r}": table.get(r, np.nan) for r in ranks}})
     return pd.DataFrame(rows)
+
+
+def lowrank_command(matrix: str, expected_tasks: list[str] | None, outputs: dict[str, str], max_rank: int = 30,
+                    components: int = 4, top_tasks: int = 5, top_examples: int = 100) -> dict:
+    """`forgetmap lowrank`: refuses a matrix whose tasks are not the config's, then `analyse`."""
+    from .matrix import ForgettingMatrix
+
+    forgetting = ForgettingMatrix.read(matrix)
+    if expected_tasks is not None and forgetting.tasks != expected_tasks:
+        missing = [t for t in expected_tasks if t not in forgetting.tasks]
+        extra = [t for t in forgetting.tasks if t not in expected_tasks]
+        raise DataError(f"{matrix}: its tasks disagree with the config (missing: {missing or 'none'}; "
+                        f"not in the config: {extra or 'none'}; or another order): rebuild the matrix")
+    return analyse(forgetting, outputs, max_rank, components, top_tasks, top_examples)
+
+
+def summary_command(r2: list[str], out: str) -> dict:
+    """`forgetmap lowrank-summary`: MODEL=r2.tsv arguments to one model x rank table."""
+    from .io import atomic_path
+
+    frame = summarise(dict(item.split("=", 1) for item in r2))
+    with atomic_path(out) as tmp:
+        frame.to_csv(tmp, sep="\t", index=False, float_format="%.4f")
+    return {"models": len(frame)}

@@ -3,7 +3,8 @@
 On disk (`results/{model}/forgetting.parquet`): one row per upstream example with `example_id`,
 `source`, `base_nll`, then one float32 column per task (positive = forgotten). The parquet
 key-value metadata (`forgetmap`) records the task order, each task's category and each category's
-split group. `ForgettingMatrix.read()` returns the M x N float32 array (tasks x examples).
+split group, and the statistic the values hold (`STATISTICS`). `ForgettingMatrix.read()` returns the
+M x N float32 array (tasks x examples). What "forgotten" means is defined once, by `forgotten()`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from .io import read_metadata, write_table
 
 LABEL_COLUMNS = ("example_id", "source", "base_nll")
 FORMAT_VERSION = 1
+# what a matrix's values are; every matrix file records one of these under `statistic`
+STATISTICS = {
+    "nll_change": "Z = NLL after fine-tuning - NLL before (nats per token); positive = forgotten",
+}
+
+
+def forgotten(values: np.ndarray, threshold: float = 0.0) -> np.ndarray:
+    """The one definition of a forgotten entry: its value exceeds `threshold` (0: any loss increase;
+    for a 0/1 transition matrix, any threshold in [0, 1) selects the 1s)."""
+    return np.asarray(values) > threshold
 
 
 @dataclass
@@ -32,9 +43,12 @@ class ForgettingMatrix:
     base_nll: np.ndarray          # (N,) float32
     categories: dict[str, str] = field(default_factory=dict)   # task -> category
     groups: dict[str, str] = field(default_factory=dict)       # category -> split group
+    statistic: str = "nll_change"                              # a key of STATISTICS
 
     def __post_init__(self):
         self.values = np.asarray(self.values, dtype=np.float32)
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"unknown statistic {self.statistic!r}; known: {', '.join(STATISTICS)}")
         if self.values.shape != (len(self.tasks), len(self.example_ids)):
             raise ValueError(f"values have shape {self.values.shape}, expected "
                              f"({len(self.tasks)} tasks, {len(self.example_ids)} examples)")
@@ -54,8 +68,8 @@ class ForgettingMatrix:
                    "source": pa.array(self.sources.astype(str)),
                    "base_nll": pa.array(self.base_nll, pa.float32())}
         columns.update({t: pa.array(self.values[i], pa.float32()) for i, t in enumerate(self.tasks)})
-        metadata = {"format_version": FORMAT_VERSION, "tasks": self.tasks, "categories": self.categories,
-                    "groups": self.groups, **(extra_metadata or {})}
+        metadata = {"format_version": FORMAT_VERSION, "statistic": self.statistic, "tasks": self.tasks,
+                    "categories": self.categories, "groups": self.groups, **(extra_metadata or {})}
         write_table(pa.table(columns), path, metadata)
 
     @classmethod
@@ -69,6 +83,9 @@ class ForgettingMatrix:
         missing = [c for c in (*LABEL_COLUMNS, *tasks) if c not in names]
         if missing:
             raise DataError(f"{path}: not a forgetting matrix, missing column(s) {', '.join(missing)}")
+        statistic = meta.get("statistic", "nll_change")  # files written before it was recorded held Z
+        if statistic not in STATISTICS:
+            raise DataError(f"{path}: metadata 'statistic' {statistic!r} is not one of {', '.join(STATISTICS)}")
         source = pq.ParquetFile(path)
         labels = source.read(columns=list(LABEL_COLUMNS))
         values = np.empty((len(tasks), labels.num_rows), dtype=np.float32)
@@ -79,7 +96,7 @@ class ForgettingMatrix:
         return cls(values, list(tasks), labels.column("example_id").to_numpy().astype(str),
                    labels.column("source").to_numpy().astype(str),
                    labels.column("base_nll").to_numpy().astype(np.float32),
-                   meta.get("categories", {}), meta.get("groups", {}))
+                   meta.get("categories", {}), meta.get("groups", {}), statistic)
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame({"example_id": self.example_ids, "source": self.sources, "base_nll": self.base_nll})
@@ -113,3 +130,13 @@ def assemble(shards: list[str], base_scores: list[str], task_scores: dict[str, l
     tasks = list(task_scores)
     return ForgettingMatrix(values, tasks, np.concatenate(ids), np.concatenate(sources), base,
                             {t: categories[t] for t in tasks}, {c: groups[c] for c in sorted({categories[t] for t in tasks})})
+
+
+def matrix_command(settings: dict, shards: list[str], out: str) -> dict:
+    """`forgetmap forgetting-matrix`: the settings name every run's score files (forgetmap.plan)."""
+    tasks = settings["tasks"]
+    matrix = assemble(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
+                      settings["categories"], settings["groups"])
+    matrix.write(out, {"model": settings["model"]})
+    return {"tasks": matrix.shape[0], "examples": matrix.shape[1], "nan": int(np.isnan(matrix.values).sum()),
+            "mean": float(np.nanmean(matrix.values)), "share_negative": float(np.nanmean(matrix.values < 0))}

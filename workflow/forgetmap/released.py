@@ -128,3 +128,21 @@ def import_split(pickle_path: str | Path, name: str, known_tasks: list[str] | No
         if unknown:
             raise DataError(f"{pickle_path}: task(s) {unknown[:5]} are not rows of the imported matrix")
     return out
+
+
+def import_command(matrix: str, meta: str | None, base_logprobs: str | None, sources: str | None, corpus: str,
+                   groups: dict | None, out: str) -> dict:
+    """`forgetmap import`: the released matrix as a forgetting.parquet."""
+    imported = import_matrix(matrix, meta, base_logprobs, sources, corpus, groups)
+    imported.write(out, {"imported_from": str(matrix)})
+    return {"tasks": imported.shape[0], "examples": imported.shape[1], "nan": int(np.isnan(imported.values).sum())}
+
+
+def import_split_command(matrix: str, meta: str | None, name: str, split: str, out: str, **_released) -> dict:
+    """`forgetmap import-split`: a released split pickle as a split definition JSON."""
+    from .io import atomic_path
+
+    definition = import_split(split, name, released_tasks(matrix, meta))
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(definition, indent=1))
+    return {"train": len(definition["train_tasks"]), "test": len(definition["test_tasks"])}

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .data.batches import pad
 from .data.chat import Encoded
 
 log = logging.getLogger(__name__)
@@ -44,16 +45,6 @@ def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 
     if current:
         batches.append(np.asarray(current))
     return batches
-
-
-def _pad(encoded: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(e.ids) for e in encoded)
-    ids = np.full((len(encoded), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(encoded), width), dtype=np.int64)
-    for row, e in enumerate(encoded):
-        ids[row, :len(e.ids)] = e.ids
-        mask[row, :len(e.ids)] = 1
-    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
 def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -109,7 +100,7 @@ class TorchScorer:
             members = [encoded[i] for i in batch]
             if self.use_hidden is None:
                 self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)))
-            ids, mask = _pad(members, self.pad_id)
+            ids, mask = pad(members, self.pad_id)
             ids = ids.to(self.device)
             # a batch of equal lengths needs no mask: attention takes its causal fast path
             mask = None if bool(mask.all()) else mask.to(self.device)
@@ -185,7 +176,7 @@ def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> n
                      for e, o in zip(encoded, outputs)], dtype=np.float32)
 
 
-def score_shard(model_dir: str, shard_path: str, out: str, settings: dict, threads: int) -> dict:
+def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str) -> dict:
     """Score every example of an upstream shard with one model and write the scores contract."""
     import pandas as pd
     import pyarrow as pa
@@ -195,7 +186,7 @@ def score_shard(model_dir: str, shard_path: str, out: str, settings: dict, threa
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads
 
     set_threads(threads)
-    frame = pd.read_parquet(shard_path)
+    frame = pd.read_parquet(shard)
     tokenizer = load_tokenizer(model_dir)
     encoded = encode_examples(tokenizer, frame, settings["chat_template"], settings["max_length"])
     start = time.perf_counter()

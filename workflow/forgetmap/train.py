@@ -1,10 +1,13 @@
 """The fine-tuning loop: load batch, forward, backward, step, log (full fine-tuning or LoRA).
 
-AdamW with linear warm-up then linear decay to zero, gradient accumulation (the loss of one optimizer
-step is the mean over all target tokens of all its micro-batches, as one large batch would give),
-gradient clipping, a seeded example order, bf16 autocast and fused AdamW on CUDA, optional gradient
-checkpointing. Chat examples are trained on their response tokens and the closing EOS only (the
-paper's label masking); `lm` examples on every token but the first.
+Batches come from a batch source (`forgetmap.data.batches`): the loop draws each step's micro-batches
+and never knows which examples they hold or how they were chosen. What counts in the loss arrives
+with the encoded examples: their target tokens (chat examples: the response and closing EOS, the
+paper's label masking; `lm` examples: every token but the first), less what a loss mask drops, each
+scaled by its example's weight. The loss of one optimizer step is the (weighted) sum over the kept
+target tokens of all its micro-batches divided by how many were kept, as one large batch would give.
+AdamW with linear warm-up then linear decay to zero, gradient clipping, bf16 autocast and fused AdamW
+on CUDA, optional gradient checkpointing. `python -m forgetmap.train` is one FSDP worker.
 """
 
 from __future__ import annotations
@@ -16,38 +19,16 @@ import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .data.batches import IGNORE, collate, task_batches
 from .data.chat import Encoded
 
 log = logging.getLogger(__name__)
-IGNORE = -100
-
-
-def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ids, attention mask and labels (IGNORE outside each example's target span)."""
-    width = max(len(e.ids) for e in examples)
-    ids = np.full((len(examples), width), pad_id, dtype=np.int64)
-    labels = np.full((len(examples), width), IGNORE, dtype=np.int64)
-    mask = np.zeros((len(examples), width), dtype=np.int64)
-    for row, e in enumerate(examples):
-        ids[row, :len(e.ids)] = e.ids
-        mask[row, :len(e.ids)] = 1
-        labels[row, e.target_start:len(e.ids)] = e.ids[e.target_start:]
-    return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-            "labels": torch.from_numpy(labels)}
-
-
-def example_order(n: int, seed: int):
-    """An endless stream of example indices: a fresh seeded permutation every epoch."""
-    rng = np.random.default_rng(seed)
-    while True:
-        yield from rng.permutation(n)
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
@@ -71,17 +52,28 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path: Path | None,
-          on_step: Callable[[int], dict] | None = None) -> dict:
-    """Train `model` in place; one JSON line per optimizer step goes to `log_path`.
+def batch_loss(logits: torch.Tensor, batch: dict, n_targets: int) -> torch.Tensor:
+    """Summed (weighted) next-token cross-entropy of a micro-batch's labels over the step's `n_targets`."""
+    logits, labels = logits[:, :-1].float().flatten(0, 1), batch["labels"][:, 1:].flatten()
+    if batch["weights"] is None:
+        loss = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="sum")
+    else:
+        per_token = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="none")
+        loss = (per_token * batch["weights"][:, 1:].flatten()).sum()
+    return loss / max(1, n_targets)
 
-    Under torch.distributed (FSDP) every rank draws the same step's grad_accum x world micro-batches
-    from the same seeded order and runs its share; the loss is scaled by the world size because FSDP
+
+def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: dict, pad_id: int,
+          log_path: Path | None, on_step: Callable[[int], dict] | None = None) -> dict:
+    """Train `model` in place for `total` steps drawn from `batches` (each step: its micro-batches);
+    one JSON line per optimizer step goes to `log_path`.
+
+    Under torch.distributed (FSDP) every rank draws the same step's micro-batches (grad_accum x world
+    of them) from the same source and runs its share; the loss is scaled by the world size because FSDP
     averages gradients over ranks, so a step's gradient is exactly the one-process gradient of all of
     them. Only rank 0 writes the log (`log_path` None on the others)."""
     rank, world = _world()
     device = next(model.parameters()).device
-    total = planned_steps(settings, len(examples))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.999),
                                   weight_decay=settings["weight_decay"],
@@ -92,26 +84,24 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
     if settings.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable()
     model.train()
-    order = example_order(len(examples), settings["seed"])
     started = time.perf_counter()
-    last = {}
+    last, sum_tokens = {}, 0
     with open(log_path, "w") if log_path is not None else nullcontext() as sink:
         for step in range(total):
             t0 = time.perf_counter()
             lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            micro = [[examples[next(order)] for _ in range(settings["batch_size"])]
-                     for _ in range(settings["grad_accum"] * world)]
-            n_targets = sum(len(e.ids) - e.target_start for mb in micro for e in mb)
+            micro = next(batches)
+            n_targets = sum(e.n_targets for mb in micro for e in mb)
             tokens = sum(len(e.ids) for mb in micro for e in mb)
+            sum_tokens += tokens
             loss_sum = torch.zeros((), dtype=torch.float64, device=device)
             for mb in micro[rank::world]:
-                batch = {k: v.to(device) for k, v in collate(mb, pad_id).items()}
+                batch = {k: v.to(device) if v is not None else None for k, v in collate(mb, pad_id).items()}
                 with autocast:
                     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-                loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), batch["labels"][:, 1:].flatten(),
-                                       ignore_index=IGNORE, reduction="sum") / max(1, n_targets)
+                loss = batch_loss(logits, batch, n_targets)
                 (loss * world).backward()
                 loss_sum += loss.detach()
             if world > 1:
@@ -126,7 +116,7 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - t0
             last = {"step": step + 1, "loss": round(loss_sum, 6), "lr": lr, "grad_norm": round(float(grad_norm), 6),
-                    "tokens": tokens, "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+                    "tokens": tokens, "targets": n_targets, "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
                     "elapsed_s": round(time.perf_counter() - started, 3)}
             if on_step is not None:
                 last.update(on_step(step + 1))
@@ -136,7 +126,8 @@ def train(model, examples: list[Encoded], settings: dict, pad_id: int, log_path:
     model.eval()
     if not math.isfinite(last.get("loss", 0.0)):
         raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
-    return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3)}
+    return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3),
+            "tokens": sum_tokens}
 
 
 def attach_lora(model, lora: dict, seed: int):
@@ -148,23 +139,23 @@ def attach_lora(model, lora: dict, seed: int):
     return get_peft_model(model, config)
 
 
-def finetune(base_dir: str, task_path: str, out: str, settings: dict, threads: int) -> dict:
+def finetune(base: str, task: str, settings: dict, threads: int, out: str) -> dict:
     """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all.
-    With `processes` above 1, torchrun runs that many FSDP workers (`finetune_worker`) into the
-    temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo."""
+    With `processes` above 1, torchrun runs that many FSDP workers (`python -m forgetmap.train`) into
+    the temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo."""
     from .io import atomic_path
 
     processes = settings.get("processes", 1)
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
-            return finetune_into(base_dir, task_path, tmp, settings, threads)
+            return finetune_into(base, task, tmp, settings, threads)
         import subprocess
         import sys
 
         from .errors import ForgetmapError
 
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-                   "-m", "forgetmap.cli", "finetune-worker", "--base", str(base_dir), "--task", str(task_path),
+                   "-m", "forgetmap.train", "--base", str(base), "--task", str(task),
                    "--settings", json.dumps(settings), "--threads", str(max(1, threads // processes)),
                    "--into", str(tmp)]
         log.info("launching %d FSDP training processes: %s", processes, " ".join(command[:6]))
@@ -217,7 +208,9 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     parameters, architecture = n_parameters(model), type(model).__name__
     if world > 1:
         _shard(model)
-    summary = train(model, examples, settings, tokenizer.pad_token_id, into / "train_log.jsonl" if rank == 0 else None)
+    batches = task_batches(examples, settings["batch_size"], settings["grad_accum"] * world, settings["seed"])
+    summary = train(model, batches, planned_steps(settings, len(examples)), settings, tokenizer.pad_token_id,
+                    into / "train_log.jsonl" if rank == 0 else None)
     state = None
     if world > 1:  # every rank takes part in gathering the full weights; rank 0 writes them
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -234,3 +227,34 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
         summary.update(examples=len(examples), parameters=parameters, device=str(device), processes=world)
         (into / "train_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """One FSDP rank of a multi-process fine-tune, as torchrun starts it (`finetune` launches it)."""
+    import argparse
+    import sys
+
+    from .models import pick_device
+
+    parser = argparse.ArgumentParser(prog="python -m forgetmap.train", description=worker_main.__doc__)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--settings", type=json.loads, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--into", required=True, help="directory rank 0 writes the checkpoint into")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo")
+    try:
+        summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads)
+        dist.barrier()  # rank 0 has written the checkpoint
+        if dist.get_rank() == 0:
+            print(json.dumps({"command": "finetune-worker", **summary}))
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(worker_main())

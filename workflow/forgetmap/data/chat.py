@@ -25,15 +25,32 @@ TEMPLATES = ("olmo", "tokenizer")
 
 @dataclass(frozen=True)
 class Encoded:
-    """Token ids of one example; targets are positions [target_start, len), scored [target_start, score_end)."""
+    """Token ids of one example; targets are positions [target_start, len), scored [target_start, score_end).
+
+    Training may narrow the targets with `loss_mask` (one bool per position; False: that token carries
+    no loss, as low-perplexity token training masks) and scale the example's loss by `weight`."""
 
     ids: np.ndarray
     target_start: int
     score_end: int
+    loss_mask: np.ndarray | None = None
+    weight: float = 1.0
 
     @property
     def n_scored(self) -> int:
         return max(0, self.score_end - self.target_start)
+
+    def target_positions(self) -> np.ndarray:
+        """The positions whose token is a training target: the target span, less what the mask drops."""
+        positions = np.arange(self.target_start, len(self.ids))
+        return positions if self.loss_mask is None else positions[self.loss_mask[self.target_start:]]
+
+    @property
+    def n_targets(self) -> int:
+        """Training targets actually kept (the loss normaliser counts these)."""
+        if self.loss_mask is None:
+            return max(0, len(self.ids) - self.target_start)
+        return int(np.count_nonzero(self.loss_mask[self.target_start:]))
 
 
 def chat_pieces(tokenizer, prompt: str, response: str, template: str) -> tuple[str, str, str]:

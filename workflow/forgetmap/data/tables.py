@@ -24,8 +24,28 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pd.DataFra
             frame = pd.read_json(path, lines=kind == "jsonl", dtype=False)
             return frame if columns is None else frame[[c for c in columns if c in frame]]
     except (ValueError, OSError) as exc:
+        where = _bad_json_line(path) if kind == "jsonl" else None
+        if where is not None:
+            raise DataError(f"{path}: line {where[0]}: not a JSON object: {where[1]}") from None
         raise DataError(f"{path}: cannot be read as {kind}: {exc}") from exc
     raise DataError(f"{path}: unknown format {path.suffix!r}; use one of {', '.join(FORMATS)}")
+
+
+def _bad_json_line(path: Path) -> tuple[int, str] | None:
+    """(1-based line number, reason) of the first line of a jsonl file that is not a JSON object."""
+    import json
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                return number, exc.msg
+            if not isinstance(value, dict):
+                return number, f"a {type(value).__name__}, not an object"
+    return None
 
 
 def require_columns(frame: pd.DataFrame, columns: list[str], where: str) -> None:

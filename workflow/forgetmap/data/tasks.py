@@ -56,6 +56,11 @@ def _read_user_file(path: str, spec: dict) -> pd.DataFrame:
     return frame
 
 
+def task_command(settings: dict, out: str) -> dict:
+    """`forgetmap prepare-task` (settings: name, spec, seed, demo_seed)."""
+    return write_task(settings["name"], settings["spec"], settings["seed"], settings["demo_seed"], out)
+
+
 def write_task(name: str, spec: dict, seed: int, demo_seed: int, out: str) -> dict:
     frame = read_task(name, spec, seed, demo_seed)
     n_train = int((frame["split"] == "train").sum())

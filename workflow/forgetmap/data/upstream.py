@@ -2,8 +2,9 @@
 
 Shards are a deterministic function of the corpus's example ids and the shard size: shard k holds
 examples [k * size, (k + 1) * size) in corpus order. Appending examples to a corpus adds shards and
-leaves earlier full shards unchanged, so only new scoring jobs run. Example ids are stable: an
-example whose text changes must get a new id.
+leaves earlier full shards unchanged, so only new scoring jobs run. Each shard's plan carries a digest
+of its ids and, for a corpus file, of its examples' content: an example whose text changes under the
+same id changes its shard's digest, so exactly that shard is rewritten and rescored, never served stale.
 """
 
 from __future__ import annotations
@@ -80,17 +81,39 @@ def example_ids(spec: dict) -> list[str]:
     return ids.astype(str).tolist()
 
 
-def shard_plan(ids: list[str], shard_size: int) -> list[dict]:
-    """Shard k: examples [k * size, (k + 1) * size), with a digest of their ids.
+def content_hashes(spec: dict):
+    """One 64-bit hash per example of a corpus file over every column that scoring reads; None for the
+    demo corpus (its content is a function of its seed and ids)."""
+    if spec["format"] == "demo":
+        return None
+    frame = read_table(spec["path"])
+    columns = [c for c in COLUMNS + ["choices", "answer"] if c in frame]
+    return pd.util.hash_pandas_object(frame[columns].astype(str), index=False).to_numpy()
 
-    The digest is a job parameter, so a shard's job reruns only when its examples change.
-    """
+
+def shard_plan(ids: list[str], shard_size: int, spec: dict | None = None) -> list[dict]:
+    """Shard k: examples [k * size, (k + 1) * size), with a digest of their ids and content.
+
+    The digest is a job parameter, so a shard's job reruns exactly when its examples change. An empty
+    corpus is refused here, before any job runs."""
+    if not ids:
+        raise DataError(f"{describe(spec) if spec else 'the upstream corpus'}: no examples; an upstream corpus "
+                        f"needs at least one")
+    hashes = content_hashes(spec) if spec is not None else None
     plan = []
-    for first in range(0, max(1, len(ids)), shard_size):
+    for first in range(0, len(ids), shard_size):
         part = ids[first:first + shard_size]
-        plan.append({"first": first, "count": len(part),
-                     "digest": hashlib.sha256("\n".join(part).encode()).hexdigest()[:16]})
+        digest = hashlib.sha256("\n".join(part).encode())
+        if hashes is not None:
+            digest.update(hashes[first:first + shard_size].tobytes())
+        plan.append({"first": first, "count": len(part), "digest": digest.hexdigest()[:16]})
     return plan
+
+
+def shard_command(settings: dict, out: str) -> dict:
+    """`forgetmap shard-upstream`: one shard of `shard_plan` (settings: corpus, first, count, digest)."""
+    n = write_shard(settings["corpus"], settings["first"], settings["count"], out)
+    return {"first": settings["first"], "examples": n}
 
 
 def write_shard(spec: dict, first: int, count: int, out: str) -> int:

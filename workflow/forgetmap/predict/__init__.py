@@ -5,6 +5,6 @@ Methods share one small interface in the style of scikit-learn: hyperparameters 
 returning full rows for many new tasks at once (T x N from T x k).
 """
 
-from .methods import METHODS, make_method
+from .registry import METHODS, make_method
 
 __all__ = ["METHODS", "make_method"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..matrix import forgotten as is_forgotten
+
 METRICS = ("rmse", "precision", "recall", "f1", "roc_auc", "top_q_f1", "precision_at_b")
 _CHUNK = 1 << 18  # searchsorted queries at a time: bounds its int64 output
 
@@ -71,7 +73,7 @@ def evaluate(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, threshold:
     One pass over the rows: per-row sums for RMSE, the confusion counts and the top selections, and
     each row's scores appended to the pooled positive / negative arrays that ROC-AUC sorts. Beyond
     those two arrays (together one float32 copy of the hidden entries) memory is a few rows."""
-    forgotten = truth > threshold
+    forgotten = is_forgotten(truth, threshold)
     n_positive = int(np.count_nonzero(forgotten & hidden))
     positives = np.empty(n_positive, dtype=np.float32)
     negatives = np.empty(int(np.count_nonzero(hidden)) - n_positive, dtype=np.float32)
@@ -89,7 +91,7 @@ def evaluate(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, threshold:
         if regression:
             diff = p.astype(np.float64) - t
             squares += float(diff @ diff)
-        predicted = p > threshold
+        predicted = is_forgotten(p, threshold)
         confusion += (np.count_nonzero(f & predicted), np.count_nonzero(predicted), np.count_nonzero(f))
         most_forgotten, predicted_top = _top(t, count), _top(p, count)
         top_q += (np.count_nonzero(most_forgotten & predicted_top), count, count)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError
-from .methods import make_method
+from .registry import make_method, parameters
 from .metrics import evaluate
 
 
@@ -65,6 +65,9 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
             return [similarity[i] if len(usable) == z.shape[1] else similarity[i, usable] for i in indices]
 
         params = {**params, "similarity_train": rows(rows_train), "similarity_test": rows(rows_test)}
+    threshold = (metric_options or {}).get("threshold", 0.0)
+    if "threshold" in parameters(method) and "threshold" not in params:  # binary methods: the metrics' label
+        params = {**params, "threshold": threshold}
     model = make_method(method, **params).fit(train_z)
     del train_z, params  # the fitted method keeps what it needs
     for seed in seeds:
@@ -124,3 +127,54 @@ def aggregate(tables: list[str]):
     frame = frame.dropna(subset=["value"])
     grouped = frame.groupby(["split", "method", "metric"], sort=False)["value"]
     return pd.DataFrame({"mean": grouped.mean(), "std": grouped.std(ddof=0), "n_seeds": grouped.count()}).reset_index()
+
+
+def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: str,
+                    similarity: str | None = None) -> dict:
+    """`forgetmap predict`: one split and one method (`settings`: forgetmap.plan), every seed; each
+    seed's predicted rows into the directory `out`, per-seed metrics to `metrics`."""
+    import json
+    from pathlib import Path
+
+    from ..io import atomic_path
+    from ..matrix import ForgettingMatrix
+
+    forgetting = ForgettingMatrix.read(matrix)
+    definition = json.loads(Path(split).read_text())
+    method = settings["method"]
+    side = np.load(similarity) if similarity else None
+    per_seed = {}
+    with atomic_path(out, directory=True) as out_dir:
+        for seed, predictions, known, values, model in iterate_split(
+                forgetting.values, forgetting.tasks, definition["train_tasks"], definition["test_tasks"], method,
+                settings["params"], settings["k"], list(range(settings["seeds"])), definition["name"],
+                {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}, side):
+            write_seed(forgetting.example_ids, definition, method, seed, predictions, known, model,
+                       out_dir / f"seed-{seed}.parquet")
+            per_seed[seed] = values
+    write_metrics(definition["name"], method, per_seed, metrics)
+    return {"split": definition["name"], "method": method,
+            **{k: float(np.nanmean([m[k] for m in per_seed.values()])) for k in next(iter(per_seed.values()))}}
+
+
+def split_command(split: dict, out: str) -> dict:
+    """`forgetmap split-definition`: a configured split's train and test tasks as JSON."""
+    import json
+
+    from ..io import atomic_path
+
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(split, indent=1))
+    return {"train": len(split["train_tasks"]), "test": len(split["test_tasks"])}
+
+
+def scores_command(metrics: list[str], out: str, figure: str) -> dict:
+    """`forgetmap prediction-scores`: mean and std over seeds of every split, method and metric."""
+    from .. import plots
+    from ..io import atomic_path
+
+    scores = aggregate(metrics)
+    with atomic_path(out) as tmp:
+        scores.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    plots.prediction_scores(scores, figure)
+    return {"rows": len(scores)}

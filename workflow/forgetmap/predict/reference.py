@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .methods import CompletionMethod
+from .interface import CompletionMethod
 
 BASELINE = {"n_epochs": 1000, "method": "sgd"}
 
@@ -37,8 +37,7 @@ def _algorithm(name: str, seed: int):
 class SurpriseMethod(CompletionMethod):
     """One scikit-surprise algorithm, refitted per test task on train rows + the task's known entries."""
 
-    def __init__(self, name: str, seed: int = 0):
-        self.name = name
+    def __init__(self, seed: int = 0):
         self.seed = seed
 
     def fit(self, train):
@@ -67,4 +66,13 @@ class SurpriseMethod(CompletionMethod):
         return out
 
 
-NAMES = ("surprise_additive", "surprise_knn", "surprise_svd")
+class SurpriseAdditive(SurpriseMethod):
+    name = "surprise_additive"
+
+
+class SurpriseKNN(SurpriseMethod):
+    name = "surprise_knn"
+
+
+class SurpriseSVD(SurpriseMethod):
+    name = "surprise_svd"

@@ -1,0 +1,60 @@
+"""Encoded examples into tensors, and the batch sources training draws from.
+
+`pad` is the one padding helper (scoring and training); `collate` adds the labels a training batch
+needs, applying each example's loss mask and weight. A *batch source* is an iterator that yields, for
+every optimizer step, that step's micro-batches (lists of encoded examples); the training loop never
+knows where they come from, so a new data mixture is a new source, not a branch in the loop.
+`task_batches` is the plain source: a task's examples in a seeded order, epoch after epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .chat import Encoded
+
+IGNORE = -100  # the label of a position that carries no loss
+
+
+def pad(examples: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token ids and the attention mask (1 on real tokens)."""
+    width = max(len(e.ids) for e in examples)
+    ids = np.full((len(examples), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(examples), width), dtype=np.int64)
+    for row, e in enumerate(examples):
+        ids[row, :len(e.ids)] = e.ids
+        mask[row, :len(e.ids)] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor | None]:
+    """`pad` plus labels: each example's target tokens its mask keeps, IGNORE elsewhere; and
+    `weights`, each label's example weight (None when every weight is 1: the plain mean)."""
+    ids, mask = pad(examples, pad_id)
+    labels = np.full(ids.shape, IGNORE, dtype=np.int64)
+    weights = np.zeros(ids.shape, dtype=np.float32)
+    for row, e in enumerate(examples):
+        kept = e.target_positions()
+        labels[row, kept] = e.ids[kept]
+        weights[row, kept] = e.weight
+    weighted = any(e.weight != 1.0 for e in examples)
+    return {"input_ids": ids, "attention_mask": mask, "labels": torch.from_numpy(labels),
+            "weights": torch.from_numpy(weights) if weighted else None}
+
+
+def example_order(n: int, seed: int) -> Iterator[int]:
+    """An endless stream of example indices: a fresh seeded permutation every epoch."""
+    rng = np.random.default_rng(seed)
+    while True:
+        yield from rng.permutation(n)
+
+
+def task_batches(examples: list[Encoded], batch_size: int, micro_batches: int, seed: int) -> Iterator[list[list[Encoded]]]:
+    """The plain batch source: every step, `micro_batches` micro-batches of `batch_size` examples,
+    drawn in a seeded order that reshuffles every epoch."""
+    order = example_order(len(examples), seed)
+    while True:
+        yield [[examples[next(order)] for _ in range(batch_size)] for _ in range(micro_batches)]

@@ -1,0 +1,239 @@
+"""What each job gets: a model's runs and their paths, every rule's settings, resources and targets.
+
+`Plan(config)` validates the config (`forgetmap.config`), reads what the DAG's shape depends on (the
+upstream corpora's example ids, an imported matrix's task names) and answers every question a rule
+asks, so the rule files are wiring. A *run* is anything that yields a checkpoint to score: `base`,
+or a task fine-tuned from it. `runs()`, `checkpoint()` and `scores()` are the one definition of
+which runs a model has and where their files live; adding a kind of run is a change here.
+
+Paths are templates with Snakemake wildcards; rules use the templates as outputs and the path
+functions below as inputs, so no path is typed out twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from . import config as fm_config
+from .errors import ConfigError
+
+SHARD = "results/data/upstream/{corpus}/shard-{shard}.parquet"
+TASK = "results/data/tasks/{task}.parquet"
+BASE = "results/{model}/base"
+CHECKPOINT = "results/{model}/checkpoints/{task}"
+SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
+MATRIX = "results/{model}/forgetting.parquet"
+SPLIT = "results/{model}/splits/{split}.json"
+PREDICTIONS = "results/{model}/prediction/{split}/{method}"
+PREDICTION_METRICS = "results/{model}/prediction/{split}/{method}.tsv"
+PREDICTION_SCORES = "results/{model}/prediction/scores.tsv"
+SIMILARITY = "results/{model}/correlations/semantic_similarity.npy"
+LOWRANK = "results/{model}/lowrank/{name}"
+CORRELATION = "results/{model}/correlations/{name}"
+LOWRANK_SUMMARY = "results/lowrank_summary.tsv"
+
+BASE_RUN = "base"
+NEVER = "(?!)"  # a wildcard constraint that matches nothing: the rule serves no model
+
+
+def alternatives(names) -> str:
+    """A wildcard constraint matching exactly these names (longest first), or nothing if none."""
+    names = sorted(set(names), key=len, reverse=True)
+    return "|".join(re.escape(n) for n in names) if names else NEVER
+
+
+class Plan:
+    """The resolved config plus everything the DAG's shape is read from."""
+
+    def __init__(self, config: dict):
+        from .data.upstream import example_ids, shard_plan
+        from .released import released_tasks
+
+        self.cfg = cfg = fm_config.resolve(config)
+        self.models = list(cfg["models"])
+        self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
+        self.computed = [m for m in self.models if m not in self.imported]
+        # shard plans come from the corpora's ids (and content digests): bad ids fail before any job
+        self.shards = {name: shard_plan(example_ids({**spec, "seed": cfg["demo_seed"]}), cfg["shard_size"],
+                                        {**spec, "seed": cfg["demo_seed"]})
+                       for name, spec in cfg["upstream"].items()
+                       if any(cfg["models"][m]["upstream"] == name for m in self.computed)}
+        self.tasks: dict[str, list[str]] = {}
+        for model in self.models:
+            spec = cfg["models"][model]["imported"]
+            try:
+                self.tasks[model] = (released_tasks(spec["matrix"], spec["meta"]) if spec is not None
+                                     else fm_config.model_tasks(cfg, model))
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"config key models.{model}.imported.matrix: {exc}") from None
+        self._splits = {model: self._model_splits(model) for model in self.models}
+        for model in self.computed:
+            for task in self.tasks[model]:
+                check_processes(self.finetune_settings(model, task), cfg["models"][model]["resources"]["finetune"]["gpu"],
+                                f"models.{model} / tasks.{task}")
+
+    # --- wildcards -----------------------------------------------------------------------------------
+
+    def wildcard_constraints(self) -> dict[str, str]:
+        computed_tasks = {t for m in self.computed for t in self.tasks[m]}
+        return {"model": alternatives(self.models), "computed": alternatives(self.computed),
+                "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
+                "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
+                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+",
+                "method": alternatives(self.cfg["prediction"]["methods"])}
+
+    # --- runs and their files ------------------------------------------------------------------------
+
+    def runs(self, model: str) -> list[str]:
+        """Every run of a computed model whose checkpoint is scored: the base, then each task."""
+        return [BASE_RUN, *self.tasks[model]]
+
+    def checkpoint(self, model: str, run: str) -> str:
+        return BASE.format(model=model) if run == BASE_RUN else CHECKPOINT.format(model=model, task=run)
+
+    def corpus(self, model: str) -> str:
+        return self.cfg["models"][model]["upstream"]
+
+    def shard_paths(self, model: str) -> list[str]:
+        corpus = self.corpus(model)
+        return [SHARD.format(corpus=corpus, shard=k) for k in range(len(self.shards[corpus]))]
+
+    def scores(self, model: str, run: str) -> list[str]:
+        """The score files of one run: one per upstream shard, in corpus order."""
+        return [SCORES.format(model=model, run=run, shard=k) for k in range(len(self.shards[self.corpus(model)]))]
+
+    def task_paths(self, model: str) -> dict[str, str]:
+        return {t: TASK.format(task=t) for t in self.tasks[model]}
+
+    # --- settings each job gets ----------------------------------------------------------------------
+
+    def corpus_spec(self, corpus: str) -> dict:
+        """What a shard job reads: the source, never the corpus size (growing it adds shards only)."""
+        spec = self.cfg["upstream"][corpus]
+        if spec["format"] == "demo":
+            return {"format": "demo", "seed": self.cfg["demo_seed"]}
+        return {"format": spec["format"], "path": spec["path"]}
+
+    def shard_settings(self, corpus: str, shard: int) -> dict:
+        return {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
+
+    def task_settings(self, task: str) -> dict:
+        spec = {k: v for k, v in self.cfg["tasks"][task].items() if k != "finetune"}
+        return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
+
+    def base_settings(self, model: str) -> dict:
+        return {**copy.deepcopy(self.cfg["models"][model]["base"]), "corpus_seed": self.cfg["demo_seed"]}
+
+    def finetune_settings(self, model: str, task: str) -> dict:
+        """The model's fine-tuning settings with the task's overrides, plus what training needs to know."""
+        settings = copy.deepcopy(self.cfg["models"][model]["finetune"])
+        for key, value in (self.cfg["tasks"][task].get("finetune") or {}).items():
+            if key == "lora":
+                settings["lora"].update(value)
+            else:
+                settings[key] = value
+        settings["chat_template"] = self.cfg["models"][model]["chat_template"]
+        return settings
+
+    def score_settings(self, model: str) -> dict:
+        return {**self.cfg["models"][model]["score"], "chat_template": self.cfg["models"][model]["chat_template"]}
+
+    def correlation_settings(self, model: str) -> dict:
+        return {**self.cfg["models"][model]["correlations"], "chat_template": self.cfg["models"][model]["chat_template"]}
+
+    def matrix_settings(self, model: str) -> dict:
+        """The matrix's rows (tasks in config order, their categories and the categories' split groups)
+        and the score files of every run it subtracts, shard by shard."""
+        categories = {t: self.cfg["tasks"][t]["category"] for t in self.tasks[model]}
+        groups = {c: self.cfg["categories"][c]["group"] for c in sorted(set(categories.values()))}
+        return {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
+                "base_scores": self.scores(model, BASE_RUN),
+                "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
+
+    def prediction_settings(self, method: str) -> dict:
+        options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget")}
+        return {**options, "method": method, "params": self.cfg["prediction"]["methods"][method]}
+
+    # --- resources -----------------------------------------------------------------------------------
+
+    def resource(self, model: str, stage: str, key: str, attempt: int = 1):
+        """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time)."""
+        value = self.cfg["models"][model]["resources"][stage][key]
+        return value * attempt if key == "runtime" else value
+
+    # --- prediction ----------------------------------------------------------------------------------
+
+    def splits(self, model: str) -> dict[str, dict]:
+        """The model's prediction splits: configured (computed models) or released (imported ones)."""
+        return self._splits[model]
+
+    def methods(self, model: str) -> list[str]:
+        """The configured methods; `semantic` only where the model's texts give it a similarity matrix."""
+        semantic = model in self.computed and self.cfg["models"][model]["correlations"]["semantic"]
+        return [m for m in self.cfg["prediction"]["methods"] if m != "semantic" or semantic]
+
+    def _model_splits(self, model: str) -> dict[str, dict]:
+        spec = self.cfg["models"][model]["imported"]
+        if spec is not None:
+            return {name: {"name": name, "released": path} for name, path in spec["splits"].items()}
+        return prediction_splits(self.cfg, self.tasks[model])
+
+    # --- targets -------------------------------------------------------------------------------------
+
+    def correlation_targets(self, model: str) -> list[str]:
+        names = ["cross_task.tsv"]
+        if model in self.computed:
+            settings = self.cfg["models"][model]["correlations"]
+            names += ["semantic.tsv"] * settings["semantic"] + ["gradient.tsv"] * settings["gradient"]
+        return [CORRELATION.format(model=model, name=n) for n in names]
+
+    def targets(self) -> list[str]:
+        """Everything `snakemake` builds by default."""
+        out = []
+        for model in self.models:
+            out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
+            out += [SPLIT.format(model=model, split=s) for s in self.splits(model)]
+            out += self.correlation_targets(model)
+            out += [PREDICTION_SCORES.format(model=model)] if self.splits(model) else []
+        return out + [LOWRANK_SUMMARY]
+
+
+def check_processes(settings: dict, gpus: int, where: str) -> None:
+    processes = settings["processes"]
+    if processes > 1 and settings["method"] != "full":
+        raise ConfigError(f"config key finetune.processes ({where}): value {processes} needs method 'full' "
+                          f"(FSDP shards full fine-tuning); a {settings['method']} run fits one device")
+    if gpus and gpus != processes:
+        raise ConfigError(f"config key resources.finetune.gpu ({where}): value {gpus} must equal finetune.processes "
+                          f"({processes}): each training process drives one GPU")
+
+
+def prediction_splits(cfg: dict, tasks: list[str]) -> dict[str, dict]:
+    """Train and test tasks of each configured split, restricted to a model's tasks."""
+    splits: dict[str, dict] = {}
+    pending = dict(cfg["prediction"]["splits"])
+    for name, split in pending.items():  # in-domain splits first: out-of-domain ones refer to them
+        key = f"config key prediction.splits.{name}"
+        if split["test"] is not None:
+            unknown = [t for t in split["test"] if t not in cfg["tasks"]]
+            if unknown:
+                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+            test = [t for t in tasks if t in split["test"]]
+            categories = {cfg["tasks"][t]["category"] for t in test}
+            train = [t for t in tasks if cfg["tasks"][t]["category"] in categories and t not in test]
+            splits[name] = {"name": name, "train_tasks": train, "test_tasks": test}
+        elif split["test_category"] is None or split["train_split"] is None:
+            raise ConfigError(f"{key}: give `test` (in-domain) or `test_category` and `train_split` (out-of-domain)")
+    for name, split in pending.items():
+        key = f"config key prediction.splits.{name}"
+        if split["test"] is None:
+            if split["test_category"] not in cfg["categories"]:
+                raise ConfigError(f"{key}.test_category: value {split['test_category']!r} is not a category; "
+                                  f"allowed: {', '.join(cfg['categories'])}")
+            if split["train_split"] not in splits:
+                raise ConfigError(f"{key}.train_split: value {split['train_split']!r} is not an in-domain split; "
+                                  f"allowed: {', '.join(splits) or 'none'}")
+            test = [t for t in tasks if cfg["tasks"][t]["category"] == split["test_category"]]
+            splits[name] = {"name": name, "train_tasks": splits[split["train_split"]]["train_tasks"], "test_tasks": test}
+    return {name: splits[name] for name in pending}
