@@ -5,7 +5,9 @@
 
 Each measurement is a fresh process (as every Snakemake job is), single-threaded, repeated; the
 median is printed. A scoring job's overhead is its wall time minus the scoring it reports itself
-(`seconds` in its JSON summary): interpreter start, imports, tokenizer and model loading, writing.
+(`seconds` in its JSON summary): interpreter start, imports, tokenizer and model loading, writing;
+`import_floor_s` is the part of it no job can avoid (the interpreter importing torch, transformers'
+Llama, pandas and pyarrow).
 With `--compare`, the same commands run with another checkout's package first on PYTHONPATH.
 """
 
@@ -33,6 +35,9 @@ def measure(package: str | None, args) -> dict:
         env["PYTHONPATH"] = package
     cli = [sys.executable, "-m", "forgetmap"]
     helps = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
+    # the floor no scoring job can go under: the interpreter plus torch, transformers' Llama and pyarrow
+    floor = [timed([sys.executable, "-c", "import torch, pyarrow.parquet, pandas; "
+                    "import transformers.models.llama.modeling_llama"], env)[0] for _ in range(args.repeats)]
     overheads, totals = [], []
     settings = json.dumps({"backend": "torch", "token_budget": 8192, "max_padding": None, "max_length": 96,
                            "device": "cpu", "dtype": "auto", "attention": "auto", "gpu_memory_utilization": 0.85,
@@ -45,7 +50,8 @@ def measure(package: str | None, args) -> dict:
             work = json.loads(stdout.strip().splitlines()[-1])["seconds"]
             totals.append(total)
             overheads.append(total - work)
-    return {"help_s": statistics.median(helps), "score_job_s": statistics.median(totals),
+    return {"help_s": statistics.median(helps), "import_floor_s": statistics.median(floor),
+            "score_job_s": statistics.median(totals),
             "score_overhead_s": statistics.median(overheads)}
 
 

@@ -17,6 +17,7 @@ except ForgetmapError as exc:
 CFG = PLAN.cfg
 COMPUTED = fm_plan.alternatives(PLAN.computed)  # rule-level constraints: models a rule serves
 IMPORTED = fm_plan.alternatives(PLAN.imported)
+REPLAY_ARMS = fm_plan.alternatives([a for a, spec in PLAN.arms().items() if spec["replay"] != "none"])
 
 
 wildcard_constraints:
@@ -39,6 +40,11 @@ def get_settings(kind):
         "correlations": lambda wc: PLAN.correlation_settings(wc.model),
         "split_definition": lambda wc: PLAN.splits(wc.model)[wc.split],
         "predict": lambda wc: PLAN.prediction_settings(wc.method),
+        "heldout_set": lambda wc: PLAN.heldout_settings(wc.model),
+        "token_losses": lambda wc: PLAN.token_loss_settings(wc.model, wc.task),
+        "replay_selection": lambda wc: PLAN.replay_settings(wc.model, wc.arm, int(wc.seed), wc.task),
+        "arm_finetune": lambda wc: PLAN.arm_settings(wc.model, wc.arm, int(wc.seed), wc.task),
+        "mitigation_summary": lambda wc: PLAN.mitigation_summary_settings(wc.model),
     }[kind]
     return lambda wc: as_json(settings(wc))
 
@@ -141,3 +147,40 @@ def analysis_report(template, category):
 
 lowrank_report = analysis_report(fm_plan.LOWRANK, "Low-rank structure")
 correlation_report = analysis_report(fm_plan.CORRELATION, "Correlations")
+
+
+def get_replay_inputs(wc):
+    """The held-out set, the pool's shards, the task, and the replay scores' source file if any."""
+    inputs = {"heldout": fm_plan.HELDOUT.format(model=wc.model), "shards": PLAN.shard_paths(wc.model),
+              "task": fm_plan.TASK.format(task=wc.task)}
+    return {**inputs, **PLAN.replay_inputs(wc.model, wc.arm, wc.task)}
+
+
+def get_replay_score_options(wc, input):
+    return " ".join(f"--{key} {shlex.quote(input[key])}" for key in ("prediction", "matrix") if key in input.keys())
+
+
+def get_arm_inputs(wc):
+    spec = PLAN.arms()[wc.arm]
+    inputs = {"base": fm_plan.BASE.format(model=wc.model), "task": fm_plan.TASK.format(task=wc.task)}
+    if spec["replay"] != "none":
+        inputs["replay"] = fm_plan.REPLAY.format(**wc)
+    if spec["tokens"] != "none" or spec["weights"] != "none":
+        inputs["token_losses"] = fm_plan.TOKEN_LOSSES.format(model=wc.model, task=wc.task)
+    return inputs
+
+
+def get_arm_options(wc, input):
+    return " ".join(f"--{key.replace('_', '-')} {shlex.quote(input[key])}" for key in ("replay", "token_losses")
+                    if key in input.keys())
+
+
+def get_arm_checkpoint(wc):
+    return PLAN.arm_checkpoint(wc.model, wc.arm, int(wc.seed), wc.task)
+
+
+def get_arm_scores(wc):
+    return [fm_plan.ARM_SCORES.format(model=wc.model, arm=a, seed=s, task=t) for a, s, t in PLAN.arm_runs(wc.model)]
+
+
+mitigation_report = analysis_report(fm_plan.MITIGATION, "Forgetting less")

@@ -13,6 +13,12 @@ from forgetmap.plan import Plan
 REPO = Path(__file__).resolve().parents[2]
 
 
+def mitigation(**overrides):
+    """A mitigation section over a split `s` whose test task is city_qa (job_qa trains)."""
+    return {"tasks": {"split": "s"}, "heldout": 100,
+            "arms": {"p": {"replay": "predicted", "method": "mf", "split": "s"}}, **overrides}
+
+
 def minimal():
     return {"upstream": {"demo": {"format": "demo"}}, "categories": {"w": {"group": "in_domain"}},
             "tasks": {"city_qa": {"category": "w"}}, "models": {"m": {"upstream": "demo"}}}
@@ -56,6 +62,24 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: c["prediction"].update(methods={"semantic": {"similarity_train": 1}}),
      "config key prediction.methods.semantic.similarity_train: semantic has no such parameter"),
     (lambda c: c["prediction"].update(methods=["mf", "svd++"]), "prediction.methods.1: value 'svd++' is not allowed"),
+    (lambda c: c.update(mitigation=mitigation(arms={"p": {"replay": "predicted", "method": "svd", "split": "s"}})),
+     "config key mitigation.arms.p.method: value 'svd' is not a configured prediction method"),
+    (lambda c: c.update(mitigation=mitigation(arms={"p": {"replay": "predicted", "method": "mf", "split": "t"}})),
+     "config key mitigation.arms.p.split: value 't' is not a prediction split"),
+    (lambda c: c.update(mitigation=mitigation(tasks=["job_qa"])),
+     "config key mitigation.arms.p: task 'job_qa' is not a test task of split 's'"),
+    (lambda c: c.update(mitigation=mitigation(tasks={"split": "nope"})),
+     "config key mitigation.tasks.split: value 'nope' is not a prediction split"),
+    (lambda c: c.update(mitigation=mitigation(heldout=2400)),
+     "config key mitigation.heldout: value 2400 leaves no replay pool"),
+    (lambda c: c.update(mitigation=mitigation(arms={"r": {"replay": "random", "ratio": 0}})),
+     "config key mitigation.arms.r.ratio: value 0 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"s": {"tokens": "stm", "tau": -1}})),
+     "config key mitigation.arms.s.tau: value -1 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"s": {"tokens": "stm", "q": 1.5}})),
+     "config key mitigation.arms.s.q: value 1.5 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"none": {"replay": "random"}})),
+     "config key mitigation.arms: the name 'none' is reserved for plain fine-tuning"),
     (lambda c: c["models"]["m"].update(finetune={"method": "lora", "processes": 2}),
      "finetune.processes (models.m / tasks.city_qa): value 2 needs method 'full'"),
     (lambda c: c["models"]["m"].update(finetune={"processes": 4}, resources={"finetune": {"gpu": 2}}),
@@ -63,7 +87,8 @@ def test_task_overrides_apply_to_that_task_only():
 ])
 def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     raw = minimal()
-    raw["prediction"] = {}
+    raw["tasks"]["job_qa"] = {"category": "w"}
+    raw["prediction"] = {"splits": {"s": {"test": ["city_qa"]}}}
     mutate(raw)
     with pytest.raises(ConfigError) as err:
         Plan(raw)  # the config's checks, then the plan's (settings per job)

@@ -10,9 +10,9 @@ from forgetmap.data import demo
 from forgetmap.data.chat import encode_chat
 from forgetmap.models import load_model, load_tokenizer
 from forgetmap.score import TorchScorer
-from forgetmap.data.batches import IGNORE, collate, task_batches
+from forgetmap.data.batches import IGNORE, collate, planned_steps, task_batches
 from forgetmap.data.chat import Encoded
-from forgetmap.train import finetune, lr_at, planned_steps, train
+from forgetmap.train import finetune, lr_at, train
 from helpers import tiny_model, tiny_tokenizer
 
 SETTINGS = {"method": "full", "steps": 3, "batch_size": 4, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 1,

@@ -13,7 +13,9 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
     assert by_rule(jobs) == {"shard_upstream": 2, "prepare_task": 3, "base_model": 1, "finetune": 3,
                              "score": 8, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
                              "semantic_similarity": 1, "gradient_similarity": 1, "split_definition": 2,
-                             "predict": 18, "prediction_scores": 1, "all": 1}
+                             "predict": 18, "prediction_scores": 1, "heldout_set": 1, "token_losses": 1,
+                             "replay_selection": 2, "arm_finetune": 3, "arm_scores": 4, "mitigation_summary": 1,
+                             "all": 1}
     runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}
     assert runs == {(run, k) for run in ("base", "city_qa", "mod10_add", "hex_copy") for k in ("0", "1")}
 

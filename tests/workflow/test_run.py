@@ -13,7 +13,9 @@ pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
 # everything that depends on the matrix: it reruns whenever the matrix does
 ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
-            "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "all": 1}
+            "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1}
+# a changed prediction reruns the predicted replay arm (test config: random, predicted, stm on mod10_add)
+PREDICTED_ARM = {"replay_selection": 1, "arm_finetune": 1, "arm_scores": 1}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,8 @@ def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "split_definition": 2, **ANALYSES}
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "split_definition": 2, **ANALYSES,
+                             **PREDICTED_ARM}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
 
@@ -94,7 +97,9 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES}
+    # mod10_add is the arms' task: every arm is fine-tuned again with the new settings
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_finetune": 3,
+                             "arm_scores": 4}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
 
@@ -103,7 +108,9 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES}
+    # the held-out set is drawn from the grown corpus: every arm is judged anew, the replay arms retrained
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 2,
+                             "arm_finetune": 2, "arm_scores": 4}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 
@@ -143,3 +150,48 @@ def test_a_failing_finetune_leaves_no_checkpoint_and_the_others_finish(finished,
     assert (workdir / "results/tiny/scores/json_profile/shard-1.parquet").exists()
     # the matrix is never built with a task missing: it still holds the last complete set
     assert ForgettingMatrix.read(workdir / MATRIX).tasks == ["city_qa", "mod10_add", "hex_copy"]
+
+
+def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished):
+    heldout = set(pd.read_parquet(finished / "results/tiny/mitigation/heldout.parquet")["example_id"])
+    assert len(heldout) == 20
+    for arm in ("random", "predicted"):
+        replayed = pd.read_parquet(finished / f"results/tiny/mitigation/{arm}/seed-0/replay/mod10_add.parquet")
+        assert len(replayed) == 6 and not heldout & set(replayed["example_id"])  # int(22 x 0.25) + 1
+        scores = pd.read_parquet(finished / f"results/tiny/mitigation/{arm}/seed-0/mod10_add.parquet")
+        assert set(scores["example_id"]) == heldout
+    summary = pd.read_csv(finished / "results/tiny/mitigation/summary.tsv", sep="\t")
+    assert summary["arm"].tolist() == ["none", "random", "predicted", "stm"]
+    assert summary.set_index("arm").loc["none", "reduction"] == 0
+    assert summary.set_index("arm").loc["stm", "masked_share"] == pytest.approx(0.2, abs=0.01)
+    # replay stretches the step budget by (1 + ratio): 4 steps -> 5
+    assert (summary.set_index("arm").loc[["random", "predicted"], "tokens"] > summary.set_index("arm").loc["none", "tokens"]).all()
+    tests = pd.read_csv(finished / "results/tiny/mitigation/tests.tsv", sep="\t")
+    assert list(zip(tests["arm"], tests["baseline"])) == [("random", "none"), ("predicted", "none"), ("stm", "none"),
+                                                          ("predicted", "random")]
+
+
+def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    # a new arm: its own fine-tune and scores, and the summary
+    write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"].update(
+        flow={"weights": "flow"})))
+    assert by_rule(planned_jobs(workdir)) == {"arm_finetune": 1, "arm_scores": 1, "mitigation_summary": 1, "all": 1}
+    # another temperature: only that arm's selection, fine-tune and scores
+    write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"]["predicted"].update(temperature=0.5)))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {**PREDICTED_ARM, "mitigation_summary": 1, "all": 1}
+    assert {w["arm"] for r, w in jobs if r == "arm_finetune"} == {"predicted"}
+    # a changed prediction (mf's hyperparameters) reruns the replay arm that reads it, not random replay
+    write_config(workdir, edited(tiny_config(), lambda c: c["prediction"].update(
+        methods={m: ({"rank": 1, "reg": 1.0} if m == "mf" else {}) for m in
+                 ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten",
+                  "random")})))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **PREDICTED_ARM, "mitigation_summary": 1, "all": 1}
+    # a second seed: every arm once more at that seed, plain fine-tuning included
+    write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"replay_selection": 2, "arm_finetune": 4, "arm_scores": 4, "mitigation_summary": 1,
+                             "all": 1}
+    assert {w["seed"] for r, w in jobs if r in ("arm_finetune", "arm_scores")} == {"1"}

@@ -220,6 +220,54 @@ PREDICTION = _obj({
                "default": {}, "description": "prediction splits by name"},
 }, description="forgetting prediction (paper §5)", default={})
 
+ARM = _obj({
+    "replay": _enum("none", ("none", "random", "predicted", "ground_truth", "high_base_nll"),
+                    "which upstream examples to replay: none; random (uniform); predicted (softmax of a completion "
+                    "method's predicted row / temperature); ground_truth (the task's true row: the oracle); "
+                    "high_base_nll (the examples the base model finds hardest)"),
+    "method": {"type": ["string", "null"], "default": None,
+               "description": "predicted replay: the completion method (a configured prediction method)"},
+    "split": {"type": ["string", "null"], "default": None,
+              "description": "predicted replay: the prediction split whose test task the task is (null: the first "
+                             "split that has the task as a test task)"},
+    "prediction_seed": _int(0, "predicted replay: which seed's known columns the prediction used (paper: 0)", 0),
+    "ratio": _num(0.03125, "replayed examples per task example (paper: 1/32); the steps grow by (1 + ratio)",
+                  exclusive_minimum=0),
+    "temperature": _num(0.1, "softmax temperature of the replay weights (paper: 0.1)", exclusive_minimum=0),
+    "selection": _enum("sample", ("sample", "max"), "sample: draw with the softmax weights, without replacement "
+                                                    "(the paper's runs); max: the top scores"),
+    "tokens": _enum("none", ("none", "stm", "stm_random"),
+                    "stm: mask response tokens the base model finds high-perplexity; stm_random: as many masked "
+                    "tokens at random positions (the control)"),
+    "stm_mode": _enum("quantile", ("quantile", "abs"), "quantile: mask the top q of the task's response tokens by "
+                                                       "base NLL; abs: mask tokens with base perplexity above tau"),
+    "tau": _num(2.5, "STM abs mode: perplexity threshold (Wu et al.: 2.5)", exclusive_minimum=0),
+    "q": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.2,
+          "description": "STM quantile mode: share of response tokens masked"},
+    "weights": _enum("none", ("none", "flow"), "flow: weight each task example by exp(-base loss / tau), tau the "
+                                              "median base loss (Sanyal et al., ICML 2025)"),
+}, description="a mitigation arm: replay, token masks and example weights combine")
+
+MITIGATION = _obj({
+    "arms": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME, "not": {"const": "none"}},
+             "additionalProperties": ARM,
+             "description": "mitigation arms by name; `none` (plain fine-tuning) is always there to compare with"},
+    "tasks": {"oneOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        {"type": "object", "properties": {"split": {"type": "string"}}, "required": ["split"],
+                         "additionalProperties": False}],
+              "default": None, "description": "tasks every arm fine-tunes on: a list, or {split: NAME} for that "
+                                              "prediction split's test tasks"},
+    "seeds": {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "default": [0],
+              "uniqueItems": True, "description": "fine-tuning seeds of every arm (example order, replay draw)"},
+    "heldout": {"type": "number", "exclusiveMinimum": 0, "default": 10000,
+                "description": "upstream examples never replayed and used to judge every arm: a count, or a share "
+                               "below 1 (paper: 10,000 of 141,871)"},
+    "heldout_seed": _int(0, "seed of the held-out draw", 0),
+    "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.95,
+              "description": "level of the bootstrap intervals"},
+}, description="forgetting less: arms fine-tuned on the test tasks, judged on held-out upstream examples",
+    default={})
+
 SCHEMA = _obj({
     "seed": _int(0, "seed of task splits and anything not seeded elsewhere", 0),
     "demo_seed": _int(1234, "seed of the demo world: demo corpora, demo tasks, the demo base's corpus", 0),
@@ -237,6 +285,7 @@ SCHEMA = _obj({
     "models": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
                "additionalProperties": MODEL, "description": "models by name"},
     "prediction": PREDICTION,
+    "mitigation": MITIGATION,
 }, required=("models",), description="forgetmap workflow config (upstream corpora and tasks are needed by computed "
                                     "models only: a config of imported models alone needs neither)",
     **{"$schema": "https://json-schema.org/draft/2020-12/schema"})
@@ -274,6 +323,8 @@ def _explain(error) -> str:
     if error.validator == "enum":
         return f"config key {where}: value {error.instance!r} is not allowed; allowed: " \
                f"{', '.join(map(str, error.validator_value))}"
+    if error.validator == "not" and error.validator_value == {"const": "none"}:
+        return f"config key {where}: the name 'none' is reserved for plain fine-tuning, every arm's comparison"
     if error.validator == "propertyNames":
         return f"config key {where}: name {error.instance!r} is not allowed; names match {NAME}"
     return f"config key {where}: value {error.instance!r} is invalid: {error.message}"

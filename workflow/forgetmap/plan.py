@@ -32,6 +32,13 @@ SIMILARITY = "results/{model}/correlations/semantic_similarity.npy"
 LOWRANK = "results/{model}/lowrank/{name}"
 CORRELATION = "results/{model}/correlations/{name}"
 LOWRANK_SUMMARY = "results/lowrank_summary.tsv"
+HELDOUT = "results/{model}/mitigation/heldout.parquet"
+TOKEN_LOSSES = "results/{model}/mitigation/token_losses/{task}.parquet"
+REPLAY = "results/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.parquet"
+ARM_CHECKPOINT = "results/{model}/mitigation/{arm}/seed-{seed}/checkpoints/{task}"
+ARM_SCORES = "results/{model}/mitigation/{arm}/seed-{seed}/{task}.parquet"
+MITIGATION = "results/{model}/mitigation/{name}"
+NO_ARM = "none"  # plain fine-tuning: every arm's comparison
 
 BASE_RUN = "base"
 NEVER = "(?!)"  # a wildcard constraint that matches nothing: the rule serves no model
@@ -68,6 +75,7 @@ class Plan:
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"config key models.{model}.imported.matrix: {exc}") from None
         self._splits = {model: self._model_splits(model) for model in self.models}
+        self._mitigation = {model: self._mitigation_tasks(model) for model in self.computed}
         for model in self.computed:
             for task in self.tasks[model]:
                 check_processes(self.finetune_settings(model, task), cfg["models"][model]["resources"]["finetune"]["gpu"],
@@ -80,7 +88,8 @@ class Plan:
         return {"model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
-                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+",
+                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
+                "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
                 "method": alternatives(self.cfg["prediction"]["methods"])}
 
     # --- runs and their files ------------------------------------------------------------------------
@@ -179,6 +188,128 @@ class Plan:
             return {name: {"name": name, "released": path} for name, path in spec["splits"].items()}
         return prediction_splits(self.cfg, self.tasks[model])
 
+    # --- mitigation ----------------------------------------------------------------------------------
+
+    def mitigation_tasks(self, model: str) -> list[str]:
+        """The tasks every mitigation arm of a computed model fine-tunes on (none: no mitigation)."""
+        return self._mitigation.get(model, [])
+
+    def arms(self) -> dict[str, dict]:
+        """Every arm by name, `none` (plain fine-tuning) first."""
+        return {NO_ARM: {"replay": "none", "tokens": "none", "weights": "none"}, **self.cfg["mitigation"]["arms"]}
+
+    def arm_checkpoint(self, model: str, arm: str, seed: int, task: str) -> str:
+        """Plain fine-tuning with the matrix's own seed is the matrix's checkpoint: never trained twice."""
+        if arm == NO_ARM and seed == self.finetune_settings(model, task)["seed"]:
+            return self.checkpoint(model, task)
+        return ARM_CHECKPOINT.format(model=model, arm=arm, seed=seed, task=task)
+
+    def arm_runs(self, model: str) -> list[tuple[str, int, str]]:
+        """(arm, seed, task) of every arm fine-tune judged on the held-out set."""
+        return [(arm, seed, task) for arm in self.arms() for seed in self.cfg["mitigation"]["seeds"]
+                for task in self.mitigation_tasks(model)]
+
+    def arm_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
+        """The task's fine-tuning settings at this seed, the arm, and the step budget replay stretches."""
+        spec = self.arms()[arm]
+        settings = {**self.finetune_settings(model, task), "seed": seed, "arm": {"name": arm, **spec}}
+        if spec["replay"] != "none":
+            settings["steps"] = int(settings["steps"] * (1 + spec["ratio"]))
+        return settings
+
+    def replay_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
+        spec = self.arms()[arm]
+        return {"task": task, "seed": seed, "replay": spec["replay"], "ratio": spec["ratio"],
+                "temperature": spec["temperature"], "selection": spec["selection"],
+                "prediction_seed": spec["prediction_seed"]}
+
+    def prediction_split(self, model: str, arm: str, task: str) -> str | None:
+        """The split whose prediction a predicted-replay arm reads for `task`: the arm's own, or else the
+        first split that has the task as a test task (None if none has)."""
+        return self._split_of(model, self.arms()[arm], task)
+
+    def replay_inputs(self, model: str, arm: str, task: str) -> dict[str, str]:
+        """What a replay selection reads besides the held-out set and the task: its scores' source."""
+        spec = self.arms()[arm]
+        if spec["replay"] == "predicted":
+            split = self.prediction_split(model, arm, task)
+            return {"prediction": PREDICTIONS.format(model=model, split=split, method=spec["method"])}
+        if spec["replay"] in ("ground_truth", "high_base_nll"):
+            return {"matrix": MATRIX.format(model=model)}
+        return {}
+
+    def heldout_settings(self, model: str) -> dict:
+        return {"size": self.cfg["mitigation"]["heldout"], "seed": self.cfg["mitigation"]["heldout_seed"]}
+
+    def token_loss_settings(self, model: str, task: str) -> dict:
+        settings = self.finetune_settings(model, task)
+        return {"chat_template": settings["chat_template"], "max_length": settings["max_length"],
+                "device": settings["device"], "token_budget": self.cfg["models"][model]["score"]["token_budget"]}
+
+    def mitigation_summary_settings(self, model: str) -> dict:
+        """Every (arm, seed, task) run with its score files, and what the comparisons need."""
+        runs = [{"arm": arm, "seed": seed, "task": task,
+                 "scores": ARM_SCORES.format(model=model, arm=arm, seed=seed, task=task)}
+                for arm, seed, task in self.arm_runs(model)]
+        arms = self.arms()  # a list: the settings' JSON sorts mapping keys, and the order is the config's
+        return {"runs": runs, "arms": [{"name": name, **spec} for name, spec in arms.items()],
+                "level": self.cfg["mitigation"]["level"],
+                "threshold": self.cfg["prediction"]["threshold"]}
+
+    def mitigation_targets(self, model: str) -> list[str]:
+        if not self.mitigation_tasks(model):
+            return []
+        return [MITIGATION.format(model=model, name=n) for n in ("summary.tsv", "tests.tsv")]
+
+    def _split_of(self, model: str, spec: dict, task: str) -> str | None:
+        if spec["split"] is not None:
+            return spec["split"] if task in self.splits(model)[spec["split"]]["test_tasks"] else None
+        return next((name for name, split in self.splits(model).items() if task in split["test_tasks"]), None)
+
+    def _mitigation_tasks(self, model: str) -> list[str]:
+        mitigation = self.cfg["mitigation"]
+        if not mitigation["arms"] or mitigation["tasks"] is None:
+            return []
+        if isinstance(mitigation["tasks"], dict):
+            name = mitigation["tasks"]["split"]
+            if name not in self.splits(model):
+                raise ConfigError(f"config key mitigation.tasks.split: value {name!r} is not a prediction split; "
+                                  f"allowed: {', '.join(self.splits(model)) or 'none'}")
+            tasks = self.splits(model)[name]["test_tasks"]
+        else:
+            unknown = [t for t in mitigation["tasks"] if t not in self.tasks[model]]
+            if unknown:
+                raise ConfigError(f"config key mitigation.tasks: value {unknown[0]!r} is not a task of model "
+                                  f"{model!r}; allowed: {', '.join(self.tasks[model])}")
+            tasks = list(mitigation["tasks"])
+        n_upstream = sum(s["count"] for s in self.shards[self.corpus(model)])
+        size = mitigation["heldout"]
+        count = int(round(size * n_upstream)) if size < 1 else int(size)
+        if size >= 1 and size != int(size):
+            raise ConfigError(f"config key mitigation.heldout: value {size} is neither a count nor a share below 1")
+        if count >= n_upstream:
+            raise ConfigError(f"config key mitigation.heldout: value {size} leaves no replay pool: the upstream "
+                              f"corpus of model {model!r} has {n_upstream} examples")
+        for arm, spec in mitigation["arms"].items():
+            key = f"config key mitigation.arms.{arm}"
+            if spec["replay"] != "predicted":
+                continue
+            if spec["method"] not in self.cfg["prediction"]["methods"]:
+                raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured prediction method; "
+                                  f"allowed: {', '.join(self.cfg['prediction']['methods'])}")
+            if spec["split"] is not None and spec["split"] not in self.splits(model):
+                raise ConfigError(f"{key}.split: value {spec['split']!r} is not a prediction split; allowed: "
+                                  f"{', '.join(self.splits(model)) or 'none'}")
+            outside = [t for t in tasks if self._split_of(model, spec, t) is None]
+            if outside:
+                where = f"split {spec['split']!r}" if spec["split"] else "any prediction split"
+                raise ConfigError(f"{key}: task {outside[0]!r} is not a test task of {where}: its forgetting "
+                                  f"was never predicted")
+            if spec["prediction_seed"] >= self.cfg["prediction"]["seeds"]:
+                raise ConfigError(f"{key}.prediction_seed: value {spec['prediction_seed']} is not below "
+                                  f"prediction.seeds ({self.cfg['prediction']['seeds']})")
+        return tasks
+
     # --- targets -------------------------------------------------------------------------------------
 
     def correlation_targets(self, model: str) -> list[str]:
@@ -196,6 +327,7 @@ class Plan:
             out += [SPLIT.format(model=model, split=s) for s in self.splits(model)]
             out += self.correlation_targets(model)
             out += [PREDICTION_SCORES.format(model=model)] if self.splits(model) else []
+            out += self.mitigation_targets(model) if model in self.computed else []
         return out + [LOWRANK_SUMMARY]
 
 

@@ -192,3 +192,63 @@ def prediction_scores(scores, path, metrics=("rmse", "roc_auc", "top_q_f1", "pre
     fig.tight_layout()
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def mitigation_forgetting(frame, tests, path):
+    """Mean held-out forgetting per arm, with each (task, seed) as a dot and the interval of the paired
+    difference to `none` (Hodges–Lehmann, bootstrap over tasks) in the label."""
+    plt = _pyplot()
+    arms = list(dict.fromkeys(frame["arm"]))
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(arms), 3.6))
+    for i, arm in enumerate(arms):
+        values = frame.loc[frame["arm"] == arm, "heldout_forgetting"].to_numpy()
+        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values, s=10, alpha=0.6)
+        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="black")
+    labels = []
+    versus_none = tests[tests["baseline"] == "none"].set_index("arm") if len(tests) else None
+    for arm in arms:
+        if versus_none is not None and arm in versus_none.index:
+            row = versus_none.loc[arm]
+            labels.append(f"{arm}\nΔ {row['hodges_lehmann']:+.3f}\n[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]\n"
+                          f"p={row['p_value']:.2g}")
+        else:
+            labels.append(arm)
+    ax.set_xticks(range(len(arms)), labels, fontsize=7)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_ylabel("held-out forgetting (mean ΔNLL, nats/token)")
+    ax.set_title("Forgetting on never-replayed upstream examples", fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def mitigation_paired(frame, pairs, path):
+    """Per-task paired slopes from each comparison arm to the arm it is compared with (mean over seeds)."""
+    plt = _pyplot()
+    pairs = [p for p in pairs if p[1] != "none"] or pairs
+    fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(2.6 * max(1, len(pairs)), 3.4), squeeze=False)
+    means = frame.groupby(["arm", "task"])["heldout_forgetting"].mean()
+    for ax, (arm, baseline) in zip(axes[0], pairs):
+        for task in sorted(frame["task"].unique()):
+            a, b = means.get((baseline, task), np.nan), means.get((arm, task), np.nan)
+            ax.plot([0, 1], [a, b], marker="o", color="tab:green" if b < a else "tab:red", alpha=0.7)
+        ax.set_xticks([0, 1], [baseline, arm])
+        ax.set_title(f"{arm} vs {baseline}", fontsize=8)
+    axes[0][0].set_ylabel("held-out forgetting per task")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def mitigation_tradeoff(frame, path):
+    """Target loss against held-out forgetting, one point per arm (mean over tasks and seeds)."""
+    plt = _pyplot()
+    means = frame.groupby("arm", sort=False)[["heldout_forgetting", "target_nll"]].mean()
+    fig, ax = plt.subplots(figsize=(4.2, 3.4))
+    ax.scatter(means["heldout_forgetting"], means["target_nll"])
+    for arm, row in means.iterrows():
+        ax.annotate(arm, (row["heldout_forgetting"], row["target_nll"]), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")
+    ax.set_xlabel("held-out forgetting (mean ΔNLL)")
+    ax.set_ylabel("target validation NLL")
+    ax.set_title("Learning vs forgetting (lower left is better)", fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -91,10 +91,8 @@ class TorchScorer:
         tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
         return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
 
-    @torch.inference_mode()
-    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
-        sums = np.zeros(len(encoded), dtype=np.float64)
+    def _token_nll(self, encoded: list[Encoded]):
+        """For each length batch: (its example indices, the row of each scored token, the tokens' NLL)."""
         lengths = np.array([len(e.ids) for e in encoded])
         for batch in length_batches(lengths, self.token_budget, self.max_padding):
             members = [encoded[i] for i in batch]
@@ -116,12 +114,31 @@ class TorchScorer:
             else:
                 logits = self.model(input_ids=ids, attention_mask=mask).logits[rows_t, pred_t]
                 token_nll = F.cross_entropy(logits.float(), targets, reduction="none")
-            per_row = torch.zeros(len(members), dtype=torch.float64, device=self.device)
+            yield batch, rows_t, token_nll
+
+    @torch.inference_mode()
+    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
+        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+        sums = np.zeros(len(encoded), dtype=np.float64)
+        for batch, rows_t, token_nll in self._token_nll(encoded):
+            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
             per_row.index_add_(0, rows_t, token_nll.double())
             sums[batch] = per_row.cpu().numpy()
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
         return nll, n_tokens
+
+    @torch.inference_mode()
+    def score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
+        """Each example's per-token NLL over its scored span [target_start, score_end), float32."""
+        out: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in encoded]
+        for batch, rows_t, token_nll in self._token_nll(encoded):
+            values = token_nll.float().cpu().numpy()
+            bounds = np.cumsum([0] + [encoded[i].n_scored for i in batch])
+            for j, i in enumerate(batch):
+                out[i] = values[bounds[j]:bounds[j + 1]]
+        return out
 
 
 @torch.inference_mode()

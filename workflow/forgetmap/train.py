@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .data.batches import IGNORE, collate, task_batches
+from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,6 @@ def lr_at(step: int, peak: float, warmup: int, total: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
     return peak * max(0.0, (total - step) / max(1, total - warmup))
-
-
-def planned_steps(settings: dict, n_examples: int) -> int:
-    """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
-    effective = settings["batch_size"] * settings["grad_accum"] * settings.get("processes", 1)
-    cap = settings["max_epochs"] * n_examples // effective if settings.get("max_epochs") else settings["steps"]
-    return max(1, min(settings["steps"], cap))
 
 
 def _world() -> tuple[int, int]:
@@ -139,16 +132,18 @@ def attach_lora(model, lora: dict, seed: int):
     return get_peft_model(model, config)
 
 
-def finetune(base: str, task: str, settings: dict, threads: int, out: str) -> dict:
+def finetune(base: str, task: str, settings: dict, threads: int, out: str, replay: str | None = None,
+             token_losses: str | None = None) -> dict:
     """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all.
     With `processes` above 1, torchrun runs that many FSDP workers (`python -m forgetmap.train`) into
-    the temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo."""
+    the temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo. A mitigation
+    arm (`settings["arm"]`) adds its replayed examples and the base model's token losses."""
     from .io import atomic_path
 
     processes = settings.get("processes", 1)
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
-            return finetune_into(base, task, tmp, settings, threads)
+            return finetune_into(base, task, tmp, settings, threads, replay, token_losses)
         import subprocess
         import sys
 
@@ -158,6 +153,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str) -> di
                    "-m", "forgetmap.train", "--base", str(base), "--task", str(task),
                    "--settings", json.dumps(settings), "--threads", str(max(1, threads // processes)),
                    "--into", str(tmp)]
+        command += [a for flag, path in (("--replay", replay), ("--token-losses", token_losses)) if path
+                    for a in (flag, str(path))]
         log.info("launching %d FSDP training processes: %s", processes, " ".join(command[:6]))
         done = subprocess.run(command)
         if done.returncode != 0:
@@ -177,11 +174,11 @@ def _shard(model) -> None:
     fully_shard(model)
 
 
-def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int) -> dict:
+def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
+                  replay: str | None = None, token_losses: str | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
-    import pandas as pd
-
-    from .data.chat import encode_chat
+    from .mitigation.arms import arm_batches
+    from .mitigation.tokens import training_examples
     from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
                          write_pointer)
 
@@ -199,18 +196,16 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     compute_dtype = torch.bfloat16 if device.type == "cuda" and settings.get("bf16", True) else torch.float32
     attention = pick_attention(settings["attention"], device, compute_dtype)
     model = load_model(base_dir, device, torch.float32, attention)
-    frame = pd.read_parquet(task_path)
-    frame = frame[frame["split"] == "train"]
-    examples = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
-                           settings["chat_template"], settings["max_length"])
+    examples = training_examples(tokenizer, task_path, settings["chat_template"], settings["max_length"])
     if settings["method"] == "lora":
         model = attach_lora(model, settings["lora"], settings["seed"])
     parameters, architecture = n_parameters(model), type(model).__name__
     if world > 1:
         _shard(model)
-    batches = task_batches(examples, settings["batch_size"], settings["grad_accum"] * world, settings["seed"])
-    summary = train(model, batches, planned_steps(settings, len(examples)), settings, tokenizer.pad_token_id,
+    batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses)
+    summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
                     into / "train_log.jsonl" if rank == 0 else None)
+    summary.update(arm_summary)
     state = None
     if world > 1:  # every rank takes part in gathering the full weights; rank 0 writes them
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -242,12 +237,15 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", type=json.loads, required=True)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--into", required=True, help="directory rank 0 writes the checkpoint into")
+    parser.add_argument("--replay", default=None)
+    parser.add_argument("--token-losses", default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo")
     try:
-        summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads)
+        summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads, args.replay,
+                                args.token_losses)
         dist.barrier()  # rank 0 has written the checkpoint
         if dist.get_rank() == 0:
             print(json.dumps({"command": "finetune-worker", **summary}))

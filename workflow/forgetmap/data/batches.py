@@ -45,6 +45,13 @@ def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor | No
             "weights": torch.from_numpy(weights) if weighted else None}
 
 
+def planned_steps(settings: dict, n_examples: int) -> int:
+    """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
+    effective = settings["batch_size"] * settings["grad_accum"] * settings.get("processes", 1)
+    cap = settings["max_epochs"] * n_examples // effective if settings.get("max_epochs") else settings["steps"]
+    return max(1, min(settings["steps"], cap))
+
+
 def example_order(n: int, seed: int) -> Iterator[int]:
     """An endless stream of example indices: a fresh seeded permutation every epoch."""
     rng = np.random.default_rng(seed)

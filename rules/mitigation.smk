@@ -1,0 +1,154 @@
+# Forgetting less (paper §6): arms fine-tuned on the test tasks with replay, token masks or example
+# weights, each judged on held-out upstream examples that no arm ever replays, then paired tests.
+
+
+rule heldout_set:
+    input:
+        get_shards,
+    output:
+        fm_plan.HELDOUT,
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=get_settings("heldout_set"),
+    log:
+        "results/logs/{model}/mitigation/heldout_set.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/heldout_set.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap heldout-set --settings {params.settings:q} --shards {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule token_losses:
+    input:
+        base=fm_plan.BASE,
+        task=fm_plan.TASK,
+    output:
+        fm_plan.TOKEN_LOSSES,
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=get_settings("token_losses"),
+    threads: get_resource("score", "threads")
+    resources:
+        gpu=get_resource("score", "gpu"),
+        mem_mb=get_resource("score", "mem_mb"),
+        runtime=get_resource("score", "runtime"),
+    log:
+        "results/logs/{model}/mitigation/token_losses/{task}.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/token_losses/{task}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap token-losses --base {input.base:q} --task {input.task:q} --settings {params.settings:q} "
+        "--threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
+
+
+rule replay_selection:
+    input:
+        unpack(get_replay_inputs),
+    output:
+        fm_plan.REPLAY,
+    wildcard_constraints:
+        model=COMPUTED,
+        arm=REPLAY_ARMS,
+    params:
+        settings=get_settings("replay_selection"),
+        scores=get_replay_score_options,
+    log:
+        "results/logs/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap replay-selection --settings {params.settings:q} --heldout {input.heldout:q} "
+        "--shards {input.shards:q} --task {input.task:q} {params.scores} --out {output:q} > {log:q} 2>&1"
+
+
+rule arm_finetune:
+    input:
+        unpack(get_arm_inputs),
+    output:
+        checkpoint_output(fm_plan.ARM_CHECKPOINT),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=get_settings("arm_finetune"),
+        options=get_arm_options,
+    threads: get_resource("finetune", "threads")
+    resources:
+        gpu=get_resource("finetune", "gpu"),
+        mem_mb=get_resource("finetune", "mem_mb"),
+        runtime=get_resource("finetune", "runtime"),
+    log:
+        "results/logs/{model}/mitigation/{arm}/seed-{seed}/finetune/{task}.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/finetune/{task}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap finetune --base {input.base:q} --task {input.task:q} {params.options} "
+        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
+
+
+rule arm_scores:
+    input:
+        model=get_arm_checkpoint,
+        heldout=fm_plan.HELDOUT,
+        task=fm_plan.TASK,
+    output:
+        scores=fm_plan.ARM_SCORES,
+        summary=fm_plan.ARM_SCORES.replace(".parquet", ".json"),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=get_settings("score"),
+    threads: get_resource("score", "threads")
+    resources:
+        gpu=get_resource("score", "gpu"),
+        mem_mb=get_resource("score", "mem_mb"),
+        runtime=get_resource("score", "runtime"),
+    log:
+        "results/logs/{model}/mitigation/{arm}/seed-{seed}/scores/{task}.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/scores/{task}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap evaluate-arm --model-dir {input.model:q} --heldout {input.heldout:q} --task {input.task:q} "
+        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output.scores:q} "
+        "--summary {output.summary:q} > {log:q} 2>&1"
+
+
+rule mitigation_summary:
+    input:
+        matrix=fm_plan.MATRIX,
+        scores=get_arm_scores,
+    output:
+        summary=mitigation_report("summary.tsv", "mitigation_summary"),
+        tests=mitigation_report("tests.tsv", "mitigation_tests"),
+        forgetting=mitigation_report("forgetting.png", "mitigation_forgetting"),
+        slopes=mitigation_report("paired.png", "mitigation_paired"),
+        tradeoff=mitigation_report("tradeoff.png", "mitigation_tradeoff"),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=get_settings("mitigation_summary"),
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/mitigation/summary.log",
+    benchmark:
+        "results/benchmarks/{model}/mitigation/summary.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap mitigation-summary --matrix {input.matrix:q} --settings {params.settings:q} "
+        "--summary {output.summary:q} --tests {output.tests:q} --forgetting-figure {output.forgetting:q} "
+        "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} > {log:q} 2>&1"

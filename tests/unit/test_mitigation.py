@@ -1,0 +1,152 @@
+"""Replay selection and the paired statistics that judge mitigation arms."""
+
+import numpy as np
+import pytest
+
+from forgetmap.errors import DataError
+from forgetmap.mitigation.replay import (heldout_examples, mixture_batches, replay_count, replay_steps,
+                                         sampling_weights, select_replay)
+from forgetmap.mitigation.stats import bootstrap_interval, hodges_lehmann, paired_test, rank_biserial, wilcoxon
+
+
+def test_the_heldout_set_is_seeded_sorted_and_sized_by_count_or_share():
+    a, b = heldout_examples(1000, 100, seed=0), heldout_examples(1000, 100, seed=0)
+    assert np.array_equal(a, b) and len(a) == 100 and np.all(np.diff(a) > 0)
+    assert len(heldout_examples(1000, 0.25, seed=0)) == 250
+    assert not np.array_equal(a, heldout_examples(1000, 100, seed=1))
+    with pytest.raises(DataError, match="needs 0 < size < 1000"):
+        heldout_examples(1000, 1000, seed=0)
+
+
+def test_weights_are_a_softmax_at_temperature_and_nan_weighs_nothing():
+    w = sampling_weights(np.array([0.0, 0.1, np.nan]), 0.1)
+    assert w[2] == 0 and w.sum() == pytest.approx(1) and w[1] / w[0] == pytest.approx(np.e)
+
+
+def test_replay_never_draws_a_heldout_example_and_never_repeats():
+    n = 5000
+    heldout = heldout_examples(n, 500, seed=0)
+    pool = np.setdiff1d(np.arange(n), heldout)
+    scores = np.random.default_rng(1).normal(size=len(pool))
+    for seed in range(5):
+        for kwargs in ({}, {"scores": scores}, {"scores": scores, "mode": "max"}):
+            chosen = select_replay(200, pool, seed, **kwargs)
+            assert len(np.unique(chosen)) == 200 and not np.isin(chosen, heldout).any()
+
+
+def test_sampling_prefers_high_scores_and_max_takes_the_top():
+    pool = np.arange(1000)
+    scores = np.linspace(0, 1, 1000)
+    drawn = select_replay(50, pool, 0, scores, temperature=0.1)
+    assert drawn.mean() > 800  # weights e^(10 s): the top tenth holds most of the mass
+    assert sorted(select_replay(10, pool, 0, scores, mode="max")) == list(range(990, 1000))
+    assert np.array_equal(select_replay(50, pool, 3, scores), select_replay(50, pool, 3, scores))
+
+
+def test_an_exhausted_pool_is_an_error_not_a_draw_with_replacement():
+    pool = np.arange(10)
+    scores = np.array([1.0] * 4 + [np.nan] * 6)
+    with pytest.raises(DataError, match="replay pool is exhausted: 5 examples to replay, 4 candidates"):
+        select_replay(5, pool, 0, scores)
+    with pytest.raises(DataError, match="exhausted: 11 examples"):
+        select_replay(11, pool, 0)
+
+
+def test_replay_budget_follows_the_reference():
+    assert replay_count(1000, 1 / 32) == 32 and replay_count(18, 1 / 32) == 1
+    assert replay_steps(1000, 1 / 32) == 1031
+
+
+def test_the_mixture_draws_task_and_replay_in_proportion():
+    batches = mixture_batches(list(range(320)), [-1] * 10, batch_size=33, micro_batches=1, seed=0)
+    drawn = [x for _ in range(100) for x in next(batches)[0]]
+    assert np.mean(np.array(drawn) == -1) == pytest.approx(10 / 330, abs=0.005)
+
+
+def test_hodges_lehmann_and_rank_biserial_on_known_values():
+    assert hodges_lehmann(np.array([1.0, 2.0, 3.0])) == 2.0
+    assert hodges_lehmann(np.array([-1.0, 5.0])) == 2.0  # Walsh averages -1, 2, 5
+    assert rank_biserial(np.array([1.0, 2.0, 3.0])) == 1.0
+    assert rank_biserial(np.array([1.0, -2.0])) == pytest.approx((1 - 2) / 3)
+
+
+def test_wilcoxon_matches_the_exact_signed_rank_distribution():
+    statistic, p = wilcoxon(np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]))
+    assert statistic == 0 and p == pytest.approx(2 / 64)  # all six positive: the smallest two-sided p
+    assert np.isnan(wilcoxon(np.zeros(4))[1])
+
+
+def test_the_bootstrap_interval_resamples_tasks_and_covers_the_estimate():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(10), 2)
+    d = rng.normal(0.5, 0.2, size=20)
+    low, high = bootstrap_interval(d, groups)
+    assert low < hodges_lehmann(d) < high and low > 0
+    identical = bootstrap_interval(np.full(6, 0.3), np.repeat(np.arange(3), 2))
+    assert identical == pytest.approx((0.3, 0.3))
+
+
+def test_paired_test_reports_every_figure_and_drops_nan_pairs():
+    x = np.array([1.0, 2.0, 3.0, np.nan])
+    y = np.array([0.5, 1.0, 1.0, 1.0])
+    out = paired_test(x, y, np.array(["a", "a", "b", "b"]))
+    assert out["n"] == 3 and out["n_tasks"] == 2 and out["rank_biserial"] == 1.0
+    assert out["hodges_lehmann"] == pytest.approx(hodges_lehmann(np.array([0.5, 1.0, 2.0])))
+
+
+# --- token masks and example weights ------------------------------------------------------------------
+
+from forgetmap.data.chat import Encoded  # noqa: E402
+from forgetmap.mitigation.tokens import flow_weights, random_masks, stm_masks, weighted  # noqa: E402
+
+
+def encoded_examples():
+    rng = np.random.default_rng(0)
+    examples = [Encoded(rng.integers(0, 50, 12), 4, 11), Encoded(rng.integers(0, 50, 9), 3, 8)]
+    losses = [np.linspace(0.1, 2.0, 8).astype(np.float32), np.array([0.5, 3.0, 0.2, 1.5, 0.1, 2.5], np.float32)]
+    return examples, losses
+
+
+def test_stm_masks_the_high_loss_tokens_by_absolute_perplexity_or_quantile():
+    examples, losses = encoded_examples()
+    masked, share = stm_masks(examples, losses, "abs", tau=2.5)
+    flat = np.concatenate(losses)
+    assert share == pytest.approx(np.mean(np.exp(flat) > 2.5))
+    for e, m, nll in zip(examples, masked, losses):
+        assert np.array_equal(m.loss_mask[e.target_start:], np.exp(nll) <= 2.5)
+        assert m.loss_mask[:e.target_start].all() and m.n_targets == int((np.exp(nll) <= 2.5).sum())
+    masked, share = stm_masks(examples, losses, "quantile", q=0.2)
+    assert share == 3 / 14  # round(0.2 x 14) tokens: the three highest losses (3.0, 2.5, 2.0)
+    assert [np.flatnonzero(~m.loss_mask[e.target_start:]).tolist() for e, m in zip(examples, masked)] == [[7], [1, 5]]
+    assert all(m.weight == 1.0 for m in masked)
+
+
+def test_the_random_control_masks_as_many_tokens_per_example_elsewhere():
+    examples, losses = encoded_examples()
+    stm, share = stm_masks(examples, losses, "quantile", q=0.3)
+    control, control_share = random_masks(examples, stm, seed=0)
+    assert control_share == share
+    assert [c.n_targets for c in control] == [s.n_targets for s in stm]
+    assert any(not np.array_equal(c.loss_mask, s.loss_mask) for c, s in zip(control, stm))
+
+
+def test_flow_weights_favour_low_loss_examples_with_mean_one():
+    w = flow_weights(np.array([0.5, 1.0, 2.0, 4.0]))
+    assert w.mean() == pytest.approx(1.0) and np.all(np.diff(w) < 0)
+    assert w[0] / w[1] == pytest.approx(np.exp(0.5 / 1.5))  # τ = the median loss, 1.5
+    assert [e.weight for e in weighted(encoded_examples()[0], np.array([0.5, 1.5]))] == [0.5, 1.5]
+
+
+def test_an_arm_without_replay_tokens_or_weights_is_plain_finetuning():
+    from forgetmap.data.batches import task_batches
+    from forgetmap.mitigation.arms import arm_batches
+
+    examples, _ = encoded_examples()
+    settings = {"batch_size": 2, "grad_accum": 1, "seed": 3, "steps": 4, "max_epochs": None,
+                "chat_template": "olmo", "max_length": 32, "arm": {"name": "none", "replay": "none",
+                                                                      "tokens": "none", "weights": "none"}}
+    batches, steps, summary = arm_batches(settings, None, examples, 1)
+    plain = task_batches(examples, 2, 1, 3)
+    assert steps == 4 and summary == {}
+    for _ in range(5):
+        assert [[id(e) for e in mb] for mb in next(batches)] == [[id(e) for e in mb] for mb in next(plain)]

@@ -1,0 +1,52 @@
+"""What a mitigation arm changes in fine-tuning: its batch source, and its examples' masks and weights.
+
+`arm_batches` is the one seam between the arms and the training loop: it takes the task's encoded
+training examples and returns the batch source and step count `train()` runs, plus what the arm did
+(replayed examples, masked share). Plain fine-tuning (no arm, or the `none` arm) is the task's examples
+alone, exactly as before; replay mixes the replayed upstream examples in (forgetmap.mitigation.replay);
+token masks and example weights ride on the encoded examples (forgetmap.mitigation.tokens).
+"""
+
+from __future__ import annotations
+
+from ..data.batches import planned_steps
+from ..data.chat import Encoded
+from .replay import mixture_batches
+
+PLAIN = {"replay": "none", "tokens": "none", "weights": "none"}
+
+
+def arm_batches(settings: dict, tokenizer, examples: list[Encoded], world: int, replay: str | None = None,
+                token_losses: str | None = None):
+    """(batch source, steps, summary of what the arm did) for the fine-tune `settings` describe."""
+    arm = settings.get("arm") or PLAIN
+    summary: dict = {}
+    if arm["tokens"] != "none" or arm["weights"] != "none":
+        from .tokens import flow_weights, random_masks, read_token_losses, stm_masks, weighted
+
+        if token_losses is None:
+            raise ValueError(f"arm {arm.get('name')!r} needs the base model's token losses (--token-losses)")
+        losses = read_token_losses(token_losses, examples)
+        if arm["tokens"] != "none":
+            masked, share = stm_masks(examples, losses, arm["stm_mode"], arm["tau"], arm["q"])
+            if arm["tokens"] == "stm_random":
+                masked, share = random_masks(examples, masked, settings["seed"])
+            examples = masked
+            summary["masked_share"] = round(share, 6)
+        if arm["weights"] == "flow":
+            examples = weighted(examples, flow_weights([float(x.mean()) if len(x) else 0.0 for x in losses]))
+    replayed: list[Encoded] = []
+    if arm["replay"] != "none":
+        import pandas as pd
+
+        from ..data.chat import encode_examples
+
+        if replay is None:
+            raise ValueError(f"arm {arm.get('name')!r} needs its replayed examples (--replay)")
+        replayed = encode_examples(tokenizer, pd.read_parquet(replay), settings["chat_template"],
+                                   settings["max_length"])
+        summary["replayed"] = len(replayed)
+        summary["replayed_tokens"] = int(sum(len(e.ids) for e in replayed))
+    batches = mixture_batches(examples, replayed, settings["batch_size"], settings["grad_accum"] * world,
+                              settings["seed"])
+    return batches, planned_steps(settings, len(examples) + len(replayed)), summary

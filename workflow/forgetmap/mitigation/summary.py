@@ -1,0 +1,94 @@
+"""Which arm forgets least, by how much, and whether that is significant (one table, tests, figures).
+
+Per (arm, task, seed): `heldout_forgetting` = mean ΔNLL over the held-out examples (arm NLL minus the
+matrix's base NLL); `reduction` = 1 - F_arm / F_none at the same task and seed; `forgetting_on_forgotten`
+= mean ΔNLL over the held-out examples that plain fine-tuning forgot (forgetmap.matrix.forgotten);
+`target_nll` = the task's validation NLL; `tokens`, `seconds` of training; `replayed`, `masked_share`;
+`reduction_per_extra_ktoken` = (F_none - F_arm) per 1,000 tokens trained beyond plain fine-tuning.
+
+Tests (forgetmap.mitigation.stats) pair each arm's held-out forgetting with `none`'s, and each replay
+arm's with the `random` replay arm of the same ratio (the same budget), over (task, seed) pairs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..matrix import ForgettingMatrix, forgotten
+from .stats import paired_test
+
+NO_ARM = "none"
+
+
+def per_run(matrix: ForgettingMatrix, runs: list[dict], threshold: float = 0.0) -> pd.DataFrame:
+    base = pd.Series(matrix.base_nll.astype(np.float64), index=matrix.example_ids)
+    deltas, rows = {}, []
+    for run in runs:
+        scores = pd.read_parquet(run["scores"], columns=["example_id", "nll"])
+        delta = scores["nll"].to_numpy(np.float64) - base.reindex(scores["example_id"]).to_numpy()
+        deltas[(run["arm"], run["seed"], run["task"])] = delta
+        facts = json.loads(Path(run["scores"]).with_suffix(".json").read_text())
+        rows.append({"arm": run["arm"], "task": run["task"], "seed": run["seed"],
+                     "heldout_forgetting": float(np.nanmean(delta)), "target_nll": facts["validation_nll"],
+                     "tokens": facts["tokens"], "seconds": facts["seconds"], "replayed": facts.get("replayed") or 0,
+                     "masked_share": facts.get("masked_share") or 0.0})
+    frame = pd.DataFrame(rows)
+    none = frame[frame["arm"] == NO_ARM].set_index(["task", "seed"])
+    f_none = none["heldout_forgetting"].reindex(pd.MultiIndex.from_frame(frame[["task", "seed"]])).to_numpy()
+    tokens_none = none["tokens"].reindex(pd.MultiIndex.from_frame(frame[["task", "seed"]])).to_numpy()
+    frame["reduction"] = 1 - frame["heldout_forgetting"] / f_none
+    extra = (frame["tokens"] - tokens_none).to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame["reduction_per_extra_ktoken"] = np.where(extra > 0, (f_none - frame["heldout_forgetting"]) / extra * 1e3,
+                                                       np.nan)
+    on_forgotten = []
+    for (arm, seed, task), delta in deltas.items():
+        mask = forgotten(deltas[(NO_ARM, seed, task)], threshold)
+        on_forgotten.append(float(np.nanmean(delta[mask])) if mask.any() else np.nan)
+    frame["forgetting_on_forgotten"] = on_forgotten
+    columns = ["arm", "task", "seed", "heldout_forgetting", "reduction", "forgetting_on_forgotten", "target_nll",
+               "tokens", "seconds", "replayed", "masked_share", "reduction_per_extra_ktoken"]
+    return frame[columns]
+
+
+def comparisons(arms: dict[str, dict]) -> list[tuple[str, str]]:
+    """(arm, baseline) pairs: every arm against none; a replay arm also against random replay at its ratio."""
+    pairs = [(arm, NO_ARM) for arm in arms if arm != NO_ARM]
+    randoms = {spec["ratio"]: arm for arm, spec in arms.items() if spec["replay"] == "random"}
+    for arm, spec in arms.items():
+        if spec["replay"] not in ("none", "random") and spec["ratio"] in randoms:
+            pairs.append((arm, randoms[spec["ratio"]]))
+    return pairs
+
+
+def paired_tests(frame: pd.DataFrame, arms: dict[str, dict], level: float) -> pd.DataFrame:
+    wide = frame.pivot_table(index=["task", "seed"], columns="arm", values="heldout_forgetting")
+    rows = []
+    for arm, baseline in comparisons(arms):
+        result = paired_test(wide[arm].to_numpy(), wide[baseline].to_numpy(),
+                             wide.index.get_level_values("task").to_numpy(), level)
+        rows.append({"arm": arm, "baseline": baseline, **result})
+    return pd.DataFrame(rows)
+
+
+def summary_command(matrix: str, settings: dict, summary: str, tests: str, forgetting_figure: str,
+                    paired_figure: str, tradeoff_figure: str) -> dict:
+    """`forgetmap mitigation-summary`."""
+    from .. import plots
+    from ..io import atomic_path
+
+    frame = per_run(ForgettingMatrix.read(matrix), settings["runs"], settings["threshold"])
+    arms = {arm["name"]: arm for arm in settings["arms"]}
+    table = paired_tests(frame, arms, settings["level"])
+    for data, path in ((frame, summary), (table, tests)):
+        with atomic_path(path) as tmp:
+            data.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    plots.mitigation_forgetting(frame, table, forgetting_figure)
+    plots.mitigation_paired(frame, comparisons(arms), paired_figure)
+    plots.mitigation_tradeoff(frame, tradeoff_figure)
+    means = frame.groupby("arm", sort=False)["heldout_forgetting"].mean()
+    return {"runs": len(frame), **{f"forgetting_{arm}": round(float(v), 5) for arm, v in means.items()}}
