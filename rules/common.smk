@@ -167,12 +167,15 @@ def get_arm_inputs(wc):
         inputs["replay"] = fm_plan.REPLAY.format(**wc)
     if spec["tokens"] != "none" or spec["weights"] != "none":
         inputs["token_losses"] = fm_plan.TOKEN_LOSSES.format(model=wc.model, task=wc.task)
-    return inputs
+    return {**inputs, **PLAN.online_inputs(wc.model, wc.arm, wc.task)}
 
 
 def get_arm_options(wc, input):
-    return " ".join(f"--{key.replace('_', '-')} {shlex.quote(input[key])}" for key in ("replay", "token_losses")
-                    if key in input.keys())
+    """--replay, --token-losses and an online arm's --matrix, --split, --heldout, --shards."""
+    keys = [k for k in ("replay", "token_losses", "matrix", "split", "heldout", "shards") if k in input.keys()]
+    return " ".join(f"--{key.replace('_', '-')} " + " ".join(shlex.quote(p) for p in
+                                                            (input[key] if key == "shards" else [input[key]]))
+                    for key in keys)
 
 
 def get_arm_checkpoint(wc):

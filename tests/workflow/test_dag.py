@@ -14,7 +14,7 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
                              "score": 8, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
                              "semantic_similarity": 1, "gradient_similarity": 1, "split_definition": 2,
                              "predict": 18, "prediction_scores": 1, "heldout_set": 1, "token_losses": 1,
-                             "replay_selection": 2, "arm_finetune": 3, "arm_scores": 4, "mitigation_summary": 1,
+                             "replay_selection": 3, "arm_finetune": 4, "arm_scores": 5, "mitigation_summary": 1,
                              "all": 1}
     runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}
     assert runs == {(run, k) for run in ("base", "city_qa", "mod10_add", "hex_copy") for k in ("0", "1")}
@@ -23,7 +23,7 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
 def test_gpu_resources_come_from_the_config(tmp_path):
     cfg = edited(tiny_config(), lambda c: (c["models"]["tiny"]["resources"].update(
         finetune={"gpu": 2, "mem_mb": 1234, "runtime": 77, "threads": 1}),
-        c["models"]["tiny"]["finetune"].update(processes=2)))
+        c["models"]["tiny"]["finetune"].update(processes=2), c.pop("mitigation")))  # online replay needs 1 process
     proc = snakemake(make_workdir(tmp_path, cfg), "--dry-run")
     block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
     assert "gpu=2" in block and "mem_mb=1234" in block and "runtime=77" in block
@@ -73,9 +73,10 @@ def test_duplicate_upstream_ids_fail_before_any_job(tmp_path):
 
 
 @pytest.mark.parametrize("profile", [(), ("--profile", "profiles/slurm")], ids=["local", "slurm"])
-@pytest.mark.parametrize("name, n_upstream, n_tasks", [("olmo-1b", 141_871, 85), ("pythia-1b", 10_000, 19)])
-def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks,
-                                                                         profile):
+@pytest.mark.parametrize("name, n_upstream, n_tasks, arms, arm_tasks",
+                         [("olmo-1b", 141_871, 85, 7, 20), ("pythia-1b", 10_000, 19, 3, 8)])
+def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks, arms,
+                                                                         arm_tasks, profile):
     workdir = make_workdir(tmp_path)
     config_path = REPO / "config/examples" / f"{name}.yaml"
     cfg = fake_resources(workdir, config_path, n_upstream)
@@ -85,3 +86,7 @@ def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_pat
     assert counts["finetune"] == n_tasks and counts["score"] == (n_tasks + 1) * shards
     assert counts["shard_upstream"] == shards and counts["forgetting_matrix"] == 1
     assert "city_qa" not in {w.get("task") for _, w in jobs}  # the demo config is replaced, not merged
+    # the paper's splits and replay arms: plain fine-tuning is the matrix's checkpoint, never trained twice
+    assert counts["predict"] == len(cfg["prediction"]["splits"]) * 9  # every default method, semantic included
+    assert counts["arm_finetune"] == arms * arm_tasks and counts["arm_scores"] == (arms + 1) * arm_tasks
+    assert counts["heldout_set"] == 1 and counts["mitigation_summary"] == 1

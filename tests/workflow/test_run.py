@@ -14,8 +14,10 @@ MATRIX = "results/tiny/forgetting.parquet"
 # everything that depends on the matrix: it reruns whenever the matrix does
 ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
             "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1}
-# a changed prediction reruns the predicted replay arm (test config: random, predicted, stm on mod10_add)
+# test config: arms random, predicted, stm and online on mod10_add. A changed matrix reruns the predicted
+# arm (its selection, fine-tune, scores) and the online arm (it completes its row in the job)
 PREDICTED_ARM = {"replay_selection": 1, "arm_finetune": 1, "arm_scores": 1}
+MATRIX_ARMS = {"replay_selection": 1, "arm_finetune": 2, "arm_scores": 2}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
     jobs = planned_jobs(workdir)
     assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "score": 2, "split_definition": 2, **ANALYSES,
-                             **PREDICTED_ARM}
+                             **MATRIX_ARMS}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
 
@@ -98,8 +100,8 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
     # mod10_add is the arms' task: every arm is fine-tuned again with the new settings
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_finetune": 3,
-                             "arm_scores": 4}
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_finetune": 4,
+                             "arm_scores": 5}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
 
@@ -109,8 +111,8 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
     jobs = planned_jobs(workdir)
     # the held-out set is drawn from the grown corpus: every arm is judged anew, the replay arms retrained
-    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 2,
-                             "arm_finetune": 2, "arm_scores": 4}
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 3,
+                             "arm_finetune": 3, "arm_scores": 5}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 
@@ -161,14 +163,20 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
         scores = pd.read_parquet(finished / f"results/tiny/mitigation/{arm}/seed-0/mod10_add.parquet")
         assert set(scores["example_id"]) == heldout
     summary = pd.read_csv(finished / "results/tiny/mitigation/summary.tsv", sep="\t")
-    assert summary["arm"].tolist() == ["none", "random", "predicted", "stm"]
+    assert summary["arm"].tolist() == ["none", "random", "predicted", "stm", "online"]
     assert summary.set_index("arm").loc["none", "reduction"] == 0
     assert summary.set_index("arm").loc["stm", "masked_share"] == pytest.approx(0.2, abs=0.01)
     # replay stretches the step budget by (1 + ratio): 4 steps -> 5
     assert (summary.set_index("arm").loc[["random", "predicted"], "tokens"] > summary.set_index("arm").loc["none", "tokens"]).all()
     tests = pd.read_csv(finished / "results/tiny/mitigation/tests.tsv", sep="\t")
-    assert list(zip(tests["arm"], tests["baseline"])) == [("random", "none"), ("predicted", "none"), ("stm", "none"),
-                                                          ("predicted", "random")]
+    assert list(zip(tests["arm"], tests["baseline"])) == [
+        ("random", "none"), ("predicted", "none"), ("stm", "none"), ("online", "none"), ("predicted", "random"),
+        ("online", "random")]
+    # online replay: random replay for the first tenth of the 5 steps, then its own draw, never held out
+    online = json.loads((finished / "results/tiny/mitigation/online/seed-0/mod10_add.json").read_text())["online"]
+    assert online["switch_step"] == 1 and online["replayed_online"] == 6 and online["online_seconds"] < 1
+    assert not heldout & set(online["replayed_online_ids"]) and not heldout & set(online["probe_ids"])
+    assert len(online["probe_ids"]) == 5
 
 
 def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
@@ -188,10 +196,10 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
                  ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten",
                   "random")})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **PREDICTED_ARM, "mitigation_summary": 1, "all": 1}
+    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **MATRIX_ARMS, "mitigation_summary": 1, "all": 1}
     # a second seed: every arm once more at that seed, plain fine-tuning included
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"replay_selection": 2, "arm_finetune": 4, "arm_scores": 4, "mitigation_summary": 1,
+    assert by_rule(jobs) == {"replay_selection": 3, "arm_finetune": 5, "arm_scores": 5, "mitigation_summary": 1,
                              "all": 1}
     assert {w["seed"] for r, w in jobs if r in ("arm_finetune", "arm_scores")} == {"1"}

@@ -221,16 +221,22 @@ PREDICTION = _obj({
 }, description="forgetting prediction (paper §5)", default={})
 
 ARM = _obj({
-    "replay": _enum("none", ("none", "random", "predicted", "ground_truth", "high_base_nll"),
+    "replay": _enum("none", ("none", "random", "predicted", "ground_truth", "high_base_nll", "online"),
                     "which upstream examples to replay: none; random (uniform); predicted (softmax of a completion "
                     "method's predicted row / temperature); ground_truth (the task's true row: the oracle); "
-                    "high_base_nll (the examples the base model finds hardest)"),
+                    "high_base_nll (the examples the base model finds hardest); online (the paper's partition runs: "
+                    "random replay for the first `warmup` share of steps, then the forgetting of `probes` examples "
+                    "measured in the job, the row completed by `method`, and predicted replay for the rest)"),
     "method": {"type": ["string", "null"], "default": None,
                "description": "predicted replay: the completion method (a configured prediction method)"},
     "split": {"type": ["string", "null"], "default": None,
               "description": "predicted replay: the prediction split whose test task the task is (null: the first "
                              "split that has the task as a test task)"},
     "prediction_seed": _int(0, "predicted replay: which seed's known columns the prediction used (paper: 0)", 0),
+    "probes": _int(30, "online replay: upstream examples whose forgetting is measured during training (paper: 30)", 1),
+    "warmup": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1,
+               "description": "online replay: share of the steps trained with random replay before the probes "
+                              "are measured (paper: 0.1)"},
     "ratio": _num(0.03125, "replayed examples per task example (paper: 1/32); the steps grow by (1 + ratio)",
                   exclusive_minimum=0),
     "temperature": _num(0.1, "softmax temperature of the replay weights (paper: 0.1)", exclusive_minimum=0),

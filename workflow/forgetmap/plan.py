@@ -213,13 +213,18 @@ class Plan:
         """The task's fine-tuning settings at this seed, the arm, and the step budget replay stretches."""
         spec = self.arms()[arm]
         settings = {**self.finetune_settings(model, task), "seed": seed, "arm": {"name": arm, **spec}}
+        if spec["replay"] == "online":  # the completion runs inside the job: its method's parameters too
+            settings["arm"].update(split=self.prediction_split(model, arm, task), task=task,
+                                   params=self.cfg["prediction"]["methods"][spec["method"]],
+                                   threshold=self.cfg["prediction"]["threshold"])
         if spec["replay"] != "none":
             settings["steps"] = int(settings["steps"] * (1 + spec["ratio"]))
         return settings
 
     def replay_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
         spec = self.arms()[arm]
-        return {"task": task, "seed": seed, "replay": spec["replay"], "ratio": spec["ratio"],
+        kind = "random" if spec["replay"] == "online" else spec["replay"]  # online: its first phase's replay
+        return {"task": task, "seed": seed, "replay": kind, "ratio": spec["ratio"],
                 "temperature": spec["temperature"], "selection": spec["selection"],
                 "prediction_seed": spec["prediction_seed"]}
 
@@ -237,6 +242,14 @@ class Plan:
         if spec["replay"] in ("ground_truth", "high_base_nll"):
             return {"matrix": MATRIX.format(model=model)}
         return {}
+
+    def online_inputs(self, model: str, arm: str, task: str) -> dict[str, str]:
+        """What an online replay arm's fine-tune reads to measure, complete and draw inside the job."""
+        if self.arms()[arm]["replay"] != "online":
+            return {}
+        return {"matrix": MATRIX.format(model=model), "heldout": HELDOUT.format(model=model),
+                "split": SPLIT.format(model=model, split=self.prediction_split(model, arm, task)),
+                "shards": self.shard_paths(model)}
 
     def heldout_settings(self, model: str) -> dict:
         return {"size": self.cfg["mitigation"]["heldout"], "seed": self.cfg["mitigation"]["heldout_seed"]}
@@ -292,7 +305,10 @@ class Plan:
                               f"corpus of model {model!r} has {n_upstream} examples")
         for arm, spec in mitigation["arms"].items():
             key = f"config key mitigation.arms.{arm}"
-            if spec["replay"] != "predicted":
+            if spec["replay"] == "online" and self.cfg["models"][model]["finetune"]["processes"] > 1:
+                raise ConfigError(f"{key}.replay: online replay measures the model inside one training process; "
+                                  f"models.{model}.finetune.processes is {self.cfg['models'][model]['finetune']['processes']}")
+            if spec["replay"] not in ("predicted", "online"):
                 continue
             if spec["method"] not in self.cfg["prediction"]["methods"]:
                 raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured prediction method; "

@@ -133,7 +133,8 @@ def attach_lora(model, lora: dict, seed: int):
 
 
 def finetune(base: str, task: str, settings: dict, threads: int, out: str, replay: str | None = None,
-             token_losses: str | None = None) -> dict:
+             token_losses: str | None = None, matrix: str | None = None, split: str | None = None,
+             heldout: str | None = None, shards: list[str] | None = None) -> dict:
     """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all.
     With `processes` above 1, torchrun runs that many FSDP workers (`python -m forgetmap.train`) into
     the temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo. A mitigation
@@ -143,7 +144,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
     processes = settings.get("processes", 1)
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
-            return finetune_into(base, task, tmp, settings, threads, replay, token_losses)
+            online = {"matrix": matrix, "split": split, "heldout": heldout, "shards": shards} if matrix else None
+            return finetune_into(base, task, tmp, settings, threads, replay, token_losses, online)
         import subprocess
         import sys
 
@@ -175,7 +177,7 @@ def _shard(model) -> None:
 
 
 def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
-                  replay: str | None = None, token_losses: str | None = None) -> dict:
+                  replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
     from .mitigation.tokens import training_examples
@@ -202,7 +204,8 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     parameters, architecture = n_parameters(model), type(model).__name__
     if world > 1:
         _shard(model)
-    batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses)
+    batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
+                                              online)
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
                     into / "train_log.jsonl" if rank == 0 else None)
     summary.update(arm_summary)

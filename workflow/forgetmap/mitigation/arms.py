@@ -17,8 +17,10 @@ PLAIN = {"replay": "none", "tokens": "none", "weights": "none"}
 
 
 def arm_batches(settings: dict, tokenizer, examples: list[Encoded], world: int, replay: str | None = None,
-                token_losses: str | None = None):
-    """(batch source, steps, summary of what the arm did) for the fine-tune `settings` describe."""
+                token_losses: str | None = None, model=None, online: dict | None = None):
+    """(batch source, steps, summary of what the arm did) for the fine-tune `settings` describe. An online
+    replay arm's source measures `model` during training and reads the `online` files (matrix, split,
+    heldout, shards); its summary fills in as it runs."""
     arm = settings.get("arm") or PLAIN
     summary: dict = {}
     if arm["tokens"] != "none" or arm["weights"] != "none":
@@ -43,10 +45,21 @@ def arm_batches(settings: dict, tokenizer, examples: list[Encoded], world: int, 
 
         if replay is None:
             raise ValueError(f"arm {arm.get('name')!r} needs its replayed examples (--replay)")
-        replayed = encode_examples(tokenizer, pd.read_parquet(replay), settings["chat_template"],
-                                   settings["max_length"])
+        frame = pd.read_parquet(replay)
+        replayed = encode_examples(tokenizer, frame, settings["chat_template"], settings["max_length"])
         summary["replayed"] = len(replayed)
         summary["replayed_tokens"] = int(sum(len(e.ids) for e in replayed))
+    steps = planned_steps(settings, len(examples) + len(replayed))
+    if arm["replay"] == "online":
+        from .online import OnlineReplay
+
+        if model is None or online is None or world > 1:
+            raise ValueError(f"arm {arm.get('name')!r}: online replay needs the model, one process and its files "
+                             f"(--matrix, --split, --heldout, --shards)")
+        source = OnlineReplay(model, tokenizer, examples, replayed, frame["example_id"].astype(str).tolist(),
+                              settings, online, steps)
+        summary["online"] = source.facts  # filled in when the source switches, before the summary is written
+        return source, steps, summary
     batches = mixture_batches(examples, replayed, settings["batch_size"], settings["grad_accum"] * world,
                               settings["seed"])
-    return batches, planned_steps(settings, len(examples) + len(replayed)), summary
+    return batches, steps, summary

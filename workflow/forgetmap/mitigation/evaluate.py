@@ -47,7 +47,7 @@ def evaluate_command(model_dir: str, heldout: str, task: str, settings: dict, th
     training = json.loads((Path(model_dir) / "train_summary.json").read_text())
     result = {"validation_nll": validation_nll(model_dir, task, settings, threads), "heldout": scored["examples"],
               **{k: training.get(k) for k in ("steps", "tokens", "seconds", "examples", "replayed",
-                                               "replayed_tokens", "masked_share")}}
+                                               "replayed_tokens", "masked_share", "online")}}
     with atomic_path(summary) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
     return result

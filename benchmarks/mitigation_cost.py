@@ -1,0 +1,82 @@
+"""What mitigation costs: replay selection at paper scale, and an arm's fine-tune against plain fine-tuning.
+
+    python benchmarks/mitigation_cost.py [--pool 141871] [--steps 50] [--ratio 0.125] [--repeats 3]
+
+1. Selecting replay examples from the paper's pool (141,871 examples less 10,000 held out) with
+   softmax(score / 0.1) weights, without replacement (target: under 1 s).
+2. The demo model (random weights), side by side in one process: plain fine-tuning for `steps`, a
+   replay arm (the same task examples plus int(n x ratio) + 1 replayed ones, steps x (1 + ratio)), and an
+   STM arm (the top 20 % of target tokens masked). Targets: replay at most (1 + ratio) x 1.05 of plain,
+   STM at most 1.05x. Each arm runs `repeats` times in turn; the medians are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from common import build, machine
+from forgetmap.data.batches import task_batches
+from forgetmap.data.chat import Encoded
+from forgetmap.mitigation.replay import heldout_examples, mixture_batches, replay_count, replay_steps, select_replay
+from forgetmap.mitigation.tokens import stm_masks
+from forgetmap.models import set_threads
+from forgetmap.train import train
+
+
+def selection_seconds(pool_size: int, repeats: int) -> dict:
+    heldout = heldout_examples(pool_size, 10_000, seed=0)
+    pool = np.setdiff1d(np.arange(pool_size), heldout)
+    scores = np.random.default_rng(0).normal(0.05, 0.2, pool_size)
+    times = []
+    for seed in range(repeats):
+        start = time.perf_counter()
+        select_replay(replay_count(8_000, 1 / 32), pool, seed, scores[pool], 0.1)
+        times.append(time.perf_counter() - start)
+    return {"pool": len(pool), "replayed": replay_count(8_000, 1 / 32), "selection_s": round(statistics.median(times), 4)}
+
+
+def finetune_seconds(steps: int, ratio: float, repeats: int) -> dict:
+    set_threads(1)
+    rng = np.random.default_rng(0)
+    task = [Encoded(rng.integers(0, 512, 40), 20, 39) for _ in range(180)]
+    replay = [Encoded(rng.integers(0, 512, 24), 1, 24) for _ in range(replay_count(len(task), ratio))]
+    losses = [rng.random(len(e.ids) - e.target_start).astype(np.float32) for e in task]
+    masked, _ = stm_masks(task, losses, "quantile", q=0.2)
+    settings = {"lr": 5e-4, "warmup_steps": 5, "weight_decay": 0.0, "max_grad_norm": 1.0}
+    arms = {"plain": lambda: (task_batches(task, 16, 1, 0), steps),
+            "replay": lambda: (mixture_batches(task, replay, 16, 1, 0), replay_steps(steps, ratio)),
+            "stm": lambda: (task_batches(masked, 16, 1, 0), steps)}
+    times = {name: [] for name in arms}
+    for _ in range(repeats):
+        for name, make in arms.items():
+            model = build("demo", 512, torch.device("cpu"), torch.float32)
+            batches, n = make()
+            start = time.perf_counter()
+            train(model, batches, n, settings, 0, None)
+            times[name].append(time.perf_counter() - start)
+    plain = statistics.median(times["plain"])
+    return {"steps": steps, "ratio": ratio, "plain_s": round(plain, 3),
+            "replay_vs_plain": round(statistics.median(times["replay"]) / plain, 3),
+            "replay_bound": round((1 + ratio) * 1.05, 3),
+            "stm_vs_plain": round(statistics.median(times["stm"]) / plain, 3), "stm_bound": 1.05}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", type=int, default=141_871)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--ratio", type=float, default=0.125)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(json.dumps({"machine": machine(torch.device("cpu")), **selection_seconds(args.pool, args.repeats)}))
+    print(json.dumps(finetune_seconds(args.steps, args.ratio, args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
