@@ -150,3 +150,19 @@ def test_an_arm_without_replay_tokens_or_weights_is_plain_finetuning():
     assert steps == 4 and summary == {}
     for _ in range(5):
         assert [[id(e) for e in mb] for mb in next(batches)] == [[id(e) for e in mb] for mb in next(plain)]
+
+
+def test_rows_are_read_from_the_shards_that_hold_them_in_the_order_asked(tmp_path):
+    import pandas as pd
+
+    from forgetmap.mitigation.replay import read_ids, read_rows
+
+    paths = []
+    for k in range(3):
+        frame = pd.DataFrame({"example_id": [f"e{k * 4 + i}" for i in range(4)], "source": "s", "kind": "lm",
+                              "text": [f"text {k * 4 + i}" for i in range(4)]})
+        paths.append(str(tmp_path / f"shard-{k}.parquet"))
+        frame.to_parquet(paths[-1])
+    assert read_ids(paths).tolist() == [f"e{i}" for i in range(12)]
+    rows = read_rows(paths, np.array([9, 2, 10, 0]))
+    assert rows["example_id"].tolist() == ["e9", "e2", "e10", "e0"] and rows["text"].tolist()[0] == "text 9"

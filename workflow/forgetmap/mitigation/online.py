@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.chat import Encoded
-from .replay import mixture_batches, select_replay
+from .replay import mixture_batches, read_ids, read_rows, select_replay
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,6 @@ class OnlineReplay:
 
     def __init__(self, model, tokenizer, task_examples: list[Encoded], phase_a: list[Encoded], phase_a_ids,
                  settings: dict, online: dict, total_steps: int):
-        import pandas as pd
-
         from ..data.chat import encode_examples
         from ..io import read_metadata
         from ..matrix import ForgettingMatrix
@@ -58,19 +56,20 @@ class OnlineReplay:
             params.setdefault("threshold", arm["threshold"])
         self.method = make_method(arm["method"], **params).fit(train_z)
         self.usable = usable  # matrix columns the completion knows (no NaN in any train row)
-        self.corpus = pd.concat([pd.read_parquet(p) for p in online["shards"]], ignore_index=True)
-        if not np.array_equal(self.corpus["example_id"].astype(str).to_numpy(), matrix.example_ids):
+        self.shards = online["shards"]
+        self.ids = read_ids(self.shards)
+        if not np.array_equal(self.ids, matrix.example_ids):
             raise ValueError(f"{online['matrix']}: its examples are not the upstream shards': rebuild it")
-        open_to_replay = np.ones(len(self.corpus), dtype=bool)
+        open_to_replay = np.ones(len(self.ids), dtype=bool)
         open_to_replay[np.asarray(read_metadata(online["heldout"])["indices"], dtype=int)] = False
-        open_to_replay[self.corpus["example_id"].isin(set(phase_a_ids)).to_numpy()] = False
+        open_to_replay[np.isin(self.ids, np.asarray(phase_a_ids, dtype=str))] = False
         candidates = self.pool = np.flatnonzero(open_to_replay)
         rng = np.random.default_rng(arm.get("probe_seed", 1))
         # probes: usable, not held out (they are measured, never judged on)
         probe_candidates = np.intersect1d(usable, candidates)
         self.probes = np.sort(rng.choice(probe_candidates, min(arm["probes"], len(probe_candidates)), replace=False))
-        self.probe_examples = encode_examples(tokenizer, self.corpus.iloc[self.probes], settings["chat_template"],
-                                              settings["max_length"])
+        self.probe_examples = encode_examples(tokenizer, read_rows(self.shards, self.probes),
+                                              settings["chat_template"], settings["max_length"])
         self.scorer = TorchScorer(model, tokenizer.pad_token_id)
         self.base_probe_nll = self._probe_nll()
         self.n_replay = len(phase_a)
@@ -91,16 +90,15 @@ class OnlineReplay:
         forgetting = self._probe_nll() - self.base_probe_nll
         known = np.searchsorted(self.usable, self.probes)  # probe columns in the completion's index
         row = self.method.predict(known[None, :], forgetting[None, :])[0]
-        scores = np.full(len(self.corpus), np.nan)
+        scores = np.full(len(self.ids), np.nan)
         scores[self.usable] = row
         chosen = select_replay(self.n_replay, self.pool, self.settings["seed"] + 1000, scores[self.pool],
                                self.arm["temperature"], self.arm["selection"])
-        replay_b = encode_examples(self.tokenizer, self.corpus.iloc[chosen], self.settings["chat_template"],
+        replay_b = encode_examples(self.tokenizer, read_rows(self.shards, chosen), self.settings["chat_template"],
                                    self.settings["max_length"])
         self.facts.update(online_seconds=round(time.perf_counter() - started, 3),
                           probe_forgetting=round(float(np.nanmean(forgetting)), 6), replayed_online=len(chosen),
-                          replayed_online_ids=self.corpus["example_id"].iloc[chosen].astype(str).tolist(),
-                          probe_ids=self.corpus["example_id"].iloc[self.probes].astype(str).tolist())
+                          replayed_online_ids=self.ids[chosen].tolist(), probe_ids=self.ids[self.probes].tolist())
         log.info("online replay at step %d: probe forgetting %.4f, %d examples drawn in %.3f s", self.step,
                  self.facts["probe_forgetting"], len(chosen), self.facts["online_seconds"])
         stream = mixture_batches(self.task_examples, replay_b, self.settings["batch_size"], self.micro,

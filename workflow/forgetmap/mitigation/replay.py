@@ -87,10 +87,31 @@ def mixture_batches(task_examples: list, replay_examples: list, batch_size: int,
     return task_batches(list(task_examples) + list(replay_examples), batch_size, micro_batches, seed)
 
 
-def _read_shards(shards: list[str]):
-    import pandas as pd
+def read_ids(shards: list[str]) -> np.ndarray:
+    """The upstream example ids in corpus order, reading only that column of each shard."""
+    import pyarrow.parquet as pq
 
-    return pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
+    return np.concatenate([pq.read_table(p, columns=["example_id"]).column(0).to_numpy().astype(str) for p in shards])
+
+
+def read_rows(shards: list[str], indices: np.ndarray):
+    """The upstream examples at corpus `indices`, in that order, reading only the shards that hold them."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    indices = np.asarray(indices, dtype=np.int64)
+    parts, order, first = [], [], 0
+    for path in shards:
+        count = pq.ParquetFile(path).metadata.num_rows
+        inside = np.flatnonzero((indices >= first) & (indices < first + count))  # positions in `indices`
+        if len(inside):
+            parts.append(pd.read_parquet(path).iloc[indices[inside] - first])
+            order.append(inside)
+        first += count
+    if not parts:
+        raise IndexError(f"no upstream example at indices {indices[:5].tolist()}")
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
 
 
 def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
@@ -100,12 +121,12 @@ def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
 
     from ..io import write_table
 
-    corpus = _read_shards(shards)
+    n = len(read_ids(shards))
     size = settings["size"] if settings["size"] < 1 else int(settings["size"])
-    index = heldout_examples(len(corpus), size, settings["seed"])
-    table = pa.Table.from_pandas(corpus.iloc[index].reset_index(drop=True), preserve_index=False)
-    write_table(table, out, {"indices": index.tolist(), "seed": settings["seed"], "corpus_size": len(corpus)})
-    return {"heldout": len(index), "pool": len(corpus) - len(index)}
+    index = heldout_examples(n, size, settings["seed"])
+    table = pa.Table.from_pandas(read_rows(shards, index), preserve_index=False)
+    write_table(table, out, {"indices": index.tolist(), "seed": settings["seed"], "corpus_size": n})
+    return {"heldout": len(index), "pool": n - len(index)}
 
 
 def replay_scores(kind: str, task: str, example_ids, prediction: str | None, matrix: str | None,
@@ -138,16 +159,16 @@ def replay_command(settings: dict, heldout: str, shards: list[str], task: str, o
 
     from ..io import read_metadata, write_table
 
-    corpus = _read_shards(shards)
+    ids = read_ids(shards)
     held = np.asarray(read_metadata(heldout)["indices"])
-    pool = np.setdiff1d(np.arange(len(corpus)), held)
+    pool = np.setdiff1d(np.arange(len(ids)), held)
     n_task = int((pd.read_parquet(task, columns=["split"])["split"] == "train").sum())
     n = replay_count(n_task, settings["ratio"])
-    scores = replay_scores(settings["replay"], settings["task"], corpus["example_id"].astype(str).to_numpy(),
-                           prediction, matrix, settings.get("prediction_seed", 0))
+    scores = replay_scores(settings["replay"], settings["task"], ids, prediction, matrix,
+                           settings.get("prediction_seed", 0))
     chosen = select_replay(n, pool, settings["seed"], None if scores is None else scores[pool],
                            settings["temperature"], settings["selection"])
     assert not np.isin(chosen, held).any()  # the pool excludes the held-out set by construction
-    table = pa.Table.from_pandas(corpus.iloc[chosen].reset_index(drop=True), preserve_index=False)
+    table = pa.Table.from_pandas(read_rows(shards, chosen), preserve_index=False)
     write_table(table, out, {**settings, "indices": chosen.tolist()})
     return {"replayed": n, "pool": len(pool), "task_examples": n_task}
