@@ -134,6 +134,7 @@ rule mitigation_summary:
         forgetting=mitigation_report("forgetting.png", "mitigation_forgetting"),
         slopes=mitigation_report("paired.png", "mitigation_paired"),
         tradeoff=mitigation_report("tradeoff.png", "mitigation_tradeoff"),
+        per_token=mitigation_report("per_token.png", "mitigation_per_token"),
     wildcard_constraints:
         model=COMPUTED,
     params:
@@ -151,4 +152,5 @@ rule mitigation_summary:
     shell:
         "forgetmap mitigation-summary --matrix {input.matrix:q} --settings {params.settings:q} "
         "--summary {output.summary:q} --tests {output.tests:q} --forgetting-figure {output.forgetting:q} "
-        "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} > {log:q} 2>&1"
+        "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} "
+        "--per-token-figure {output.per_token:q} > {log:q} 2>&1"

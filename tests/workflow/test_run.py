@@ -81,7 +81,8 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     assert list(predictions.columns) == ["example_id", "hex_copy"] and len(predictions) == 60
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
-    for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png"):
+    for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png",
+                 "Forgetting less", "tradeoff.png", "per_token.png"):
         assert item in html
 
 
@@ -197,6 +198,12 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
                   "random")})))
     jobs = planned_jobs(workdir)
     assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **MATRIX_ARMS, "mitigation_summary": 1, "all": 1}
+    # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
+    write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 3, "arm_finetune": 4, "arm_scores": 5,
+                             "mitigation_summary": 1, "all": 1}
+    assert {w["task"] for r, w in jobs if r not in ("mitigation_summary", "all")} == {"hex_copy"}
     # a second seed: every arm once more at that seed, plain fine-tuning included
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
     jobs = planned_jobs(workdir)

@@ -122,7 +122,7 @@ COMMANDS = [
      "mitigation.summary:summary_command",
      [MATRIX, SETTINGS, arg("--summary", required=True), arg("--tests", required=True),
       arg("--forgetting-figure", required=True), arg("--paired-figure", required=True),
-      arg("--tradeoff-figure", required=True)], False),
+      arg("--tradeoff-figure", required=True), arg("--per-token-figure", required=True)], False),
     ("prediction-scores", "mean and std over seeds of every split, method, metric", "predict.protocol:scores_command",
      [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True)], False),
 ]

@@ -252,3 +252,22 @@ def mitigation_tradeoff(frame, path):
     ax.set_title("Learning vs forgetting (lower left is better)", fontsize=9)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def mitigation_per_token(frame, path):
+    """Held-out forgetting removed per 1,000 tokens trained beyond plain fine-tuning, per arm that trains
+    more tokens (replay): mean over tasks and seeds, each (task, seed) a dot."""
+    plt = _pyplot()
+    costly = frame[frame["reduction_per_extra_ktoken"].notna()]
+    arms = list(dict.fromkeys(costly["arm"]))
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * max(1, len(arms)), 3.4))
+    for i, arm in enumerate(arms):
+        values = costly.loc[costly["arm"] == arm, "reduction_per_extra_ktoken"].to_numpy()
+        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values, s=10, alpha=0.6)
+        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="black")
+    ax.set_xticks(range(len(arms)), arms, fontsize=7, rotation=30)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.set_ylabel("forgetting removed per 1k extra tokens (nats)")
+    ax.set_title("What each replayed token buys", fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -76,7 +76,7 @@ def paired_tests(frame: pd.DataFrame, arms: dict[str, dict], level: float) -> pd
 
 
 def summary_command(matrix: str, settings: dict, summary: str, tests: str, forgetting_figure: str,
-                    paired_figure: str, tradeoff_figure: str) -> dict:
+                    paired_figure: str, tradeoff_figure: str, per_token_figure: str) -> dict:
     """`forgetmap mitigation-summary`."""
     from .. import plots
     from ..io import atomic_path
@@ -90,5 +90,6 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
     plots.mitigation_forgetting(frame, table, forgetting_figure)
     plots.mitigation_paired(frame, comparisons(arms), paired_figure)
     plots.mitigation_tradeoff(frame, tradeoff_figure)
+    plots.mitigation_per_token(frame, per_token_figure)
     means = frame.groupby("arm", sort=False)["heldout_forgetting"].mean()
     return {"runs": len(frame), **{f"forgetting_{arm}": round(float(v), 5) for arm, v in means.items()}}
