@@ -194,16 +194,21 @@ def prediction_scores(scores, path, metrics=("rmse", "roc_auc", "top_q_f1", "pre
     plt.close(fig)
 
 
+def _dots_by_arm(ax, frame, arms, column):
+    """One column of dots per arm (each (task, seed) a dot, spread a little) with a bar at the mean."""
+    for i, arm in enumerate(arms):
+        values = frame.loc[frame["arm"] == arm, column].to_numpy()
+        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values, s=10, alpha=0.6)
+        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="black")
+
+
 def mitigation_forgetting(frame, tests, path):
     """Mean held-out forgetting per arm, with each (task, seed) as a dot and the interval of the paired
     difference to `none` (Hodges–Lehmann, bootstrap over tasks) in the label."""
     plt = _pyplot()
     arms = list(dict.fromkeys(frame["arm"]))
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(arms), 3.6))
-    for i, arm in enumerate(arms):
-        values = frame.loc[frame["arm"] == arm, "heldout_forgetting"].to_numpy()
-        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values, s=10, alpha=0.6)
-        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="black")
+    _dots_by_arm(ax, frame, arms, "heldout_forgetting")
     labels = []
     versus_none = tests[tests["baseline"] == "none"].set_index("arm") if len(tests) else None
     for arm in arms:
@@ -261,10 +266,7 @@ def mitigation_per_token(frame, path):
     costly = frame[frame["reduction_per_extra_ktoken"].notna()]
     arms = list(dict.fromkeys(costly["arm"]))
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * max(1, len(arms)), 3.4))
-    for i, arm in enumerate(arms):
-        values = costly.loc[costly["arm"] == arm, "reduction_per_extra_ktoken"].to_numpy()
-        ax.scatter(np.full(len(values), i) + np.linspace(-0.15, 0.15, len(values)), values, s=10, alpha=0.6)
-        ax.hlines(values.mean(), i - 0.3, i + 0.3, color="black")
+    _dots_by_arm(ax, costly, arms, "reduction_per_extra_ktoken")
     ax.set_xticks(range(len(arms)), arms, fontsize=7, rotation=30)
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_ylabel("forgetting removed per 1k extra tokens (nats)")
