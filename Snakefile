@@ -29,6 +29,7 @@ include: "rules/lowrank.smk"
 include: "rules/correlations.smk"
 include: "rules/prediction.smk"
 include: "rules/mitigation.smk"
+include: "rules/correctness.smk"
 
 
 rule all:

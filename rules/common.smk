@@ -17,6 +17,7 @@ except ForgetmapError as exc:
 CFG = PLAN.cfg
 COMPUTED = fm_plan.alternatives(PLAN.computed)  # rule-level constraints: models a rule serves
 IMPORTED = fm_plan.alternatives(PLAN.imported)
+ITEM_MODELS = fm_plan.alternatives(PLAN.item_models)  # models whose corpus has items with an answer
 REPLAY_ARMS = fm_plan.alternatives([a for a, spec in PLAN.arms().items() if spec["replay"] != "none"])
 
 
@@ -45,6 +46,8 @@ def get_settings(kind):
         "replay_selection": lambda wc: PLAN.replay_settings(wc.model, wc.arm, int(wc.seed), wc.task),
         "arm_finetune": lambda wc: PLAN.arm_settings(wc.model, wc.arm, int(wc.seed), wc.task),
         "mitigation_summary": lambda wc: PLAN.mitigation_summary_settings(wc.model),
+        "transitions": lambda wc: PLAN.transitions_settings(wc.model),
+        "predict_binary": lambda wc: PLAN.binary_prediction_settings(wc.binary_method),
     }[kind]
     return lambda wc: as_json(settings(wc))
 
@@ -187,3 +190,23 @@ def get_arm_scores(wc):
 
 
 mitigation_report = analysis_report(fm_plan.MITIGATION, "Forgetting less")
+
+
+correctness_report = analysis_report(fm_plan.CORRECTNESS, "Sample-wise correctness")
+CORRECTNESS_SHOWN = ("rates", "rates_figure", "heatmap")  # the transitions outputs in the report
+
+
+def get_binary_prediction_inputs(wc):
+    """Y and the split; Z too for a predictor fitted on it."""
+    from forgetmap.predict.protocol import BINARY_PREDICTORS
+
+    inputs = {"forgetting": fm_plan.CORRECTNESS.format(model=wc.model, name=fm_plan.TRANSITION_OUTPUTS["forgetting"]),
+              "split": fm_plan.SPLIT.format(model=wc.model, split=wc.split)}
+    if BINARY_PREDICTORS[wc.binary_method][1] == "z":
+        inputs["matrix"] = fm_plan.MATRIX.format(model=wc.model)
+    return inputs
+
+
+def get_binary_prediction_metrics(wc):
+    return [fm_plan.BINARY_PREDICTION_METRICS.format(model=wc.model, split=s, binary_method=m)
+            for s in PLAN.splits(wc.model) for m in CFG["correctness"]["methods"]]

@@ -13,7 +13,9 @@ pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
 # everything that depends on the matrix: it reruns whenever the matrix does
 ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
-            "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1}
+            "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1,
+            # the sample-wise correctness of the quiz items: transitions, Y's low rank, 6 predictors x 2 splits
+            "transitions": 1, "lowrank_binary": 1, "predict_binary": 12, "binary_prediction_scores": 1}
 # test config: arms random, predicted, stm and online on mod10_add. A changed matrix reruns the predicted
 # arm (its selection, fine-tune, scores) and the online arm (it completes its row in the job)
 PREDICTED_ARM = {"replay_selection": 1, "arm_finetune": 1, "arm_scores": 1}
@@ -44,13 +46,13 @@ def jobs_of(jobs, rule):
 
 def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
     m = ForgettingMatrix.read(finished / MATRIX)
-    assert m.tasks == ["city_qa", "mod10_add", "hex_copy"] and m.shape == (3, 60)
+    assert m.tasks == ["city_qa", "mod10_add", "hex_copy"] and m.shape == (3, 140)
     assert m.categories == {"city_qa": "world", "mod10_add": "world", "hex_copy": "other"}
     assert m.groups == {"other": "out_of_domain", "world": "in_domain"}
     assert np.isfinite(m.values).all() and np.isfinite(m.base_nll).all() and (m.values != 0).any()
     scores = pd.read_parquet(finished / "results/tiny/scores/mod10_add/shard-1.parquet")
-    assert list(scores.columns) == ["example_id", "nll", "n_tokens"]
-    np.testing.assert_array_equal(m.row("mod10_add")[30:], scores["nll"].to_numpy() - m.base_nll[30:])
+    assert list(scores.columns) == ["example_id", "nll", "n_tokens", "predicted", "correct", "margin", "k"]
+    np.testing.assert_array_equal(m.row("mod10_add")[70:], scores["nll"].to_numpy() - m.base_nll[70:])
     log = [json.loads(line) for line in (finished / "results/tiny/base/pretrain_log.jsonl").read_text().splitlines()]
     curve = [r["upstream_nll"] for r in log if "upstream_nll" in r]
     assert len(curve) == 3 and curve[-1] < curve[0]
@@ -69,7 +71,7 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     for name in ("semantic", "gradient"):
         table = pd.read_csv(finished / f"results/tiny/correlations/{name}.tsv", sep="\t")
         assert table["scope"].tolist() == ["all", "city_qa", "mod10_add", "hex_copy"]
-        assert table["n"][0] == 180 and table["pearson"].between(-1, 1).all()
+        assert table["n"][0] == 420 and table["pearson"].between(-1, 1).all()
     pairs = pd.read_csv(finished / "results/tiny/correlations/cross_task.tsv", sep="\t")
     assert len(pairs) == 3
     scores = pd.read_csv(finished / "results/tiny/prediction/scores.tsv", sep="\t")
@@ -78,12 +80,37 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
         "mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten", "random"}
     assert (scores.query("metric == 'roc_auc'")["n_seeds"] == 2).all()
     predictions = pd.read_parquet(finished / "results/tiny/prediction/ood/mf/seed-1.parquet")
-    assert list(predictions.columns) == ["example_id", "hex_copy"] and len(predictions) == 60
+    assert list(predictions.columns) == ["example_id", "hex_copy"] and len(predictions) == 140
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
     for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png",
-                 "Forgetting less", "tradeoff.png", "per_token.png"):
+                 "Forgetting less", "tradeoff.png", "per_token.png", "Sample-wise correctness", "transitions.png"):
         assert item in html
+
+
+def test_the_run_scores_the_quiz_items_and_writes_their_transitions(finished):
+    codes = ForgettingMatrix.read(finished / "results/tiny/correctness/transitions.parquet")
+    y = ForgettingMatrix.read(finished / "results/tiny/correctness/forgetting_1to0.parquet")
+    assert codes.statistic == "transition" and y.statistic == "forgotten_1to0"
+    assert codes.tasks == ["city_qa", "mod10_add", "hex_copy"] and codes.shape == (3, 20)  # 140 / 7 quiz items
+    assert set(np.unique(codes.values)) <= {0, 1, 2, 3}
+    base = pd.concat([pd.read_parquet(finished / f"results/tiny/scores/base/shard-{k}.parquet") for k in (0, 1)])
+    items = base.dropna(subset=["correct"])
+    assert items["example_id"].tolist() == codes.example_ids.tolist() and items["k"].isin([0, 2, 3, 4, 5]).all()
+    base_right = items["correct"].to_numpy() == 1
+    np.testing.assert_array_equal(codes.values[0] >= 2, base_right)  # the code's high bit is the base's answer
+    assert np.isnan(y.values[:, ~base_right]).all() and np.isfinite(y.values[:, base_right]).all()
+    rates = pd.read_csv(finished / "results/tiny/correctness/rates.tsv", sep="\t")
+    tasks = rates[rates["level"] == "task"]
+    np.testing.assert_allclose(tasks["acc_after"] - tasks["acc_before"], tasks["BT"] - tasks["F"], atol=1e-6)
+    assert (tasks["F_true"] <= tasks["F"] + 1e-9).all() and set(rates["level"]) == {"task", "source", "category",
+                                                                                      "overall"}
+    ranks = pd.read_csv(finished / "results/tiny/correctness/lowrank.tsv", sep="\t")
+    assert ranks["rank"].tolist()[0] == 0 and "deviance_explained" in ranks
+    scores = pd.read_csv(finished / "results/tiny/correctness/prediction_scores.tsv", sep="\t")
+    assert set(scores["method"]) == {"logistic_mf", "implicit_als", "column_frequency", "knn", "additive",
+                                     "mf_thresholded"} and set(scores["split"]) == {"id", "ood"}
+    assert {"auprc", "roc_auc", "best_f1", "f1_at_0.5", "precision_at_b"} <= set(scores["metric"])
 
 
 def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished, tmp_path):
@@ -109,7 +136,7 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
 
 def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, tmp_path):
     workdir = fresh_clone(finished, tmp_path)
-    write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=75)))
+    write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=175)))
     jobs = planned_jobs(workdir)
     # the held-out set is drawn from the grown corpus: every arm is judged anew, the replay arms retrained
     assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 3,
@@ -133,7 +160,7 @@ def test_discarded_checkpoints_give_the_same_matrix_bit_for_bit(finished, tmp_pa
     assert jobs_of(planned_jobs(workdir), "finetune") == [(("model", "tiny"), ("task", "city_qa"))]
     # new upstream shards need the fine-tuned weights: discarded checkpoints are trained again (and,
     # being new files, rescored); the base model is kept, so its scores only gain the new shard
-    write_config(workdir, edited(cfg, lambda c: c["upstream"]["demo"].update(n_examples=75)))
+    write_config(workdir, edited(cfg, lambda c: c["upstream"]["demo"].update(n_examples=175)))
     jobs = planned_jobs(workdir)
     assert by_rule(jobs)["finetune"] == 3 and "base_model" not in by_rule(jobs)
     assert {w["shard"] for r, w in jobs if r == "score" and w["run"] == "base"} == {"2"}
@@ -197,7 +224,9 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
                  ("mean", "additive", "knn", "mf", "logistic_mf", "implicit_als", "semantic", "all_forgotten",
                   "random")})))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **MATRIX_ARMS, "mitigation_summary": 1, "all": 1}
+    # (and mf_thresholded, Z's completion ranking Y's entries, in both splits)
+    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **MATRIX_ARMS, "mitigation_summary": 1,
+                             "predict_binary": 2, "binary_prediction_scores": 1, "all": 1}
     # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
     jobs = planned_jobs(workdir)

@@ -124,7 +124,23 @@ COMMANDS = [
       arg("--forgetting-figure", required=True), arg("--paired-figure", required=True),
       arg("--tradeoff-figure", required=True), arg("--per-token-figure", required=True)], False),
     ("prediction-scores", "mean and std over seeds of every split, method, metric", "predict.protocol:scores_command",
-     [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True)], False),
+     [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True),
+      arg("--binary", action="store_true", help="the metrics of the 1->0 matrix Y's prediction")], False),
+    ("transitions", "correctness transitions base -> each task: matrices Y and Y_BT, rates, figures",
+     "transitions:transitions_command",
+     [SETTINGS, SHARDS, *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True)
+                          for name in ("transitions", "forgetting", "backward_transfer", "rates", "rates_figure",
+                                       "heatmap")]], False),
+    ("lowrank-binary", "logistic MF of Y by rank beside the SVD R² of Z; point-biserial r(Z, Y)",
+     "lowrank_binary:lowrank_binary_command",
+     [MATRIX, arg("--forgetting", required=True, help="the 1->0 matrix Y (transitions' output)"),
+      *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True)
+        for name in ("ranks", "point_biserial", "figure")]], False),
+    ("predict-binary", "the prediction protocol on the 1->0 matrix Y for one split and one predictor",
+     "predict.protocol:predict_binary_command",
+     [arg("--forgetting", required=True, help="the 1->0 matrix Y"), arg("--split", required=True), SETTINGS,
+      arg("--out", required=True), arg("--metrics", required=True),
+      arg("--matrix", default=None, help="Z, for predictors fitted on it (mf_thresholded)")], False),
 ]
 
 

@@ -94,6 +94,15 @@ SCORE = _obj({
     "dtype": _enum("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
     "attention": _enum("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
     "gpu_memory_utilization": _num(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
+    "correctness": _obj({
+        "metric": _enum("acc", ("acc", "acc_norm"), "multiple choice: acc = argmax of the options' summed "
+                                                    "log-likelihoods; acc_norm = argmax per character (lm-eval)"),
+        "target_delimiter": {"type": "string", "default": " ",
+                             "description": "lm items: text between the prompt and each option (lm-eval: a space)"},
+        "max_new_tokens": _int(32, "free-form items: greedy decoding length cap", 1),
+        "stop": {"type": "array", "items": {"type": "string", "minLength": 1}, "default": ["\n\n"],
+                 "description": "free-form items: the generation is cut at the first of these (paper: a blank line)"},
+    }, description="items with an `answer`: how their correctness is scored", default={}),
 }, description="scoring settings", default={})
 
 DEMO_BASE = {
@@ -274,6 +283,22 @@ MITIGATION = _obj({
 }, description="forgetting less: arms fine-tuned on the test tasks, judged on held-out upstream examples",
     default={})
 
+CORRECTNESS = _obj({
+    "k": {"type": ["integer", "null"], "minimum": 1, "default": None,
+          "description": "revealed base-correct items per test task when predicting Y (null: prediction.k)"},
+    "margin": {"type": ["number", "null"], "minimum": 0, "default": None,
+               "description": "multiple choice: an item counts as correct only if the gold option wins by at least "
+                              "this many nats (the margin filter, a cleaner alternative to chance correction); "
+                              "null: the argmax decides"},
+    "methods": {"type": "array", "minItems": 1, "uniqueItems": True,
+                "items": {"enum": ["logistic_mf", "implicit_als", "column_frequency", "knn", "additive",
+                                   "mf_thresholded"]},
+                "default": ["logistic_mf", "implicit_als", "column_frequency", "knn", "additive", "mf_thresholded"],
+                "description": "predictors of the 1->0 matrix Y evaluated with the prediction protocol "
+                               "(mf_thresholded: the continuous completion of Z ranking Y's entries)"},
+}, description="sample-wise correctness of upstream items with an answer: 1->0 forgetting and 0->1 backward "
+               "transfer (Harmon et al.)", default={})
+
 SCHEMA = _obj({
     "seed": _int(0, "seed of task splits and anything not seeded elsewhere", 0),
     "demo_seed": _int(1234, "seed of the demo world: demo corpora, demo tasks, the demo base's corpus", 0),
@@ -292,6 +317,7 @@ SCHEMA = _obj({
                "additionalProperties": MODEL, "description": "models by name"},
     "prediction": PREDICTION,
     "mitigation": MITIGATION,
+    "correctness": CORRECTNESS,
 }, required=("models",), description="forgetmap workflow config (upstream corpora and tasks are needed by computed "
                                     "models only: a config of imported models alone needs neither)",
     **{"$schema": "https://json-schema.org/draft/2020-12/schema"})

@@ -25,7 +25,13 @@ FORMAT_VERSION = 1
 # what a matrix's values are; every matrix file records one of these under `statistic`
 STATISTICS = {
     "nll_change": "Z = NLL after fine-tuning - NLL before (nats per token); positive = forgotten",
+    "transition": "correctness before and after as 2 * before + after: 0 = 0->0, 1 = 0->1, 2 = 1->0, 3 = 1->1",
+    "forgotten_1to0": "Y = 1 where an item the base answered correctly is answered wrongly after fine-tuning, "
+                      "0 where it stays correct, missing where the base was wrong",
+    "transferred_0to1": "Y_BT = 1 where an item the base answered wrongly is answered correctly after fine-tuning, "
+                        "0 where it stays wrong, missing where the base was right",
 }
+BINARY_STATISTICS = ("forgotten_1to0", "transferred_0to1")
 
 
 def forgotten(values: np.ndarray, threshold: float = 0.0) -> np.ndarray:
@@ -63,10 +69,11 @@ class ForgettingMatrix:
     def row(self, task: str) -> np.ndarray:
         return self.values[self.tasks.index(task)]
 
-    def write(self, path: str | Path, extra_metadata: dict | None = None) -> None:
+    def write(self, path: str | Path, extra_metadata: dict | None = None, extra_columns: dict | None = None) -> None:
+        """`extra_columns`: per-example label columns written after `base_nll` (e.g. each item's k)."""
         columns = {"example_id": pa.array(self.example_ids.astype(str)),
                    "source": pa.array(self.sources.astype(str)),
-                   "base_nll": pa.array(self.base_nll, pa.float32())}
+                   "base_nll": pa.array(self.base_nll, pa.float32()), **(extra_columns or {})}
         columns.update({t: pa.array(self.values[i], pa.float32()) for i, t in enumerate(self.tasks)})
         metadata = {"format_version": FORMAT_VERSION, "statistic": self.statistic, "tasks": self.tasks,
                     "categories": self.categories, "groups": self.groups, **(extra_metadata or {})}

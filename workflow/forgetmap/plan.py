@@ -38,6 +38,15 @@ REPLAY = "results/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.parquet"
 ARM_CHECKPOINT = "results/{model}/mitigation/{arm}/seed-{seed}/checkpoints/{task}"
 ARM_SCORES = "results/{model}/mitigation/{arm}/seed-{seed}/{task}.parquet"
 MITIGATION = "results/{model}/mitigation/{name}"
+CORRECTNESS = "results/{model}/correctness/{name}"
+BINARY_PREDICTIONS = "results/{model}/correctness/prediction/{split}/{binary_method}"
+BINARY_PREDICTION_METRICS = "results/{model}/correctness/prediction/{split}/{binary_method}.tsv"
+BINARY_PREDICTION_SCORES = "results/{model}/correctness/prediction_scores.tsv"
+# the transitions job's outputs by command option, and the low-rank analysis of Y's
+TRANSITION_OUTPUTS = {"transitions": "transitions.parquet", "forgetting": "forgetting_1to0.parquet",
+                      "backward_transfer": "backward_transfer_0to1.parquet", "rates": "rates.tsv",
+                      "rates_figure": "rates.png", "heatmap": "transitions.png"}
+BINARY_LOWRANK_OUTPUTS = {"ranks": "lowrank.tsv", "point_biserial": "point_biserial.tsv", "figure": "lowrank.png"}
 NO_ARM = "none"  # plain fine-tuning: every arm's comparison
 
 BASE_RUN = "base"
@@ -54,7 +63,7 @@ class Plan:
     """The resolved config plus everything the DAG's shape is read from."""
 
     def __init__(self, config: dict):
-        from .data.upstream import example_ids, shard_plan
+        from .data.upstream import example_ids, has_items, shard_plan
         from .released import released_tasks
 
         self.cfg = cfg = fm_config.resolve(config)
@@ -66,6 +75,9 @@ class Plan:
                                         {**spec, "seed": cfg["demo_seed"]})
                        for name, spec in cfg["upstream"].items()
                        if any(cfg["models"][m]["upstream"] == name for m in self.computed)}
+        # models whose corpus has items with an answer: their runs are also scored for correctness
+        self.item_models = [m for m in self.computed
+                            if has_items({**cfg["upstream"][cfg["models"][m]["upstream"]], "seed": cfg["demo_seed"]})]
         self.tasks: dict[str, list[str]] = {}
         for model in self.models:
             spec = cfg["models"][model]["imported"]
@@ -90,7 +102,8 @@ class Plan:
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
                 "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
                 "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
-                "method": alternatives(self.cfg["prediction"]["methods"])}
+                "method": alternatives(self.cfg["prediction"]["methods"]),
+                "binary_method": alternatives(self.cfg["correctness"]["methods"])}
 
     # --- runs and their files ------------------------------------------------------------------------
 
@@ -159,6 +172,19 @@ class Plan:
         return {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
                 "base_scores": self.scores(model, BASE_RUN),
                 "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
+
+    def transitions_settings(self, model: str) -> dict:
+        return {**self.matrix_settings(model), "margin": self.cfg["correctness"]["margin"]}
+
+    def binary_prediction_settings(self, method: str) -> dict:
+        """A predictor of Y: the protocol's options, and the parameters configured for its completion
+        method under `prediction.methods` (if any)."""
+        from .predict.protocol import BINARY_PREDICTORS
+
+        options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget")}
+        options["k"] = self.cfg["correctness"]["k"] or options["k"]
+        params = self.cfg["prediction"]["methods"].get(BINARY_PREDICTORS[method][0]) or {}
+        return {**options, "method": method, "params": params}
 
     def prediction_settings(self, method: str) -> dict:
         options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget")}
@@ -328,6 +354,13 @@ class Plan:
 
     # --- targets -------------------------------------------------------------------------------------
 
+    def correctness_targets(self, model: str) -> list[str]:
+        if model not in self.item_models:
+            return []
+        names = [*TRANSITION_OUTPUTS.values(), *BINARY_LOWRANK_OUTPUTS.values()]
+        out = [CORRECTNESS.format(model=model, name=n) for n in names]
+        return out + ([BINARY_PREDICTION_SCORES.format(model=model)] if self.splits(model) else [])
+
     def correlation_targets(self, model: str) -> list[str]:
         names = ["cross_task.tsv"]
         if model in self.computed:
@@ -344,6 +377,7 @@ class Plan:
             out += self.correlation_targets(model)
             out += [PREDICTION_SCORES.format(model=model)] if self.splits(model) else []
             out += self.mitigation_targets(model) if model in self.computed else []
+            out += self.correctness_targets(model)
         return out + [LOWRANK_SUMMARY]
 
 

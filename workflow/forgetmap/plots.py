@@ -273,3 +273,78 @@ def mitigation_per_token(frame, path):
     ax.set_title("What each replayed token buys", fontsize=9)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+TRANSITION_COLOURS = ("#d9d9d9", "#4c72b0", "#c44e52", "#ffffff")  # 0->0, 0->1, 1->0, 1->1
+
+
+def transition_heatmap(codes, path):
+    """Every (task, item) transition of correctness (a ForgettingMatrix of codes 2 * before + after):
+    red where the item is forgotten (1->0, the 1s of Y), blue where it is gained (0->1, the 1s of
+    Y_BT); rows grouped by category, items by source and, within a source, by base correctness."""
+    from matplotlib.patches import Patch
+
+    plt = _pyplot()
+    values = codes.values
+    rows = row_order(codes.task_categories())
+    cols = column_order(codes.sources)
+    base = values[0, cols] >= 2  # the base's correctness is the same in every row
+    cols = cols[np.lexsort((~base, np.asarray(codes.sources)[cols]))]
+    shown = values[np.ix_(rows, cols)].astype(int)
+    rgba = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] + [255] for c in TRANSITION_COLOURS], np.uint8)[shown]
+    fig, ax = plt.subplots(figsize=(12, min(16.0, 2.0 + 0.18 * len(rows))))
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, len(cols), len(rows), 0))
+    ax.set_yticks(np.arange(len(rows)) + 0.5, [codes.tasks[i] for i in rows], fontsize=7 if len(rows) <= 40 else 4)
+    src = np.asarray(codes.sources)[cols]
+    segments = _segments(src)
+    ax.set_xticks([(a + b) / 2 for _, a, b in segments], [name for name, _, _ in segments], fontsize=7)
+    for _, _, b in segments[:-1]:
+        ax.axvline(b, color="k", lw=0.4)
+    for _, _, b in _segments(np.asarray(codes.task_categories())[rows])[:-1]:
+        ax.axhline(b, color="k", lw=0.6)
+    ax.legend([Patch(facecolor=c, edgecolor="#999999") for c in TRANSITION_COLOURS],
+              ["0→0", "0→1 (backward transfer)", "1→0 (forgotten: Y = 1)", "1→1"],
+              loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=4, fontsize=7, frameon=False)
+    ax.set_title(f"Sample-wise correctness, base → fine-tuned ({len(cols)} items; Y is the red share of the "
+                 f"base-correct items)", fontsize=9)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def transition_rates(table, path):
+    """Per task: forgetting F and backward transfer BT, raw and chance-adjusted, side by side."""
+    plt = _pyplot()
+    tasks = table[table["level"] == "task"].sort_values(["category", "task"], kind="stable")
+    y = np.arange(len(tasks))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.28 * len(tasks)), sharey=True)
+    for ax, (raw, adjusted, name, colour) in zip(axes, (("F", "F_true", "forgetting 1→0", "#c44e52"),
+                                                         ("BT", "BT_true", "backward transfer 0→1", "#4c72b0"))):
+        ax.barh(y - 0.2, tasks[raw], height=0.4, color=colour, alpha=0.45, label=f"{raw} (raw)")
+        ax.barh(y + 0.2, tasks[adjusted], height=0.4, color=colour, label=f"{adjusted} (chance-adjusted)")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("share of scored items")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_yticks(y, [f"{t} ({c})" for t, c in zip(tasks["task"], tasks["category"])], fontsize=7)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+def binary_ranks(table, point_biserial, path):
+    """Logistic MF of Y by rank (deviance explained, F1 at 0.5) beside the SVD R² of Z."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for column, label, colour in (("deviance_explained", "Y: logistic MF deviance explained", "#c44e52"),
+                                  ("f1", "Y: logistic MF F1 at 0.5", "#dd8452"),
+                                  ("z_r2", "Z: SVD R²", "#4c72b0"),
+                                  ("z_r2_base_correct_items", "Z on Y's items: SVD R²", "#8172b3")):
+        if column in table and table[column].notna().any():
+            ax.plot(table["rank"], table[column], marker="o", ms=3, label=label, color=colour)
+    ax.set_xlabel("rank r")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    ax.set_title(f"Low-rank fit of the 1→0 matrix Y and of Z (point-biserial r(Z, Y) = {point_biserial:.3f})",
+                 fontsize=8)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

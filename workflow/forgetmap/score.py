@@ -76,6 +76,7 @@ class TorchScorer:
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
         # CPU: pad-free batches of equal length run attention's causal fast path, no mask (~1.2x);
         # GPU: fuller batches matter more than a little padding
         self.max_padding = (0.0 if self.device.type == "cpu" else 0.1) if max_padding is None else max_padding
@@ -83,13 +84,24 @@ class TorchScorer:
         self.body = model.base_model
         self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
 
-    def _hidden_path_is_exact(self, example: Encoded) -> bool:
-        ids = torch.from_numpy(example.ids[None]).to(self.device)
+    def _hidden_path_is_exact(self, ids) -> bool:
+        ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(self.device)
         logits = self.model(input_ids=ids).logits[0].float()
         hidden = self.body(input_ids=ids).last_hidden_state[0]
         via_head = self.head(hidden).float()
         tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
         return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
+
+    def token_nll(self, ids: torch.Tensor, rows: torch.Tensor, predict_at: torch.Tensor, targets: torch.Tensor,
+                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """-log p(targets) at (rows, predict_at) of one forward pass over `ids` (float32, one per target)."""
+        if self.use_hidden is None:
+            self.use_hidden = self._hidden_path_is_exact(ids[0, :int(predict_at.max()) + 2])
+        if self.use_hidden:
+            hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+            return _token_nll_from_hidden(hidden[rows, predict_at], self.head, targets)
+        logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        return F.cross_entropy(logits[rows, predict_at].float(), targets, reduction="none")
 
     def _token_nll(self, encoded: list[Encoded]):
         """For each length batch: (its example indices, the row of each scored token, the tokens' NLL)."""
@@ -97,7 +109,7 @@ class TorchScorer:
         for batch in length_batches(lengths, self.token_budget, self.max_padding):
             members = [encoded[i] for i in batch]
             if self.use_hidden is None:
-                self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)))
+                self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)).ids)
             ids, mask = pad(members, self.pad_id)
             ids = ids.to(self.device)
             # a batch of equal lengths needs no mask: attention takes its causal fast path
@@ -108,23 +120,23 @@ class TorchScorer:
             rows_t = torch.from_numpy(rows).to(self.device)
             targets = ids[rows_t, torch.from_numpy(target_pos).to(self.device)]
             pred_t = torch.from_numpy(pred_pos).to(self.device)
-            if self.use_hidden:
-                hidden = self.body(input_ids=ids, attention_mask=mask).last_hidden_state
-                token_nll = _token_nll_from_hidden(hidden[rows_t, pred_t], self.head, targets)
-            else:
-                logits = self.model(input_ids=ids, attention_mask=mask).logits[rows_t, pred_t]
-                token_nll = F.cross_entropy(logits.float(), targets, reduction="none")
-            yield batch, rows_t, token_nll
+            yield batch, rows_t, self.token_nll(ids, rows_t, pred_t, targets, attention_mask=mask)
 
     @torch.inference_mode()
-    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
-        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+    def sum_nll(self, encoded: list[Encoded]) -> np.ndarray:
+        """Summed NLL over each example's scored span (float64; 0 where the span is empty)."""
         sums = np.zeros(len(encoded), dtype=np.float64)
         for batch, rows_t, token_nll in self._token_nll(encoded):
             per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
             per_row.index_add_(0, rows_t, token_nll.double())
             sums[batch] = per_row.cpu().numpy()
+        return sums
+
+    @torch.inference_mode()
+    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
+        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+        sums = self.sum_nll(encoded)
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
         return nll, n_tokens
@@ -172,12 +184,11 @@ def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs: list, target_start
     return total / (score_end - target_start)
 
 
-def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> np.ndarray:
-    """Score through vLLM (GPU only; `pip install forgetmap[gpu]`)."""
+def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: no cover - needs the gpu extra
+    """A vLLM engine on the model's weights (GPU only; `pip install forgetmap[gpu]`)."""
     try:
-        from vllm import LLM, SamplingParams
-        from vllm.inputs import TokensPrompt
-    except ImportError as exc:  # pragma: no cover - needs the gpu extra
+        from vllm import LLM
+    except ImportError as exc:
         raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
     from .models import read_pointer
 
@@ -185,8 +196,15 @@ def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> n
         raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
     pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
     source = pointer["path"] if pointer else model_dir  # a base pointer (POINTER) names the real weights
-    llm = LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
-              max_model_len=max(len(e.ids) for e in encoded) + 1, enforce_eager=False)
+    return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
+               max_model_len=max_model_len, enforce_eager=False)
+
+
+def score_with_vllm(llm, encoded: list[Encoded]) -> np.ndarray:  # pragma: no cover - needs the gpu extra
+    """Score through vLLM: `prompt_logprobs=0` on the same token ids, as the paper scores."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
     params = SamplingParams(max_tokens=1, prompt_logprobs=0)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], params)
     return np.array([nll_from_prompt_logprobs(e.ids.tolist(), o.prompt_logprobs, e.target_start, e.score_end)
@@ -194,10 +212,12 @@ def score_with_vllm(model_dir: str, encoded: list[Encoded], settings: dict) -> n
 
 
 def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str) -> dict:
-    """Score every example of an upstream shard with one model and write the scores contract."""
+    """Score every example of an upstream shard with one model and write the scores contract; where the
+    shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model."""
     import pandas as pd
     import pyarrow as pa
 
+    from . import correctness
     from .data.chat import encode_examples
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads
@@ -206,21 +226,36 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     frame = pd.read_parquet(shard)
     tokenizer = load_tokenizer(model_dir)
     encoded = encode_examples(tokenizer, frame, settings["chat_template"], settings["max_length"])
+    item_settings = {**settings["correctness"], "chat_template": settings["chat_template"],
+                     "max_length": settings["max_length"], "token_budget": settings["token_budget"]}
+    rows, items = correctness.encode_items(tokenizer, frame, item_settings)
     start = time.perf_counter()
     if settings["backend"] == "vllm":
-        nll = score_with_vllm(model_dir, encoded, settings)
+        longest = max([len(e.ids) for e in encoded] + [len(it.context) + item_settings["max_new_tokens"] for it in items])
+        llm = vllm_engine(model_dir, longest + 1, settings)
+        nll = score_with_vllm(llm, encoded)
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+        scored = time.perf_counter()
+        record = correctness.evaluate_vllm(llm, tokenizer, items, item_settings) if items else None
     else:
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
         scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"])
         nll, n_tokens = scorer.score(encoded)
-    elapsed = time.perf_counter() - start
-    table = pa.table({"example_id": pa.array(frame["example_id"].astype(str)),
-                      "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())})
-    write_table(table, out, {"model_dir": str(model_dir), "backend": settings["backend"]})
+        scored = time.perf_counter()
+        record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer) if items else None
+    finished = time.perf_counter()
+    columns = {"example_id": pa.array(frame["example_id"].astype(str)),
+               "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())}
+    if "answer" in frame:
+        columns.update(correctness.item_columns(len(frame), rows, record))
+    write_table(pa.table(columns), out, {"model_dir": str(model_dir), "backend": settings["backend"]})
+    elapsed = scored - start
     summary = {"examples": len(frame), "tokens": int(n_tokens.sum()), "nan": int(np.isnan(nll).sum()),
                "seconds": round(elapsed, 3), "tokens_per_s": round(float(n_tokens.sum()) / max(elapsed, 1e-9), 1)}
+    if items:
+        summary.update(items=len(items), items_correct=int(record["correct"].sum()),
+                       correctness_seconds=round(finished - scored, 3))
     if summary["nan"]:
         log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))
     return summary

@@ -5,8 +5,10 @@ Every example is a pure function of (seed, index) or (seed, task, index): a stri
 therefore appends examples without changing the existing ones, and adding a task never changes
 another task's data.
 
-The upstream corpus has six domains: five `lm` domains (facts about a generated world, arithmetic,
-word manipulation, code-like text, short stories) and one `chat` domain (questions about the world).
+The upstream corpus has seven domains: five `lm` domains (facts about a generated world, arithmetic,
+word manipulation, code-like text, short stories) and two `chat` domains: questions about every other
+domain, and quiz items scored for correctness (multiple choice about the world, arithmetic and words
+with 2 to 5 options, and short answers).
 The tasks overlap those domains in three ways the paper's analysis needs:
 
 - *consistent* tasks restate upstream knowledge in the upstream surface format (they should lower
@@ -24,8 +26,9 @@ from functools import lru_cache
 
 import pandas as pd
 
-DOMAINS = ("facts", "arith", "words", "code", "story", "dialog")
-CHAT_DOMAINS = frozenset({"dialog"})
+DOMAINS = ("facts", "arith", "words", "code", "story", "dialog", "quiz")
+CHAT_DOMAINS = frozenset({"dialog", "quiz"})
+ITEM_DOMAINS = frozenset({"quiz"})  # items with an answer, scored for correctness
 
 _SYLLABLES = ("ka", "vo", "lin", "dar", "mi", "to", "ren", "sa", "bel", "ru", "ne", "qu", "zo", "fa",
               "hel", "ta", "mor", "pi", "gan", "li", "sor", "ve", "du", "nak")
@@ -169,16 +172,61 @@ def _dialog(rng: random.Random, people: tuple[Person, ...]) -> tuple[str, str]:
     return f"Tell me a short story about a {story.split()[2]}.", story
 
 
+def _options(rng: random.Random, answer: str, pool, k: int) -> list[str]:
+    """The answer and up to k - 1 distinct distractors from `pool`, in a random order."""
+    others = sorted({o for o in pool if o != answer})
+    options = [answer, *rng.sample(others, min(k - 1, len(others)))]
+    rng.shuffle(options)
+    return options
+
+
+def _quiz(rng: random.Random, people: tuple[Person, ...]) -> tuple[str, str, list[str] | None]:
+    """(prompt, answer, options): multiple choice with 2 to 5 options listed in the prompt, or a short
+    answer (options None). The response the base model pretrains on is the answer."""
+    p, k = rng.choice(people), rng.randint(2, 5)
+    form = rng.randrange(7)
+    if form == 5:
+        return f"What colour is the {p.pet} of {p.name}?", p.colour, None
+    if form == 6:
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        return f"{a} * {b} = ?", str(a * b), None
+    if form == 0:
+        question, answer, pool = f"Where does {p.name} live?", p.city, _CITIES
+    elif form == 1:
+        question, answer, pool = f"What does {p.name} work as?", p.job, _JOBS
+    elif form == 2:
+        question, answer, pool = f"Which pet does {p.name} have?", p.pet, _PETS
+    elif form == 3:
+        a, b = rng.randint(0, 99), rng.randint(0, 99)
+        question, answer = f"What is {a} + {b}?", str(a + b)
+        pool = [str(a + b + d) for d in range(-10, 11) if d and a + b + d >= 0]
+    else:
+        w = rng.choice(_WORDS)
+        question, answer = f"What is {w} reversed?", w[::-1]
+        pool = [w, "".join(sorted(w)), w[1:] + w[0], w[-1] + w[:-1], w[::-1][1:] + w[-1]]
+    options = _options(rng, answer, pool, k)
+    return f"{question} Options: {', '.join(options)}.", answer, options
+
+
 _UPSTREAM = {"facts": _facts, "arith": _arith, "words": _words, "code": _code, "story": _story,
-             "dialog": _dialog}
+             "dialog": _dialog, "quiz": _quiz}
+COLUMNS = ["example_id", "source", "kind", "text", "prompt", "response", "choices", "answer"]
+
+
+def upstream_domain(index: int) -> str:
+    """Domains cycle so every prefix of the corpus is balanced."""
+    return DOMAINS[index % len(DOMAINS)]
 
 
 def upstream_example(index: int, seed: int) -> dict:
-    """Example `index` of the demo corpus: domains cycle so every prefix is balanced."""
-    domain = DOMAINS[index % len(DOMAINS)]
+    """Example `index` of the demo corpus."""
+    domain = upstream_domain(index)
     content = _UPSTREAM[domain](_rng(seed, "upstream", index), world(seed))
-    row = {"example_id": f"{domain}-{index:06d}", "source": domain}
-    if domain in CHAT_DOMAINS:
+    row = {"example_id": f"{domain}-{index:06d}", "source": domain, "choices": None, "answer": None}
+    if domain in ITEM_DOMAINS:
+        prompt, answer, options = content
+        row.update(kind="chat", text=None, prompt=prompt, response=answer, choices=options, answer=answer)
+    elif domain in CHAT_DOMAINS:
         prompt, response = content
         row.update(kind="chat", text=None, prompt=prompt, response=response)
     else:
@@ -187,14 +235,14 @@ def upstream_example(index: int, seed: int) -> dict:
 
 
 def upstream_corpus(n_examples: int, seed: int, first: int = 0) -> pd.DataFrame:
-    """Examples [first, first + n_examples) of the demo corpus (upstream contract columns)."""
-    return pd.DataFrame([upstream_example(i, seed) for i in range(first, first + n_examples)],
-                        columns=["example_id", "source", "kind", "text", "prompt", "response"])
+    """Examples [first, first + n_examples) of the demo corpus (upstream contract columns, with the
+    quiz items' `choices` and `answer`)."""
+    return pd.DataFrame([upstream_example(i, seed) for i in range(first, first + n_examples)], columns=COLUMNS)
 
 
 def upstream_ids(n_examples: int) -> list[str]:
     """The example ids of the first `n_examples` examples, without generating their text."""
-    return [f"{DOMAINS[i % len(DOMAINS)]}-{i:06d}" for i in range(n_examples)]
+    return [f"{upstream_domain(i)}-{i:06d}" for i in range(n_examples)]
 
 
 # ---------------------------------------------------------------------------------------------

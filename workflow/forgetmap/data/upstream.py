@@ -1,5 +1,10 @@
 """Upstream corpora: read and validate a corpus, list its example ids, cut it into scoring shards.
 
+Items that carry an `answer` are also scored for correctness (`forgetmap.correctness`): with `choices`
+(a list of at least 2 strings, the answer among them) as multiple choice, without as free form (short
+answer). Their context is the `prompt`: the chat prompt for `chat` items, the text before the answer for
+`lm` items.
+
 Shards are a deterministic function of the corpus's example ids and the shard size: shard k holds
 examples [k * size, (k + 1) * size) in corpus order. Appending examples to a corpus adds shards and
 leaves earlier full shards unchanged, so only new scoring jobs run. Each shard's plan carries a digest
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -62,6 +68,67 @@ def validate(frame: pd.DataFrame, where: str) -> None:
         require_columns(frame, ["prompt", "response"], where)
         require_text(frame, "prompt", where, chat)
         require_text(frame, "response", where, chat)
+    validate_items(frame, where)
+
+
+def _present(value) -> bool:
+    return value is not None and not (isinstance(value, float) and value != value)
+
+
+def validate_items(frame: pd.DataFrame, where: str) -> None:
+    """Scorable items: a non-empty `answer`; `choices` a list of >= 2 strings holding the answer; a
+    `prompt` to condition on."""
+    if "choices" in frame and "answer" not in frame:
+        raise DataError(f"{where}: column 'choices' needs a column 'answer' (the correct choice)")
+    if "answer" not in frame:
+        return
+    choices = frame["choices"] if "choices" in frame else pd.Series([None] * len(frame), index=frame.index)
+    for row, (answer, options) in enumerate(zip(frame["answer"], choices)):
+        if not _present(answer):
+            if _present(options) and not (hasattr(options, "__len__") and len(options) == 0):
+                raise DataError(f"{where}: row {row}, column 'answer': missing, but the row has choices")
+            continue
+        if not isinstance(answer, str) or not answer.strip():
+            raise DataError(f"{where}: row {row}, column 'answer': empty answer; a scorable item needs one "
+                            f"(leave the cell null for an item that is not scored)")
+        if not _present(options):
+            continue
+        if isinstance(options, str) or not hasattr(options, "__len__"):
+            raise DataError(f"{where}: row {row}, column 'choices': {type(options).__name__} {options!r} is not "
+                            f"a list of options")
+        options = list(options)
+        if len(options) < 2:
+            raise DataError(f"{where}: row {row}, column 'choices': {len(options)} option(s); multiple choice "
+                            f"needs at least 2")
+        if not all(isinstance(o, str) and o.strip() for o in options):
+            raise DataError(f"{where}: row {row}, column 'choices': every option must be non-empty text")
+        if answer not in options:
+            raise DataError(f"{where}: row {row}, column 'answer': {answer!r} is not one of its choices "
+                            f"{options!r}")
+    scorable = frame["answer"].map(_present)
+    if scorable.any():
+        require_columns(frame, ["prompt"], where)
+        require_text(frame, "prompt", where, scorable)
+
+
+def scorable(frame: pd.DataFrame) -> np.ndarray:
+    """Row positions of the items scored for correctness (those with an answer)."""
+    if "answer" not in frame:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(frame["answer"].map(_present).to_numpy(bool))
+
+
+def has_items(spec: dict) -> bool:
+    """Does the corpus hold items scored for correctness? (Read at planning: only the `answer` column.)"""
+    if spec["format"] == "demo":
+        return any(demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in range(spec["n_examples"]))
+    if str(spec["path"]).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        if "answer" not in pq.read_schema(spec["path"]).names:
+            return False
+    frame = read_table(spec["path"], columns=["answer"])
+    return "answer" in frame and bool(frame["answer"].map(_present).any())
 
 
 def example_ids(spec: dict) -> list[str]:
@@ -87,6 +154,7 @@ def content_hashes(spec: dict):
     if spec["format"] == "demo":
         return None
     frame = read_table(spec["path"])
+    validate_items(frame, spec["path"])  # planning time: a bad item fails before any job
     columns = [c for c in COLUMNS + ["choices", "answer"] if c in frame]
     return pd.util.hash_pandas_object(frame[columns].astype(str), index=False).to_numpy()
 

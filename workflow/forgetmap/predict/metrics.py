@@ -105,3 +105,50 @@ def evaluate(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, threshold:
     out["top_q_f1"] = _prf(*top_q)[2]
     out["precision_at_b"] = hits_at_b / (b * len(pred))
     return out
+
+
+BINARY_METRICS = ("auprc", "roc_auc", "best_f1", "f1_at_0.5", "precision_at_b", "positive_rate")
+
+
+def _pooled_curve(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(true positives, predicted positives) at each distinct score threshold, highest first."""
+    order = np.argsort(-scores, kind="stable")
+    scores, labels = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(np.diff(scores) != 0), len(scores) - 1]  # a tie is one threshold
+    true_positives = np.cumsum(labels)[last]
+    return true_positives.astype(np.float64), (last + 1).astype(np.float64)
+
+
+def evaluate_binary(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, decision: float = 0.5,
+                    budget: int = 100) -> dict[str, float]:
+    """Metrics of scores for a 0/1 matrix (Y) over the hidden entries of all test rows, pooled:
+    `auprc` (average precision, ties one threshold), `roc_auc`, `best_f1` (over every threshold),
+    `f1_at_0.5` (positive := score > `decision`: 0 for logits, 0.5 for probabilities), and
+    `precision_at_b` (share of 1s among each row's b highest scores, averaged over rows)."""
+    labels = truth[hidden] > 0.5
+    scores = pred[hidden].astype(np.float64)
+    out = {name: float("nan") for name in BINARY_METRICS}
+    out["positive_rate"] = float(labels.mean()) if labels.size else float("nan")
+    if labels.size == 0:
+        return out
+    out["roc_auc"] = roc_auc(labels, scores)
+    positives = int(labels.sum())
+    if positives:
+        tp, pp = _pooled_curve(scores, labels)
+        precision, recall = tp / pp, tp / positives
+        out["auprc"] = float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+        out["best_f1"] = float(f1.max())
+    out["f1_at_0.5"] = _prf(int(np.count_nonzero(labels & (scores > decision))), int(np.count_nonzero(scores > decision)),
+                            positives)[2]
+    hits, total = 0, 0
+    for row in range(len(pred)):
+        keep = hidden[row]
+        if not keep.any():
+            continue
+        b = max(1, min(budget, int(keep.sum())))
+        hits += int(np.count_nonzero(truth[row][keep][_top(pred[row][keep].astype(np.float64), b)] > 0.5))
+        total += b
+    out["precision_at_b"] = hits / total if total else float("nan")
+    return out

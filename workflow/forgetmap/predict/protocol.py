@@ -34,14 +34,18 @@ def known_columns(n_examples: int, k: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(n_examples, k, replace=False))
 
 
-def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str):
-    """(usable columns, train and test row indices, train rows, test rows (float32)) after the checks."""
+def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str,
+                  also_finite: np.ndarray | None = None):
+    """(usable columns, train and test row indices, train rows, test rows (float32)) after the checks;
+    `also_finite`: another matrix of the same shape whose NaN columns are left out too."""
     check_split(tasks, train, test, name)
     rows_train = [tasks.index(t) for t in train]
     rows_test = [tasks.index(t) for t in test]
     finite = np.ones(z.shape[1], dtype=bool)
     for row in rows_train + rows_test:  # row by row: no copy of the split's rows just to find NaN
         finite &= np.isfinite(z[row])
+        if also_finite is not None:
+            finite &= np.isfinite(also_finite[row])
     usable = np.flatnonzero(finite)
     if k >= len(usable):
         raise DataError(f"split {name!r}: k = {k} known columns leaves nothing to predict among "
@@ -54,12 +58,20 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
 
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
                   k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None,
-                  similarity: np.ndarray | None = None):
+                  similarity: np.ndarray | None = None, source: np.ndarray | None = None, evaluator=None):
     """Fit `method` once on the train rows, then for each seed yield (seed, predicted test rows over
     all N examples (float32, NaN at left-out examples), known columns in the full index, metrics).
 
-    One seed's predictions at a time: memory stays near the matrix whatever the number of seeds."""
-    usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name)
+    `source`: a matrix aligned with `z` that the method is fitted on and folds new tasks in from
+    (the continuous Z predicting the binary Y); `evaluator(pred, truth, hidden, model)` replaces the
+    regression metrics. One seed's predictions at a time: memory stays near the matrix whatever the
+    number of seeds."""
+    usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name, source)
+    if source is not None:
+        truth = test_z
+        _, _, _, train_z, test_z = prepare_split(source, tasks, train, test, k, name, z)
+    else:
+        truth = test_z
     if similarity is not None:  # side information aligned with Z (tasks x examples), e.g. for `semantic`
         def rows(indices):  # views of the rows where every example is usable, else copies of the usable part
             return [similarity[i] if len(usable) == z.shape[1] else similarity[i, usable] for i in indices]
@@ -76,8 +88,11 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32, copy=False)
         hidden = np.ones(test_z.shape, dtype=bool)
         hidden[:, known] = False
-        metrics = evaluate(pred, test_z, hidden, regression=getattr(model, "regression", True),
-                           **(metric_options or {}))
+        if evaluator is not None:
+            metrics = evaluator(pred, truth, hidden, model)
+        else:
+            metrics = evaluate(pred, truth, hidden, regression=getattr(model, "regression", True),
+                               **(metric_options or {}))
         if len(usable) == z.shape[1]:
             full = pred
         else:
@@ -129,32 +144,100 @@ def aggregate(tables: list[str]):
     return pd.DataFrame({"mean": grouped.mean(), "std": grouped.std(ddof=0), "n_seeds": grouped.count()}).reset_index()
 
 
+def _predict_and_write(matrix, definition: dict, method: str, params: dict, settings: dict, out: str, metrics: str,
+                       **options) -> dict:
+    """Every seed of one split and method: predicted rows into the directory `out`, metrics to `metrics`."""
+    from ..io import atomic_path
+
+    per_seed = {}
+    with atomic_path(out, directory=True) as out_dir:
+        for seed, predictions, known, values, model in iterate_split(
+                matrix.values, matrix.tasks, definition["train_tasks"], definition["test_tasks"], method, params,
+                settings["k"], list(range(settings["seeds"])), definition["name"],
+                {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}, **options):
+            write_seed(matrix.example_ids, definition, settings["method"], seed, predictions, known, model,
+                       out_dir / f"seed-{seed}.parquet")
+            per_seed[seed] = values
+    write_metrics(definition["name"], settings["method"], per_seed, metrics)
+    return {"split": definition["name"], "method": settings["method"],
+            **{k: float(np.nanmean([m[k] for m in per_seed.values()])) for k in next(iter(per_seed.values()))}}
+
+
+def _split_definition(path: str) -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads(Path(path).read_text())
+
+
 def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: str,
                     similarity: str | None = None) -> dict:
     """`forgetmap predict`: one split and one method (`settings`: forgetmap.plan), every seed; each
     seed's predicted rows into the directory `out`, per-seed metrics to `metrics`."""
-    import json
-    from pathlib import Path
-
-    from ..io import atomic_path
     from ..matrix import ForgettingMatrix
 
-    forgetting = ForgettingMatrix.read(matrix)
-    definition = json.loads(Path(split).read_text())
-    method = settings["method"]
     side = np.load(similarity) if similarity else None
-    per_seed = {}
-    with atomic_path(out, directory=True) as out_dir:
-        for seed, predictions, known, values, model in iterate_split(
-                forgetting.values, forgetting.tasks, definition["train_tasks"], definition["test_tasks"], method,
-                settings["params"], settings["k"], list(range(settings["seeds"])), definition["name"],
-                {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}, side):
-            write_seed(forgetting.example_ids, definition, method, seed, predictions, known, model,
-                       out_dir / f"seed-{seed}.parquet")
-            per_seed[seed] = values
-    write_metrics(definition["name"], method, per_seed, metrics)
-    return {"split": definition["name"], "method": method,
-            **{k: float(np.nanmean([m[k] for m in per_seed.values()])) for k in next(iter(per_seed.values()))}}
+    return _predict_and_write(ForgettingMatrix.read(matrix), _split_definition(split), settings["method"],
+                              settings["params"], settings, out, metrics, similarity=side)
+
+
+# predictors of the 1->0 matrix Y: (completion method, fitted on Y or on Z); the column mean of Y is
+# each item's forgetting frequency; mf_thresholded ranks Y's entries by the continuous completion of Z
+BINARY_PREDICTORS = {"logistic_mf": ("logistic_mf", "y"), "implicit_als": ("implicit_als", "y"),
+                     "column_frequency": ("mean", "y"), "knn": ("knn", "y"), "additive": ("additive", "y"),
+                     "mf_thresholded": ("mf", "z")}
+
+
+def predict_binary_command(forgetting: str, split: str, settings: dict, out: str, metrics: str,
+                           matrix: str | None = None) -> dict:
+    """`forgetmap predict-binary`: the protocol on Y (only base-correct items count, k of them revealed
+    per test task), with the binary metrics (`evaluate_binary`). A Y without enough base-correct items
+    is reported in the metrics table, not an error."""
+    from ..io import atomic_path
+    from ..matrix import ForgettingMatrix
+    from .metrics import evaluate_binary
+
+    y = ForgettingMatrix.read(forgetting)
+    definition = _split_definition(split)
+    method, fitted_on = BINARY_PREDICTORS[settings["method"]]
+    source = None
+    if fitted_on == "z":
+        z = ForgettingMatrix.read(matrix)
+        rows = [z.tasks.index(t) for t in y.tasks]
+        source = z.values[np.ix_(rows, column_positions(z.example_ids, y.example_ids))]
+    params = dict(settings["params"])
+    if "threshold" in parameters(method):
+        params["threshold"] = 0.5  # Y's 1s
+    decision = settings["threshold"] if fitted_on == "z" else (0.0 if method == "logistic_mf" else 0.5)
+    usable = int(np.isfinite(y.values).all(axis=0).sum())
+    if usable <= settings["k"]:
+        import logging
+        import pandas as pd
+
+        logging.getLogger(__name__).warning("Y has %d base-correct items, not more than k = %d: nothing to predict",
+                                            usable, settings["k"])
+        with atomic_path(out, directory=True):
+            pass
+        with atomic_path(metrics) as tmp:
+            pd.DataFrame([{"split": definition["name"], "method": settings["method"], "seed": None,
+                           "metric": "base_correct_items", "value": usable}]).to_csv(tmp, sep="\t", index=False)
+        return {"split": definition["name"], "method": settings["method"], "base_correct_items": usable}
+
+    def evaluator(pred, truth, hidden, model):
+        return evaluate_binary(pred, truth, hidden, decision, settings["budget"])
+
+    return _predict_and_write(y, definition, method, params, settings, out, metrics, source=source,
+                              evaluator=evaluator)
+
+
+def column_positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions of `wanted` ids among `ids` (every one must be there)."""
+    import pandas as pd
+
+    at = pd.Index(ids).get_indexer(wanted)
+    if (at < 0).any():
+        raise DataError(f"example {wanted[np.flatnonzero(at < 0)[0]]!r} of Y is not a column of Z")
+    return at
 
 
 def split_command(split: dict, out: str) -> dict:
@@ -168,13 +251,17 @@ def split_command(split: dict, out: str) -> dict:
     return {"train": len(split["train_tasks"]), "test": len(split["test_tasks"])}
 
 
-def scores_command(metrics: list[str], out: str, figure: str) -> dict:
-    """`forgetmap prediction-scores`: mean and std over seeds of every split, method and metric."""
+def scores_command(metrics: list[str], out: str, figure: str, binary: bool = False) -> dict:
+    """`forgetmap prediction-scores`: mean and std over seeds of every split, method and metric
+    (`binary`: the figure shows the metrics of Y's prediction)."""
     from .. import plots
     from ..io import atomic_path
 
     scores = aggregate(metrics)
     with atomic_path(out) as tmp:
         scores.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-    plots.prediction_scores(scores, figure)
+    if binary:
+        plots.prediction_scores(scores, figure, metrics=("auprc", "roc_auc", "best_f1", "precision_at_b"))
+    else:
+        plots.prediction_scores(scores, figure)
     return {"rows": len(scores)}

@@ -1,0 +1,355 @@
+"""Sample-wise correctness of the upstream items that carry an `answer` (related-methods §2, §3.2).
+
+- Multiple choice (`choices`): each option is a continuation of the item's context, scored by its
+  log-likelihood as lm-evaluation-harness scores it; `acc` takes the argmax of the summed
+  log-likelihoods, `acc_norm` the argmax per character of the option; ties go to the first option.
+  Deterministic: no sampling, so no spurious flips between runs.
+- Free form (no `choices`): greedy decoding up to `max_new_tokens`, cut at the first stop string,
+  and SQuAD-normalised exact match (lowercase, no punctuation, no articles, single spaces).
+
+Contexts: a `chat` item's prompt rendered by the chat template up to the assistant marker, the option
+its response (tokenised on its own, as scoring tokenises responses); an `lm` item's `prompt`, then
+the target delimiter and the option.
+
+All options of an item share one forward pass: the context, then every option, each option attending
+to the context and to itself (a block-causal mask; positions restart after the context). The first
+packed batch is checked against separate sequences, and a model that does not reproduce them (an
+attention kernel without arbitrary masks) scores separate sequences instead.
+
+Per item: `predicted` (the chosen option or the generated text), `correct` (0/1), `margin` (the gold
+option's score minus the best other option's, in nats, or nats per character for `acc_norm`; NaN for
+free form) and `k` (options; 0 for free form).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data.chat import chat_pieces
+from .data.upstream import scorable
+from .score import TorchScorer, length_batches
+
+log = logging.getLogger(__name__)
+
+METRICS = ("acc", "acc_norm")
+ITEM_COLUMNS = ("predicted", "correct", "margin", "k")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One scorable item, tokenised: its context and each option's continuation tokens."""
+
+    context: np.ndarray              # token ids
+    options: list[np.ndarray]        # continuation ids per option (empty for free form)
+    texts: list[str]                 # option texts (free form: [answer])
+    gold: int                        # index of the answer among the options
+    free_form: bool
+
+    @property
+    def k(self) -> int:
+        return 0 if self.free_form else len(self.options)
+
+
+# --- answers -----------------------------------------------------------------------------------------
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and the articles a/an/the, collapse spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, answer: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(answer)
+
+
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """The generation up to the first stop string (the paper cuts at the first blank line)."""
+    for s in stop:
+        at = text.find(s)
+        if at >= 0:
+            text = text[:at]
+    return text.strip()
+
+
+def choose(scores: np.ndarray, gold: int) -> tuple[int, bool, float]:
+    """(argmax with ties to the first, whether it is the gold option, gold minus best other)."""
+    predicted = int(np.argmax(scores))
+    others = np.delete(scores, gold)
+    return predicted, predicted == gold, float(scores[gold] - others.max())
+
+
+def option_scores(loglik: np.ndarray, texts: list[str], metric: str) -> np.ndarray:
+    """acc: summed log-likelihood; acc_norm: per character of the option text (lm-eval's acc_norm)."""
+    if metric == "acc":
+        return loglik
+    return loglik / np.array([max(1, len(t)) for t in texts], dtype=np.float64)
+
+
+# --- tokenising ----------------------------------------------------------------------------------------
+
+def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.ndarray, list[Item]]:
+    """The row positions of the frame's scorable items and each item's tokens."""
+    rows = scorable(frame)
+    items = []
+    delimiter, template, max_length = settings["target_delimiter"], settings["chat_template"], settings["max_length"]
+    for row in rows:
+        record = frame.iloc[row]
+        options = record.get("choices") if "choices" in frame else None
+        free = options is None or (isinstance(options, float) and options != options)
+        texts = [record["answer"]] if free else [str(o) for o in options]
+        if record["kind"] == "chat":
+            context_text = chat_pieces(tokenizer, record["prompt"], texts[0], template)[0]
+            context = tokenizer(context_text, add_special_tokens=False)["input_ids"]
+            continuations = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        else:
+            context = tokenizer(record["prompt"], add_special_tokens=True)["input_ids"]
+            continuations = [tokenizer(delimiter + t, add_special_tokens=False)["input_ids"] for t in texts]
+        longest = max(len(c) for c in continuations)
+        if free:
+            longest = settings["max_new_tokens"]
+        context = context[max(0, len(context) - max(1, max_length - longest)):]  # keep the context's end
+        items.append(Item(np.asarray(context, dtype=np.int64),
+                          [] if free else [np.asarray(c, dtype=np.int64) for c in continuations],
+                          texts, 0 if free else texts.index(record["answer"]), free))
+    return rows, items
+
+
+# --- option log-likelihoods -------------------------------------------------------------------------------
+
+def _packed(item: Item) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One sequence: context then every option. Returns ids, positions, the block-causal mask, and for
+    every option token (option index, position predicting it)."""
+    n_ctx = len(item.context)
+    ids = np.concatenate([item.context, *item.options])
+    length = len(ids)
+    positions = np.arange(length)
+    mask = np.tril(np.ones((length, length), dtype=bool))
+    option_of, predict_at = [], []
+    start = n_ctx
+    for j, option in enumerate(item.options):
+        n = len(option)
+        block = slice(start, start + n)
+        mask[block, n_ctx:start] = False  # an option never sees the options before it
+        positions[block] = n_ctx + np.arange(n)
+        option_of += [j] * n
+        predict_at += [n_ctx - 1] + list(range(start, start + n - 1))
+        start += n
+    return ids, positions, mask, np.asarray(option_of), np.asarray(predict_at)
+
+
+class OptionScorer:
+    """Summed log-likelihood of every option of every multiple-choice item, batched under a token budget."""
+
+    def __init__(self, scorer: TorchScorer, packed: bool | None = None):
+        self.scorer = scorer
+        self.packed = packed  # None: decided on the first batch (does packing reproduce separate sequences?)
+
+    def loglik(self, items: list[Item]) -> list[np.ndarray]:
+        out = [np.zeros(len(item.options)) for item in items]
+        if not items:
+            return out
+        if self.packed is None:
+            probe = max(items, key=lambda it: len(it.options))
+            packed = self._packed_loglik([probe])[0]
+            separate = self._separate_loglik([probe])[0]
+            tol = 1e-3 if self.scorer.dtype == torch.float32 else 5e-2
+            self.packed = bool(np.allclose(packed, separate, atol=tol * max(1, len(probe.context)), rtol=tol))
+            if not self.packed:
+                log.warning("packed option scoring does not reproduce separate sequences (%s vs %s): "
+                            "scoring options as separate sequences", packed, separate)
+        return self._packed_loglik(items) if self.packed else self._separate_loglik(items)
+
+    def _separate_loglik(self, items: list[Item]) -> list[np.ndarray]:
+        from .data.chat import Encoded
+
+        encoded, owner = [], []
+        for i, item in enumerate(items):
+            for j, option in enumerate(item.options):
+                ids = np.concatenate([item.context, option])
+                encoded.append(Encoded(ids, len(item.context), len(ids)))
+                owner.append((i, j))
+        sums = self.scorer.sum_nll(encoded)
+        out = [np.zeros(len(item.options)) for item in items]
+        for (i, j), value in zip(owner, sums):
+            out[i][j] = -value
+        return out
+
+    @torch.inference_mode()
+    def _packed_loglik(self, items: list[Item]) -> list[np.ndarray]:
+        packs = [_packed(item) for item in items]
+        lengths = np.array([len(p[0]) for p in packs])
+        out = [np.zeros(len(item.options)) for item in items]
+        device = self.scorer.device
+        for batch in length_batches(lengths, self.scorer.token_budget, 1.0):
+            width = int(lengths[batch].max())
+            ids = torch.full((len(batch), width), self.scorer.pad_id, dtype=torch.long)
+            positions = torch.zeros((len(batch), width), dtype=torch.long)
+            mask = torch.eye(width, dtype=torch.bool).repeat(len(batch), 1, 1)  # padding sees itself
+            rows, predict_at, targets, owners = [], [], [], []
+            for r, i in enumerate(batch):
+                seq, pos, block, option_of, at = packs[i]
+                n = len(seq)
+                ids[r, :n] = torch.from_numpy(seq)
+                positions[r, :n] = torch.from_numpy(pos)
+                mask[r, :n, :n] = torch.from_numpy(block)
+                rows.append(np.full(len(at), r))
+                predict_at.append(at)
+                targets.append(seq[len(items[i].context):])
+                owners.append((i, option_of))
+            rows_t = torch.from_numpy(np.concatenate(rows)).to(device)
+            at_t = torch.from_numpy(np.concatenate(predict_at)).to(device)
+            targets_t = torch.from_numpy(np.concatenate(targets)).to(device)
+            nll = self.scorer.token_nll(ids.to(device), rows_t, at_t, targets_t,
+                                        attention_mask=mask[:, None].to(device), position_ids=positions.to(device))
+            nll = nll.double().cpu().numpy()
+            start = 0
+            for i, option_of in owners:
+                part = nll[start:start + len(option_of)]
+                out[i] = -np.bincount(option_of, weights=part, minlength=len(items[i].options))
+                start += len(option_of)
+        return out
+
+
+@torch.inference_mode()
+def loglik_naive(model, items: list[Item]) -> list[np.ndarray]:
+    """The reference: one (context, option) at a time, full logits, log-softmax, gather. For checks."""
+    device = next(model.parameters()).device
+    out = []
+    for item in items:
+        values = []
+        for option in item.options:
+            ids = torch.from_numpy(np.concatenate([item.context, option])[None]).to(device)
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+            t = torch.arange(len(item.context), ids.shape[1], device=device)
+            values.append(float(logp[t - 1, ids[0, t]].sum()))
+        out.append(np.asarray(values))
+    return out
+
+
+# --- free form ----------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
+                    token_budget: int) -> list[np.ndarray]:
+    """Greedy continuations of left-padded contexts, batched under the token budget, stopped at EOS."""
+    device = next(model.parameters()).device
+    lengths = np.array([len(c) for c in contexts])
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
+    for batch in length_batches(lengths + max_new_tokens, token_budget, 1.0):
+        width = int(lengths[batch].max())
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for r, i in enumerate(batch):
+            ids[r, width - lengths[i]:] = torch.from_numpy(contexts[i])
+            attention[r, width - lengths[i]:] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        done = torch.zeros(len(batch), dtype=torch.bool, device=device)
+        generated = []
+        cache = None
+        step_ids = ids
+        for _ in range(max_new_tokens):
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
+            result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
+                           past_key_values=cache, use_cache=True)
+            cache = result.past_key_values
+            token = result.logits[:, -1].float().argmax(-1)
+            token = torch.where(done, torch.full_like(token, pad_id), token)
+            generated.append(token)
+            if eos_id is not None:
+                done |= token == eos_id
+            if bool(done.all()):
+                break
+            step_ids = token[:, None]
+            attention = torch.cat([attention, torch.ones_like(step_ids)], dim=1)
+        tokens = torch.stack(generated, 1).cpu().numpy() if generated else np.zeros((len(batch), 0), np.int64)
+        for r, i in enumerate(batch):
+            row = tokens[r]
+            stop = np.flatnonzero(row == eos_id) if eos_id is not None else []
+            out[i] = row[:stop[0]] if len(stop) else row
+    return out
+
+
+# --- one shard --------------------------------------------------------------------------------------------------
+
+def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, str], metric: str) -> pd.DataFrame:
+    """The per-item record from option log-likelihoods (multiple choice) and generated texts (free form)."""
+    predicted, correct, margin = [], [], []
+    for i, item in enumerate(items):
+        if item.free_form:
+            text = generations[i]
+            predicted.append(text)
+            correct.append(exact_match(text, item.texts[0]))
+            margin.append(np.nan)
+        else:
+            choice, right, gap = choose(option_scores(logliks[i], item.texts, metric), item.gold)
+            predicted.append(item.texts[choice])
+            correct.append(right)
+            margin.append(gap)
+    return pd.DataFrame({"predicted": predicted, "correct": np.asarray(correct, dtype=np.int8),
+                         "margin": np.asarray(margin, dtype=np.float32),
+                         "k": np.asarray([it.k for it in items], dtype=np.int16)})
+
+
+def evaluate_torch(model, tokenizer, items: list[Item], settings: dict, scorer: TorchScorer) -> pd.DataFrame:
+    choice_items = [it for it in items if not it.free_form]
+    logliks = iter(OptionScorer(scorer).loglik(choice_items))
+    all_logliks = [np.zeros(0) if it.free_form else next(logliks) for it in items]
+    free = [i for i, it in enumerate(items) if it.free_form]
+    tokens = generate_greedy(model, [items[i].context for i in free], tokenizer.pad_token_id, tokenizer.eos_token_id,
+                             settings["max_new_tokens"], settings["token_budget"])
+    texts = {i: cut_at_stop(tokenizer.decode(t, skip_special_tokens=True), settings["stop"]) for i, t in zip(free, tokens)}
+    return decide(items, all_logliks, texts, settings["metric"])
+
+
+def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataFrame:  # pragma: no cover - GPU
+    """The same decisions through vLLM: options by `prompt_logprobs`, free form by greedy sampling."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from .score import nll_from_prompt_logprobs
+
+    requests, owner = [], []
+    for i, item in enumerate(items):
+        for j, option in enumerate(item.options):
+            requests.append(np.concatenate([item.context, option]))
+            owner.append((i, j, len(item.context)))
+    logliks = [np.zeros(len(it.options)) for it in items]
+    if requests:
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=r.tolist()) for r in requests],
+                               SamplingParams(max_tokens=1, prompt_logprobs=0))
+        for (i, j, start), ids, o in zip(owner, requests, outputs):
+            n = len(ids) - start
+            logliks[i][j] = -n * nll_from_prompt_logprobs(ids.tolist(), o.prompt_logprobs, start, len(ids))
+    free = [i for i, it in enumerate(items) if it.free_form]
+    texts = {}
+    if free:
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=items[i].context.tolist()) for i in free],
+                               SamplingParams(temperature=0.0, max_tokens=settings["max_new_tokens"],
+                                              stop=list(settings["stop"])))
+        texts = {i: cut_at_stop(o.outputs[0].text, settings["stop"]) for i, o in zip(free, outputs)}
+    return decide(items, logliks, texts, settings["metric"])
+
+
+def item_columns(n_rows: int, rows: np.ndarray, record: pd.DataFrame | None) -> dict:
+    """The scores file's correctness columns: values at the scorable rows, null elsewhere."""
+    import pyarrow as pa
+
+    valid = np.zeros(n_rows, dtype=bool)
+    valid[rows] = True
+    columns = {}
+    types = {"predicted": pa.string(), "correct": pa.int8(), "margin": pa.float32(), "k": pa.int16()}
+    for name in ITEM_COLUMNS:
+        values = [None] * n_rows
+        if record is not None:
+            for r, v in zip(rows, record[name].tolist()):
+                values[r] = v
+        columns[name] = pa.array(values, types[name])
+    return columns

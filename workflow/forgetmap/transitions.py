@@ -1,0 +1,187 @@
+"""Sample-wise transitions of correctness from the base to each fine-tuned run (related-methods §2, §3.2).
+
+For every (task, item): before c_b and after c_a in {0, 1} (`forgetmap.correctness`), the transition
+00 / 01 / 10 / 11, the forgetting matrix Y (1 for 1->0, 0 for 1->1, missing where the base was wrong)
+and the backward-transfer matrix Y_BT (1 for 0->1, 0 for 0->0, missing where the base was right).
+
+Rates (Harmon et al.): F = n10 / N, BT = n01 / N, acc_after - acc_before = BT - F (checked), relative
+forgetting n10 / (n10 + n11), and the chance-adjusted F_true = max(0, F - s), BT_true = max(0, BT - s)
+with s the expected share of spurious flips of items unknown at both times, (1 - acc_b)(1 - acc_a) /
+(k - 1), computed within each group of items with the same k and weighted by its size (free-form items:
+no correction). The ceilings are the known shares kappa = max(0, (k acc - 1) / (k - 1)) (free form:
+acc) before (max F) and after (max BT). Tasks are averaged unweighted within a category, categories
+unweighted into the overall row. Evaluation is deterministic (option log-likelihoods, greedy
+decoding), so each (task, item) has one transition: there are no sampling seeds to average.
+
+With a margin `delta`, a multiple-choice item counts as correct only where the gold option wins by at
+least delta nats, at both times (the margin filter: guessers drop out instead of being corrected for).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from .errors import DataError
+from .matrix import ForgettingMatrix
+
+log = logging.getLogger(__name__)
+
+RATE_COLUMNS = ("N", "n00", "n01", "n10", "n11", "acc_before", "acc_after", "F", "BT", "spurious", "F_true",
+                "BT_true", "relative_forgetting", "max_F", "max_BT")
+
+
+def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
+    """(correct as float: 1 / 0 / NaN where not scorable, k, margin) of one run over every shard."""
+    correct, ks, margins = [], [], []
+    for path, expected in zip(paths, ids):
+        names = pq.read_schema(path).names
+        if "correct" not in names:
+            raise DataError(f"{path}: no column 'correct': the run was scored before correctness was; rescore it")
+        table = pq.read_table(path, columns=["example_id", "correct", "margin", "k"])
+        if not np.array_equal(table.column("example_id").to_numpy().astype(str), expected):
+            raise DataError(f"{path}: its example ids do not match the upstream shard it scores; rescore it")
+        correct.append(table.column("correct").to_numpy(zero_copy_only=False).astype(np.float64))
+        ks.append(table.column("k").to_numpy(zero_copy_only=False).astype(np.float64))
+        margins.append(table.column("margin").to_numpy(zero_copy_only=False).astype(np.float64))
+    correct, k, gap = np.concatenate(correct), np.concatenate(ks), np.concatenate(margins)
+    if margin is not None:  # multiple choice: known only with a margin of at least delta
+        choice = np.isfinite(correct) & (k >= 2)
+        correct[choice] = (correct[choice] == 1) & (gap[choice] >= margin)
+    return correct, k, gap
+
+
+def transition_codes(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """2 * before + after (0 = 00, 1 = 01, 2 = 10, 3 = 11), float32, rows = tasks."""
+    return (2 * before[None, :] + after).astype(np.float32)
+
+
+def forgetting_matrix(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Y: 1 - after where the base was right, NaN where it was wrong."""
+    return np.where(before[None, :] == 1, 1 - after, np.nan).astype(np.float32)
+
+
+def backward_transfer_matrix(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Y_BT: after where the base was wrong, NaN where it was right."""
+    return np.where(before[None, :] == 0, after, np.nan).astype(np.float32)
+
+
+def _known_share(acc: float, k: int) -> float:
+    return acc if k < 2 else max(0.0, (k * acc - 1) / (k - 1))
+
+
+def rates(before: np.ndarray, after: np.ndarray, k: np.ndarray) -> dict[str, float]:
+    """Every rate of one (task, group of items) from their 0/1 correctness before and after."""
+    n = len(before)
+    counts = {f"n{b}{a}": int(np.count_nonzero((before == b) & (after == a))) for b in (0, 1) for a in (0, 1)}
+    out: dict[str, float] = {"N": n, **counts}
+    if n == 0:
+        return {**out, **{c: float("nan") for c in RATE_COLUMNS[5:]}}
+    acc_b, acc_a = (counts["n10"] + counts["n11"]) / n, (counts["n01"] + counts["n11"]) / n
+    f, bt = counts["n10"] / n, counts["n01"] / n
+    if not np.isclose(acc_a - acc_b, bt - f, atol=1e-12):
+        raise AssertionError(f"acc_after - acc_before = {acc_a - acc_b} but BT - F = {bt - f}")
+    spurious = max_f = max_bt = 0.0
+    for value in np.unique(k):
+        group = k == value
+        share = np.count_nonzero(group) / n
+        gb, ga = float(before[group].mean()), float(after[group].mean())
+        if value >= 2:
+            spurious += share * (1 - gb) * (1 - ga) / (value - 1)
+        max_f += share * _known_share(gb, int(value))
+        max_bt += share * _known_share(ga, int(value))
+    base_right = counts["n10"] + counts["n11"]
+    return {**out, "acc_before": acc_b, "acc_after": acc_a, "F": f, "BT": bt, "spurious": spurious,
+            "F_true": max(0.0, f - spurious), "BT_true": max(0.0, bt - spurious),
+            "relative_forgetting": counts["n10"] / base_right if base_right else float("nan"),
+            "max_F": max_f, "max_BT": max_bt}
+
+
+def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np.ndarray, tasks: list[str],
+               categories: dict[str, str]) -> pd.DataFrame:
+    """Rates per (task, upstream source), per task (all items), per category (mean over its tasks) and
+    overall (mean over categories)."""
+    rows = []
+    for i, task in enumerate(tasks):
+        base = {"task": task, "category": categories.get(task, "")}
+        rows.append({"level": "task", **base, "source": "all", **rates(before, after[i], k)})
+        for source in sorted(set(sources)):
+            at = sources == source
+            rows.append({"level": "source", **base, "source": source, **rates(before[at], after[i][at], k[at])})
+    frame = pd.DataFrame(rows)
+    per_task = frame[frame["level"] == "task"]
+    numeric = list(RATE_COLUMNS)
+    by_category = per_task.groupby("category", sort=False)[numeric].mean().reset_index()
+    by_category.insert(0, "level", "category")
+    by_category.insert(1, "task", "all")
+    by_category["source"] = "all"
+    overall = by_category[numeric].mean().to_frame().T
+    overall.insert(0, "level", "overall")
+    overall.insert(1, "task", "all")
+    overall.insert(2, "category", "all")
+    overall["source"] = "all"
+    return pd.concat([frame, by_category, overall], ignore_index=True)[
+        ["level", "task", "category", "source", *numeric]]
+
+
+def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list[str]], categories: dict[str, str],
+          groups: dict[str, str], margin: float | None):
+    """(transition codes, Y, Y_BT as ForgettingMatrix over the scorable items, their k, the rate table)."""
+    ids, sources = [], []
+    for shard in shards:
+        table = pq.read_table(shard, columns=["example_id", "source"])
+        ids.append(table.column("example_id").to_numpy().astype(str))
+        sources.append(table.column("source").to_numpy().astype(str))
+    before, k, _ = read_correctness(base_scores, ids, margin)
+    base_nll = np.concatenate([pq.read_table(p, columns=["nll"]).column("nll").to_numpy() for p in base_scores])
+    items = np.flatnonzero(np.isfinite(before))
+    if len(items) == 0:
+        raise DataError("the upstream corpus has no item with an answer: nothing to score for correctness")
+    tasks = list(task_scores)
+    after = np.empty((len(tasks), len(items)), dtype=np.float64)
+    for row, task in enumerate(tasks):
+        values = read_correctness(task_scores[task], ids, margin)[0]
+        if not np.isfinite(values[items]).all() or np.isfinite(values).sum() != len(items):
+            raise DataError(f"task {task!r}: its scores hold correctness for other items than the base's; rescore it")
+        after[row] = values[items]
+    before, k = before[items], k[items].astype(np.int16)
+    example_ids, item_sources = np.concatenate(ids)[items], np.concatenate(sources)[items]
+    labels = (example_ids, item_sources, base_nll[items].astype(np.float32))
+    used = {t: categories[t] for t in tasks}
+    used_groups = {c: groups[c] for c in sorted(set(used.values()))}
+
+    def matrix(values, statistic):
+        return ForgettingMatrix(values, tasks, *labels, used, used_groups, statistic)
+
+    table = rate_table(before, after, k, item_sources, tasks, used)
+    return (matrix(transition_codes(before, after), "transition"), matrix(forgetting_matrix(before, after), "forgotten_1to0"),
+            matrix(backward_transfer_matrix(before, after), "transferred_0to1"), k, table)
+
+
+def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dict:
+    """`forgetmap transitions`: the settings name every run's score files (forgetmap.plan)."""
+    import pyarrow as pa
+
+    from . import plots
+    from .io import atomic_path
+
+    tasks = settings["tasks"]
+    codes, y, y_bt, k, table = build(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
+                                     settings["categories"], settings["groups"], settings["margin"])
+    meta = {"model": settings["model"], "margin": settings["margin"]}
+    codes.write(outputs["transitions"], meta, {"k": pa.array(k, pa.int16())})
+    y.write(outputs["forgetting"], meta, {"k": pa.array(k, pa.int16())})
+    y_bt.write(outputs["backward_transfer"], meta, {"k": pa.array(k, pa.int16())})
+    with atomic_path(outputs["rates"]) as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    plots.transition_rates(table, outputs["rates_figure"])
+    plots.transition_heatmap(codes, outputs["heatmap"])
+    n_right = int(np.isfinite(y.values[0]).sum()) if len(tasks) else 0
+    if n_right == 0:
+        log.warning("the base model answers no item correctly: Y (1->0) is empty, only backward transfer is defined")
+    overall = table[table["level"] == "overall"].iloc[0]
+    return {"items": int(codes.shape[1]), "base_correct": n_right, "F": float(overall["F"]),
+            "F_true": float(overall["F_true"]), "BT": float(overall["BT"]), "BT_true": float(overall["BT_true"])}
