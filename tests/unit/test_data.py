@@ -86,9 +86,13 @@ def test_a_truncated_jsonl_line_is_named_by_its_line_number(tmp_path):
 
 def test_demo_shard_is_the_slice_of_the_corpus(tmp_path):
     out = tmp_path / "shard.parquet"
-    assert fm_upstream.write_shard({"format": "demo", "seed": 1234}, 12, 6, str(out)) == 6
-    assert pd.read_parquet(out)["example_id"].tolist() == [f"{d}-{i:06d}" for i, d in
-                                                         zip(range(12, 18), ["facts", "arith", "words", "code", "story", "dialog"])]
+    assert fm_upstream.write_shard({"format": "demo", "seed": 1234}, 14, 7, str(out)) == 7
+    shard = pd.read_parquet(out)
+    assert shard["example_id"].tolist() == [f"{d}-{i:06d}" for i, d in zip(
+        range(14, 21), ["facts", "arith", "words", "code", "story", "dialog", "quiz"])]
+    quiz = shard.iloc[6]
+    assert quiz["answer"] == quiz["response"] and quiz["kind"] == "chat"
+    assert quiz["choices"] is None or quiz["answer"] in list(quiz["choices"])
 
 
 def task_spec(path, **extra):

@@ -17,8 +17,16 @@ def test_growing_the_corpus_appends_without_changing_existing_examples():
     assert demo.upstream_ids(90) == large["example_id"].tolist()
 
 
+def test_quiz_items_have_2_to_5_options_holding_the_answer_or_are_short_answers():
+    quiz = demo.upstream_corpus(700, 1234).query("source == 'quiz'")
+    choices = quiz["choices"].dropna()
+    assert choices.map(len).between(2, 5).all() and set(choices.map(len)) == {2, 3, 4, 5}
+    assert all(a in c for a, c in zip(quiz.loc[choices.index, "answer"], choices))
+    assert (quiz["answer"] == quiz["response"]).all() and 0 < quiz["choices"].isna().sum() < len(quiz) / 2
+
+
 def test_corpus_covers_every_domain_with_lm_and_chat_examples():
-    corpus = demo.upstream_corpus(600, 1234)
+    corpus = demo.upstream_corpus(700, 1234)
     assert set(corpus["source"]) == set(demo.DOMAINS)
     assert corpus["source"].value_counts().nunique() == 1  # balanced
     assert set(corpus["kind"]) == {"lm", "chat"}

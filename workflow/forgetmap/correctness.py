@@ -148,8 +148,9 @@ def _packed(item: Item) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 class OptionScorer:
     """Summed log-likelihood of every option of every multiple-choice item, batched under a token budget."""
 
-    def __init__(self, scorer: TorchScorer, packed: bool | None = None):
+    def __init__(self, scorer: TorchScorer, packed: bool | None = None, max_padding: float = 0.1):
         self.scorer = scorer
+        self.max_padding = max_padding  # a masked batch gains nothing from equal lengths: a little padding
         self.packed = packed  # None: decided on the first batch (does packing reproduce separate sequences?)
 
     def loglik(self, items: list[Item]) -> list[np.ndarray]:
@@ -188,7 +189,7 @@ class OptionScorer:
         lengths = np.array([len(p[0]) for p in packs])
         out = [np.zeros(len(item.options)) for item in items]
         device = self.scorer.device
-        for batch in length_batches(lengths, self.scorer.token_budget, 1.0):
+        for batch in length_batches(lengths, self.scorer.token_budget, self.max_padding):
             width = int(lengths[batch].max())
             ids = torch.full((len(batch), width), self.scorer.pad_id, dtype=torch.long)
             positions = torch.zeros((len(batch), width), dtype=torch.long)

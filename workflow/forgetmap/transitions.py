@@ -69,48 +69,66 @@ def backward_transfer_matrix(before: np.ndarray, after: np.ndarray) -> np.ndarra
     return np.where(before[None, :] == 0, after, np.nan).astype(np.float32)
 
 
-def _known_share(acc: float, k: int) -> float:
-    return acc if k < 2 else max(0.0, (k * acc - 1) / (k - 1))
+def _known_share(acc: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """kappa = max(0, (k acc - 1) / (k - 1)) for k-choice items; acc itself for free form (k < 2)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k < 2, acc, np.maximum(0.0, (k * acc - 1) / np.maximum(k - 1, 1)))
+
+
+def rates_from_counts(k: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """Every rate of one (task, group of items) from its transition counts per value of k:
+    `counts[j]` = (n00, n01, n10, n11) of the items with k[j] options."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1, 4)
+    n00, n01, n10, n11 = (int(c) for c in counts.sum(axis=0))
+    n = n00 + n01 + n10 + n11
+    out: dict[str, float] = {"N": n, "n00": n00, "n01": n01, "n10": n10, "n11": n11}
+    if n == 0:
+        return {**out, **{c: float("nan") for c in RATE_COLUMNS[5:]}}
+    acc_b, acc_a = (n10 + n11) / n, (n01 + n11) / n
+    f, bt = n10 / n, n01 / n
+    if not np.isclose(acc_a - acc_b, bt - f, atol=1e-12):
+        raise AssertionError(f"acc_after - acc_before = {acc_a - acc_b} but BT - F = {bt - f}")
+    size = counts.sum(axis=1)
+    used = size > 0
+    k, counts, size = np.asarray(k, dtype=np.float64)[used], counts[used], size[used]
+    share = size / n
+    group_b = (counts[:, 2] + counts[:, 3]) / size
+    group_a = (counts[:, 1] + counts[:, 3]) / size
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_group = np.where(k >= 2, (1 - group_b) * (1 - group_a) / np.maximum(k - 1, 1), 0.0)
+    spurious = float(share @ per_group)
+    return {**out, "acc_before": acc_b, "acc_after": acc_a, "F": f, "BT": bt, "spurious": spurious,
+            "F_true": max(0.0, f - spurious), "BT_true": max(0.0, bt - spurious),
+            "relative_forgetting": n10 / (n10 + n11) if n10 + n11 else float("nan"),
+            "max_F": float(share @ _known_share(group_b, k)), "max_BT": float(share @ _known_share(group_a, k))}
+
+
+def _counts(before: np.ndarray, after: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """(n_groups, 4) transition counts of one task: column 2 * before + after."""
+    code = (2 * before + after).astype(np.int64)
+    return np.bincount(group * 4 + code, minlength=n_groups * 4).reshape(n_groups, 4)
 
 
 def rates(before: np.ndarray, after: np.ndarray, k: np.ndarray) -> dict[str, float]:
-    """Every rate of one (task, group of items) from their 0/1 correctness before and after."""
-    n = len(before)
-    counts = {f"n{b}{a}": int(np.count_nonzero((before == b) & (after == a))) for b in (0, 1) for a in (0, 1)}
-    out: dict[str, float] = {"N": n, **counts}
-    if n == 0:
-        return {**out, **{c: float("nan") for c in RATE_COLUMNS[5:]}}
-    acc_b, acc_a = (counts["n10"] + counts["n11"]) / n, (counts["n01"] + counts["n11"]) / n
-    f, bt = counts["n10"] / n, counts["n01"] / n
-    if not np.isclose(acc_a - acc_b, bt - f, atol=1e-12):
-        raise AssertionError(f"acc_after - acc_before = {acc_a - acc_b} but BT - F = {bt - f}")
-    spurious = max_f = max_bt = 0.0
-    for value in np.unique(k):
-        group = k == value
-        share = np.count_nonzero(group) / n
-        gb, ga = float(before[group].mean()), float(after[group].mean())
-        if value >= 2:
-            spurious += share * (1 - gb) * (1 - ga) / (value - 1)
-        max_f += share * _known_share(gb, int(value))
-        max_bt += share * _known_share(ga, int(value))
-    base_right = counts["n10"] + counts["n11"]
-    return {**out, "acc_before": acc_b, "acc_after": acc_a, "F": f, "BT": bt, "spurious": spurious,
-            "F_true": max(0.0, f - spurious), "BT_true": max(0.0, bt - spurious),
-            "relative_forgetting": counts["n10"] / base_right if base_right else float("nan"),
-            "max_F": max_f, "max_BT": max_bt}
+    """Every rate of one (task, set of items) from their 0/1 correctness before and after."""
+    values, group = np.unique(np.asarray(k), return_inverse=True)
+    return rates_from_counts(values, _counts(before, after, group.ravel(), len(values)))
 
 
 def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np.ndarray, tasks: list[str],
                categories: dict[str, str]) -> pd.DataFrame:
     """Rates per (task, upstream source), per task (all items), per category (mean over its tasks) and
-    overall (mean over categories)."""
+    overall (mean over categories). One bincount per task over (source, k) groups: no pass per source."""
+    names, source_index = np.unique(np.asarray(sources), return_inverse=True)
+    k_values, k_index = np.unique(np.asarray(k), return_inverse=True)
+    group = source_index.ravel() * len(k_values) + k_index.ravel()
     rows = []
     for i, task in enumerate(tasks):
+        counts = _counts(before, after[i], group, len(names) * len(k_values)).reshape(len(names), len(k_values), 4)
         base = {"task": task, "category": categories.get(task, "")}
-        rows.append({"level": "task", **base, "source": "all", **rates(before, after[i], k)})
-        for source in sorted(set(sources)):
-            at = sources == source
-            rows.append({"level": "source", **base, "source": source, **rates(before[at], after[i][at], k[at])})
+        rows.append({"level": "task", **base, "source": "all", **rates_from_counts(k_values, counts.sum(axis=0))})
+        for s, source in enumerate(names):
+            rows.append({"level": "source", **base, "source": source, **rates_from_counts(k_values, counts[s])})
     frame = pd.DataFrame(rows)
     per_task = frame[frame["level"] == "task"]
     numeric = list(RATE_COLUMNS)
