@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .data.chat import chat_pieces
-from .data.upstream import scorable
+from .data.chat import Encoded, chat_pieces
+from .data.upstream import present, scorable
 from .score import TorchScorer, length_batches
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.nda
     for row in rows:
         record = frame.iloc[row]
         options = record.get("choices") if "choices" in frame else None
-        free = options is None or (isinstance(options, float) and options != options)
+        free = not present(options)
         texts = [record["answer"]] if free else [str(o) for o in options]
         if record["kind"] == "chat":
             context_text = chat_pieces(tokenizer, record["prompt"], texts[0], template)[0]
@@ -169,8 +169,6 @@ class OptionScorer:
         return self._packed_loglik(items) if self.packed else self._separate_loglik(items)
 
     def _separate_loglik(self, items: list[Item]) -> list[np.ndarray]:
-        from .data.chat import Encoded
-
         encoded, owner = [], []
         for i, item in enumerate(items):
             for j, option in enumerate(item.options):

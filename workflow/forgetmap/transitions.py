@@ -189,10 +189,9 @@ def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dic
     tasks = settings["tasks"]
     codes, y, y_bt, k, table = build(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
                                      settings["categories"], settings["groups"], settings["margin"])
-    meta = {"model": settings["model"], "margin": settings["margin"]}
-    codes.write(outputs["transitions"], meta, {"k": pa.array(k, pa.int16())})
-    y.write(outputs["forgetting"], meta, {"k": pa.array(k, pa.int16())})
-    y_bt.write(outputs["backward_transfer"], meta, {"k": pa.array(k, pa.int16())})
+    meta, item_k = {"model": settings["model"], "margin": settings["margin"]}, {"k": pa.array(k, pa.int16())}
+    for matrix, key in ((codes, "transitions"), (y, "forgetting"), (y_bt, "backward_transfer")):
+        matrix.write(outputs[key], meta, item_k)
     with atomic_path(outputs["rates"]) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
     plots.transition_rates(table, outputs["rates_figure"])

@@ -71,7 +71,8 @@ def validate(frame: pd.DataFrame, where: str) -> None:
     validate_items(frame, where)
 
 
-def _present(value) -> bool:
+def present(value) -> bool:
+    """A cell that holds a value (not None, not a float NaN as pandas reads a missing cell)."""
     return value is not None and not (isinstance(value, float) and value != value)
 
 
@@ -84,14 +85,14 @@ def validate_items(frame: pd.DataFrame, where: str) -> None:
         return
     choices = frame["choices"] if "choices" in frame else pd.Series([None] * len(frame), index=frame.index)
     for row, (answer, options) in enumerate(zip(frame["answer"], choices)):
-        if not _present(answer):
-            if _present(options) and not (hasattr(options, "__len__") and len(options) == 0):
+        if not present(answer):
+            if present(options) and not (hasattr(options, "__len__") and len(options) == 0):
                 raise DataError(f"{where}: row {row}, column 'answer': missing, but the row has choices")
             continue
         if not isinstance(answer, str) or not answer.strip():
             raise DataError(f"{where}: row {row}, column 'answer': empty answer; a scorable item needs one "
                             f"(leave the cell null for an item that is not scored)")
-        if not _present(options):
+        if not present(options):
             continue
         if isinstance(options, str) or not hasattr(options, "__len__"):
             raise DataError(f"{where}: row {row}, column 'choices': {type(options).__name__} {options!r} is not "
@@ -105,7 +106,7 @@ def validate_items(frame: pd.DataFrame, where: str) -> None:
         if answer not in options:
             raise DataError(f"{where}: row {row}, column 'answer': {answer!r} is not one of its choices "
                             f"{options!r}")
-    scorable = frame["answer"].map(_present)
+    scorable = frame["answer"].map(present)
     if scorable.any():
         require_columns(frame, ["prompt"], where)
         require_text(frame, "prompt", where, scorable)
@@ -115,20 +116,21 @@ def scorable(frame: pd.DataFrame) -> np.ndarray:
     """Row positions of the items scored for correctness (those with an answer)."""
     if "answer" not in frame:
         return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(frame["answer"].map(_present).to_numpy(bool))
+    return np.flatnonzero(frame["answer"].map(present).to_numpy(bool))
 
 
 def has_items(spec: dict) -> bool:
     """Does the corpus hold items scored for correctness? (Read at planning: only the `answer` column.)"""
-    if spec["format"] == "demo":
-        return any(demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in range(spec["n_examples"]))
+    if spec["format"] == "demo":  # domains cycle: the first len(DOMAINS) examples show every one there is
+        first = range(min(spec["n_examples"], len(demo.DOMAINS)))
+        return any(demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in first)
     if str(spec["path"]).endswith(".parquet"):
         import pyarrow.parquet as pq
 
         if "answer" not in pq.read_schema(spec["path"]).names:
             return False
     frame = read_table(spec["path"], columns=["answer"])
-    return "answer" in frame and bool(frame["answer"].map(_present).any())
+    return "answer" in frame and bool(frame["answer"].map(present).any())
 
 
 def example_ids(spec: dict) -> list[str]:

@@ -67,11 +67,9 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     regression metrics. One seed's predictions at a time: memory stays near the matrix whatever the
     number of seeds."""
     usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name, source)
-    if source is not None:
-        truth = test_z
+    truth = test_z
+    if source is not None:  # the same usable columns, the rows the method sees taken from `source`
         _, _, _, train_z, test_z = prepare_split(source, tasks, train, test, k, name, z)
-    else:
-        truth = test_z
     if similarity is not None:  # side information aligned with Z (tasks x examples), e.g. for `semantic`
         def rows(indices):  # views of the rows where every example is usable, else copies of the usable part
             return [similarity[i] if len(usable) == z.shape[1] else similarity[i, usable] for i in indices]
@@ -260,8 +258,6 @@ def scores_command(metrics: list[str], out: str, figure: str, binary: bool = Fal
     scores = aggregate(metrics)
     with atomic_path(out) as tmp:
         scores.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-    if binary:
-        plots.prediction_scores(scores, figure, metrics=("auprc", "roc_auc", "best_f1", "precision_at_b"))
-    else:
-        plots.prediction_scores(scores, figure)
+    shown = {"metrics": ("auprc", "roc_auc", "best_f1", "precision_at_b")} if binary else {}
+    plots.prediction_scores(scores, figure, **shown)
     return {"rows": len(scores)}
