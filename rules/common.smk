@@ -18,6 +18,9 @@ CFG = PLAN.cfg
 COMPUTED = fm_plan.alternatives(PLAN.computed)  # rule-level constraints: models a rule serves
 IMPORTED = fm_plan.alternatives(PLAN.imported)
 ITEM_MODELS = fm_plan.alternatives(PLAN.item_models)  # models whose corpus has items with an answer
+Y_MODELS = fm_plan.alternatives(PLAN.y_models)  # models with a 1->0 matrix Y: item models, binary imports
+BINARY_IMPORTED = fm_plan.alternatives(PLAN.binary_imported)
+Z_IMPORTED = fm_plan.alternatives([m for m in PLAN.imported if m not in PLAN.binary_imported])
 REPLAY_ARMS = fm_plan.alternatives([a for a, spec in PLAN.arms().items() if spec["replay"] != "none"])
 
 
@@ -120,7 +123,7 @@ def get_prediction_metrics(wc):
 
 
 def get_lowrank_tables(wc):
-    return {m: fm_plan.LOWRANK.format(model=m, name="r2.tsv") for m in PLAN.models}
+    return {m: fm_plan.LOWRANK.format(model=m, name="r2.tsv") for m in PLAN.z_models}
 
 
 def get_imported_matrix(wc):
@@ -135,7 +138,8 @@ def get_import_options(wc):
         if spec[key]:
             options += [f"--{key.replace('_', '-')}", spec[key]]
     groups = {c: v["group"] for c, v in CFG["categories"].items()}
-    return " ".join(shlex.quote(o) for o in options + ["--corpus", wc.model, "--groups", as_json(groups)])
+    options += ["--corpus", wc.model, "--groups", as_json(groups), "--statistic", spec["statistic"]]
+    return " ".join(shlex.quote(o) for o in options)
 
 
 def analysis_report(template, category):
@@ -181,6 +185,15 @@ def get_arm_options(wc, input):
                     for key in keys)
 
 
+def get_mitigation_summary_inputs(wc):
+    return PLAN.mitigation_summary_inputs(wc.model)
+
+
+def get_transitions_option(wc, input):
+    """--transitions where the held-out items' correctness is compared with the base model's."""
+    return f"--transitions {shlex.quote(input.transitions)}" if "transitions" in input.keys() else ""
+
+
 def get_arm_checkpoint(wc):
     return PLAN.arm_checkpoint(wc.model, wc.arm, int(wc.seed), wc.task)
 
@@ -207,6 +220,19 @@ def get_binary_prediction_inputs(wc):
     return inputs
 
 
+def get_lowrank_binary_inputs(wc):
+    """Y, and Z where the model has it (the SVD R² and the point-biserial correlation beside Y's fit)."""
+    inputs = {"forgetting": fm_plan.CORRECTNESS.format(model=wc.model, name=fm_plan.TRANSITION_OUTPUTS["forgetting"])}
+    if wc.model in PLAN.z_models:
+        inputs["matrix"] = fm_plan.MATRIX.format(model=wc.model)
+    return inputs
+
+
+def get_matrix_option(wc, input):
+    """--matrix where a rule's optional input Z is there."""
+    return f"--matrix {shlex.quote(input.matrix)}" if "matrix" in input.keys() else ""
+
+
 def get_binary_prediction_metrics(wc):
     return [fm_plan.BINARY_PREDICTION_METRICS.format(model=wc.model, split=s, binary_method=m)
-            for s in PLAN.splits(wc.model) for m in CFG["correctness"]["methods"]]
+            for s in PLAN.splits(wc.model) for m in PLAN.binary_methods(wc.model)]

@@ -32,12 +32,13 @@ rule transitions:
 
 rule lowrank_binary:
     input:
-        matrix=fm_plan.MATRIX,
-        forgetting=fm_plan.CORRECTNESS.replace("{name}", fm_plan.TRANSITION_OUTPUTS["forgetting"]),
+        unpack(get_lowrank_binary_inputs),
     output:
         **{key: correctness_report(name, f"correctness_{key}") for key, name in fm_plan.BINARY_LOWRANK_OUTPUTS.items()},
     wildcard_constraints:
-        model=ITEM_MODELS,
+        model=Y_MODELS,
+    params:
+        matrix=get_matrix_option,
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),
@@ -49,7 +50,7 @@ rule lowrank_binary:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} forgetmap lowrank-binary --matrix {input.matrix:q} "
+        "OMP_NUM_THREADS={threads} forgetmap lowrank-binary {params.matrix} "
         "--forgetting {input.forgetting:q} --ranks {output.ranks:q} --point-biserial {output.point_biserial:q} "
         "--figure {output.figure:q} > {log:q} 2>&1"
 
@@ -61,10 +62,10 @@ rule predict_binary:
         predictions=directory(fm_plan.BINARY_PREDICTIONS),
         metrics=fm_plan.BINARY_PREDICTION_METRICS,
     wildcard_constraints:
-        model=ITEM_MODELS,
+        model=Y_MODELS,
     params:
         settings=get_settings("predict_binary"),
-        matrix=lambda wc, input: [f"--matrix={input.matrix}"] if "matrix" in input.keys() else [],
+        matrix=get_matrix_option,
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),
@@ -78,7 +79,7 @@ rule predict_binary:
     shell:
         "OMP_NUM_THREADS={threads} OPENBLAS_NUM_THREADS={threads} forgetmap predict-binary "
         "--forgetting {input.forgetting:q} --split {input.split:q} --settings {params.settings:q} "
-        "--out {output.predictions:q} --metrics {output.metrics:q} {params.matrix:q} > {log:q} 2>&1"
+        "--out {output.predictions:q} --metrics {output.metrics:q} {params.matrix} > {log:q} 2>&1"
 
 
 rule binary_prediction_scores:
@@ -98,7 +99,7 @@ rule binary_prediction_scores:
             subcategory="{model}",
         ),
     wildcard_constraints:
-        model=ITEM_MODELS,
+        model=Y_MODELS,
     log:
         "results/logs/{model}/binary_prediction_scores.log",
     benchmark:

@@ -1,5 +1,6 @@
 # Models whose matrix the paper's authors released: the matrix and its prediction splits are imported
-# into the same files the pipeline writes, so every analysis runs on them unchanged.
+# into the same files the pipeline writes, so every analysis runs on them unchanged; a binary matrix
+# (the exact-match Y) becomes the model's 1->0 matrix, which the correctness analyses read.
 
 
 rule import_matrix:
@@ -8,7 +9,7 @@ rule import_matrix:
     output:
         fm_plan.MATRIX,
     wildcard_constraints:
-        model=IMPORTED,
+        model=Z_IMPORTED,
     params:
         options=get_import_options,
     threads: get_resource("analysis", "threads")
@@ -19,6 +20,29 @@ rule import_matrix:
         "results/logs/{model}/import_matrix.log",
     benchmark:
         "results/benchmarks/{model}/import_matrix.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap import {params.options} --out {output:q} > {log:q} 2>&1"
+
+
+rule import_binary:
+    input:
+        get_imported_inputs,
+    output:
+        fm_plan.CORRECTNESS.replace("{name}", fm_plan.TRANSITION_OUTPUTS["forgetting"]),
+    wildcard_constraints:
+        model=BINARY_IMPORTED,
+    params:
+        options=get_import_options,
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/import_binary.log",
+    benchmark:
+        "results/benchmarks/{model}/import_binary.tsv"
     conda:
         "../envs/forgetmap.yaml"
     shell:

@@ -126,7 +126,7 @@ rule arm_scores:
 
 rule mitigation_summary:
     input:
-        matrix=fm_plan.MATRIX,
+        unpack(get_mitigation_summary_inputs),
         scores=get_arm_scores,
     output:
         summary=mitigation_report("summary.tsv", "mitigation_summary"),
@@ -139,6 +139,7 @@ rule mitigation_summary:
         model=COMPUTED,
     params:
         settings=get_settings("mitigation_summary"),
+        transitions=get_transitions_option,
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),
@@ -153,4 +154,4 @@ rule mitigation_summary:
         "forgetmap mitigation-summary --matrix {input.matrix:q} --settings {params.settings:q} "
         "--summary {output.summary:q} --tests {output.tests:q} --forgetting-figure {output.forgetting:q} "
         "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} "
-        "--per-token-figure {output.per_token:q} > {log:q} 2>&1"
+        "--per-token-figure {output.per_token:q} {params.transitions} > {log:q} 2>&1"

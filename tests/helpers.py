@@ -116,6 +116,28 @@ def fake_resources(workdir, config_path, n_upstream):
     return cfg
 
 
+def released_binary_fixture(directory: Path, seed: int = 0) -> np.ndarray:
+    """The exact-match setup's release: a 0/1 Y over base-correct items (low-rank logits), its .meta
+    and a binary split pickle, as `train_em_fgt_base_correct.npy` and `fpd-split-flan-bin-*.pkl`."""
+    import json
+    import pickle
+
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(6, 2)) @ rng.normal(size=(2, 80)) * 2 - 1
+    y = (rng.uniform(size=logits.shape) < 1 / (1 + np.exp(-logits))).astype(np.float64)
+    directory.mkdir(parents=True, exist_ok=True)
+    np.save(directory / "train_em_fgt_base_correct.npy", y)
+    meta = {"mmlu": {"start": 0, "stop": 4, "tasks": ["anatomy", "astronomy", "law", "virology"]},
+            "dolly": {"start": 4, "stop": 6, "tasks": ["brainstorm", "summarize"]}}
+    (directory / "train_em_fgt_base_correct.npy.meta").write_text(json.dumps(meta))
+    split = {"train_mat": y[:3], "test_mat": y[3:4], "train_ocl_idxs": [0, 1, 2], "test_ocl_idxs": [0],
+             "train_ocl_task_info": [{"cat": "mmlu", "name": n, "split": "train"} for n in ("anatomy", "astronomy", "law")],
+             "test_ocl_task_info": [{"cat": "mmlu", "name": "virology", "split": "train"}]}
+    with open(directory / "fpd-split-flan-bin-id.pkl", "wb") as handle:
+        pickle.dump(split, handle)
+    return y
+
+
 def released_fixture(directory: Path, seed: int = 0) -> dict:
     """Files in exactly the authors' released formats: Z .npy + .meta, base log-probs, a split pickle."""
     import json

@@ -78,6 +78,16 @@ def test_task_overrides_apply_to_that_task_only():
      "config key mitigation.arms.s.tau: value -1 is invalid"),
     (lambda c: c.update(mitigation=mitigation(arms={"s": {"tokens": "stm", "q": 1.5}})),
      "config key mitigation.arms.s.q: value 1.5 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"o": {"replay": "online", "method": "mf",
+                                                          "statistic": "forgotten_1to0"}})),
+     "config key mitigation.arms.o.statistic: forgotten_1to0 scores predicted or ground_truth replay, not 'online'"),
+    (lambda c: c.update(mitigation=mitigation(arms={"p": {"replay": "predicted", "method": "mf",
+                                                          "statistic": "forgotten_1to0"}})),
+     "config key mitigation.arms.p.method: value 'mf' is not a configured predictor of Y; allowed "
+     "(correctness.methods): logistic_mf"),
+    (lambda c: c.update(mitigation=mitigation(arms={"g": {"replay": "ground_truth", "statistic": "forgotten_1to0"}},
+                                              heldout=2), upstream={"demo": {"format": "demo", "n_examples": 6}}),
+     "config key mitigation.arms.g.statistic: forgotten_1to0 needs upstream items with an answer"),
     (lambda c: c.update(mitigation=mitigation(arms={"none": {"replay": "random"}})),
      "config key mitigation.arms: the name 'none' is reserved for plain fine-tuning"),
     (lambda c: c["models"]["m"].update(finetune={"method": "lora", "processes": 2}),
@@ -93,6 +103,21 @@ def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     with pytest.raises(ConfigError) as err:
         Plan(raw)  # the config's checks, then the plan's (settings per job)
     assert expected in str(err.value)
+
+
+def test_replay_by_the_chance_of_1to0_reads_y_or_its_prediction():
+    raw = {**minimal(), "prediction": {"splits": {"s": {"test": ["city_qa"]}}},
+           "mitigation": mitigation(arms={"p": {"replay": "predicted", "method": "knn", "statistic": "forgotten_1to0"},
+                                          "g": {"replay": "ground_truth", "statistic": "forgotten_1to0"},
+                                          "z": {"replay": "ground_truth"}}),
+           "correctness": {"methods": ["logistic_mf", "knn"]}}
+    raw["tasks"]["job_qa"] = {"category": "w"}
+    plan = Plan(raw)
+    assert plan.replay_inputs("m", "p", "city_qa") == {"prediction": "results/m/correctness/prediction/s/knn"}
+    assert plan.replay_inputs("m", "g", "city_qa") == {"matrix": "results/m/correctness/forgetting_1to0.parquet"}
+    assert plan.replay_inputs("m", "z", "city_qa") == {"matrix": "results/m/forgetting.parquet"}
+    assert plan.replay_settings("m", "p", 0, "city_qa")["statistic"] == "forgotten_1to0"
+    assert plan.mitigation_summary_inputs("m")["transitions"] == "results/m/correctness/transitions.parquet"
 
 
 def test_method_hyperparameters_come_from_the_config():

@@ -166,3 +166,53 @@ def test_rows_are_read_from_the_shards_that_hold_them_in_the_order_asked(tmp_pat
     assert read_ids(paths).tolist() == [f"e{i}" for i in range(12)]
     rows = read_rows(paths, np.array([9, 2, 10, 0]))
     assert rows["example_id"].tolist() == ["e9", "e2", "e10", "e0"] and rows["text"].tolist()[0] == "text 9"
+
+
+def _matrix(values, ids, statistic):
+    from forgetmap.matrix import ForgettingMatrix
+
+    n = len(ids)
+    return ForgettingMatrix(np.asarray(values, dtype=np.float32), ["t"], np.array(ids), np.array(["s"] * n),
+                            np.zeros(n, dtype=np.float32), {"t": "c"}, {"c": "in_domain"}, statistic)
+
+
+def test_replay_by_p_1to0_scores_only_base_correct_items_and_never_draws_the_rest(tmp_path):
+    import pandas as pd
+
+    from forgetmap.mitigation.replay import replay_scores
+
+    ids = np.array([f"e{i}" for i in range(6)])
+    # Y over the items e1..e4: NaN where the base was wrong (e2); e0 and e5 carry no answer at all
+    _matrix([[1, np.nan, 0, 1]], ids[1:5], "forgotten_1to0").write(tmp_path / "y.parquet")
+    scores = replay_scores("ground_truth", "t", ids, None, str(tmp_path / "y.parquet"), statistic="forgotten_1to0")
+    np.testing.assert_array_equal(scores, [np.nan, 1, np.nan, 0, 1, np.nan])
+    chosen = select_replay(2, np.arange(6), seed=0, scores=scores, temperature=0.1)
+    assert set(chosen) <= {1, 3, 4}
+    with pytest.raises(DataError, match="non-zero weight"):  # three candidates, never the examples without Y
+        select_replay(4, np.arange(6), seed=0, scores=scores)
+    # the predicted P(Y = 1) as the binary protocol writes it: only the items, NaN where the base was wrong
+    (tmp_path / "pred").mkdir()
+    pd.DataFrame({"example_id": ids[1:5], "t": [0.9, np.nan, 0.2, 0.6]}).to_parquet(tmp_path / "pred/seed-0.parquet")
+    predicted = replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None, statistic="forgotten_1to0")
+    np.testing.assert_allclose(predicted, [np.nan, 0.9, np.nan, 0.2, 0.6, np.nan])
+    # the loss statistic needs every example scored
+    with pytest.raises(DataError, match="no score for upstream example 'e0'"):
+        replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None)
+
+
+def test_heldout_rates_count_1to0_and_0to1_against_the_base_with_the_margin_filter(tmp_path):
+    import pandas as pd
+
+    from forgetmap.mitigation.summary import heldout_transitions
+
+    before = pd.Series([1.0, 1.0, 0.0, 0.0, 1.0], index=[f"e{i}" for i in range(5)])
+    arm = pd.DataFrame({"example_id": ["e0", "e1", "e2", "e3", "e4", "x"],  # x: no answer
+                        "correct": pd.array([0, 1, 1, 0, 1, None], dtype="Int8"),
+                        "margin": [-1.0, 2.0, 0.1, -0.5, 0.2, np.nan], "k": [2, 4, 2, 3, 4, 0]})
+    arm.to_parquet(tmp_path / "arm.parquet")
+    # e0 1->0, e1 1->1, e2 0->1, e3 0->0, e4 1->1: F = 1/5, BT = 1/5
+    assert heldout_transitions(str(tmp_path / "arm.parquet"), before, None) == {
+        "heldout_items": 5, "heldout_F": 0.2, "heldout_BT": 0.2}
+    # a margin of 0.5 nats: e2 and e4 win by less, so e2 stays 0 and e4 becomes 1->0
+    assert heldout_transitions(str(tmp_path / "arm.parquet"), before, 0.5) == {
+        "heldout_items": 5, "heldout_F": 0.4, "heldout_BT": 0.0}

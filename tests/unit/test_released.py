@@ -11,7 +11,7 @@ from forgetmap.errors import DataError
 from forgetmap.lowrank import drop_missing, r2_by_rank
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.released import import_matrix, import_split, released_tasks
-from helpers import released_fixture
+from helpers import released_binary_fixture, released_fixture
 
 
 @pytest.fixture
@@ -74,3 +74,16 @@ def test_split_with_a_task_in_both_parts_or_unknown_tasks_is_rejected(released):
         import_split(path / "bad.pkl", "bad")
     with pytest.raises(DataError, match="not rows of the imported matrix"):
         import_split(path / "fpd-split-ood-tulu.pkl", "x", known_tasks=["aeslc"])
+
+
+def test_a_binary_matrix_imports_as_y_and_other_values_are_named(tmp_path):
+    y = released_binary_fixture(tmp_path)
+    m = import_matrix(tmp_path / "train_em_fgt_base_correct.npy", statistic="forgotten_1to0")
+    assert m.statistic == "forgotten_1to0" and m.tasks[:2] == ["anatomy", "astronomy"]
+    np.testing.assert_array_equal(m.values, y.astype(np.float32))
+    bad = y.copy()
+    bad[2, 5] = -1  # a base_em - ft_em file
+    np.save(tmp_path / "delta.npy", bad)
+    with pytest.raises(DataError, match=r"delta.npy: value -1 at row 2, column 5: a binary matrix holds 0"):
+        import_matrix(tmp_path / "delta.npy", tmp_path / "train_em_fgt_base_correct.npy.meta",
+                      statistic="forgotten_1to0")

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from forgetmap.lowrank import r2_by_rank
-from helpers import edited, make_workdir, planned_jobs, released_fixture, snakemake, tiny_config, write_config
+from helpers import (edited, make_workdir, planned_jobs, released_binary_fixture, released_fixture, snakemake,
+                     tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -55,3 +56,29 @@ def test_a_config_of_imported_models_alone_runs_every_analysis_and_the_predictio
         assert (workdir / "results/paper" / path).exists(), path
     assert (workdir / "results/lowrank_summary.tsv").exists()
     assert planned_jobs(workdir) == []
+
+
+def test_a_released_binary_matrix_runs_the_analyses_and_prediction_of_y(tmp_path):
+    """The paper's exact-match release: Y imports as the 1->0 matrix; nothing that needs Z is planned."""
+    workdir = make_workdir(tmp_path / "wf")
+    released_binary_fixture(workdir / "resources/stats")
+    cfg = {"categories": {"mmlu": {"group": "in_domain"}, "dolly": {"group": "out_of_domain"}},
+           "prediction": {"k": 5, "seeds": 2},
+           "models": {"paper": {"imported": {
+               "matrix": "resources/stats/train_em_fgt_base_correct.npy", "statistic": "forgotten_1to0",
+               "splits": {"id": "resources/stats/fpd-split-flan-bin-id.pkl"}}}}}
+    write_config(workdir, cfg)
+    rules = [r for r, _ in planned_jobs(workdir)]
+    # every configured predictor of Y but mf_thresholded (it ranks Y's entries by the completion of Z)
+    assert sorted(set(rules)) == ["all", "binary_prediction_scores", "import_binary", "import_split",
+                                  "lowrank_binary", "predict_binary"] and rules.count("predict_binary") == 5
+    proc = snakemake(workdir)
+    output = proc.stdout + proc.stderr
+    assert "Traceback" not in output and "Exception" not in output
+    ranks = pd.read_csv(workdir / "results/paper/correctness/lowrank.tsv", sep="\t")
+    # a rank-2 logit matrix: rank 2 explains far more deviance than the rank-0 (row + column) fit
+    assert ranks.set_index("rank").loc[2, "deviance_explained"] > ranks.set_index("rank").loc[0, "deviance_explained"] + 0.1
+    assert ranks["z_r2"].isna().all()
+    scores = pd.read_csv(workdir / "results/paper/correctness/prediction_scores.tsv", sep="\t")
+    assert set(scores["method"]) == {"logistic_mf", "implicit_als", "column_frequency", "knn", "additive"}
+    assert not (workdir / "results/paper/forgetting.parquet").exists()

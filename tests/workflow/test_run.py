@@ -199,10 +199,14 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
     assert summary.set_index("arm").loc["stm", "masked_share"] == pytest.approx(0.2, abs=0.01)
     # replay stretches the step budget by (1 + ratio): 4 steps -> 5
     assert (summary.set_index("arm").loc[["random", "predicted"], "tokens"] > summary.set_index("arm").loc["none", "tokens"]).all()
+    # the held-out quiz items: 1->0 and 0->1 rates against the base, tested beside the mean delta NLL
+    assert (summary["heldout_items"] > 0).all() and summary["heldout_F"].between(0, 1).all()
     tests = pd.read_csv(finished / "results/tiny/mitigation/tests.tsv", sep="\t")
-    assert list(zip(tests["arm"], tests["baseline"])) == [
-        ("random", "none"), ("predicted", "none"), ("stm", "none"), ("online", "none"), ("predicted", "random"),
-        ("online", "random")]
+    pairs = [("random", "none"), ("predicted", "none"), ("stm", "none"), ("online", "none"), ("predicted", "random"),
+             ("online", "random")]
+    for statistic in ("heldout_forgetting", "heldout_F"):
+        chosen = tests[tests["statistic"] == statistic]
+        assert list(zip(chosen["arm"], chosen["baseline"])) == pairs
     # online replay: random replay for the first tenth of the 5 steps, then its own draw, never held out
     online = json.loads((finished / "results/tiny/mitigation/online/seed-0/mod10_add.json").read_text())["online"]
     assert online["switch_step"] == 1 and online["replayed_online"] == 6 and online["online_seconds"] < 1

@@ -46,7 +46,9 @@ RELEASED = [arg("--matrix", required=True, help="released Z as .npy (tasks x exa
             arg("--base-logprobs", default=None, help="base model mean log-probs .npy (N,)"),
             arg("--sources", default=None, help="text file, one source label per example"),
             arg("--corpus", default="upstream", help="prefix of the generated example ids"),
-            arg("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}')]
+            arg("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}'),
+            arg("--statistic", default="nll_change", choices=("nll_change", "forgotten_1to0"),
+                help="what the .npy holds: Z, or the binary 1->0 matrix Y")]
 LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure", "sources", "summary")
 
 # name, help, "module:function", arguments, uses transformers
@@ -122,7 +124,8 @@ COMMANDS = [
      "mitigation.summary:summary_command",
      [MATRIX, SETTINGS, arg("--summary", required=True), arg("--tests", required=True),
       arg("--forgetting-figure", required=True), arg("--paired-figure", required=True),
-      arg("--tradeoff-figure", required=True), arg("--per-token-figure", required=True)], False),
+      arg("--tradeoff-figure", required=True), arg("--per-token-figure", required=True),
+      arg("--transitions", default=None, help="the transition codes (base correctness of the held-out items)")], False),
     ("prediction-scores", "mean and std over seeds of every split, method, metric", "predict.protocol:scores_command",
      [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True),
       arg("--binary", action="store_true", help="the metrics of the 1->0 matrix Y's prediction")], False),
@@ -133,7 +136,8 @@ COMMANDS = [
                                        "heatmap")]], False),
     ("lowrank-binary", "logistic MF of Y by rank beside the SVD R² of Z; point-biserial r(Z, Y)",
      "lowrank_binary:lowrank_binary_command",
-     [MATRIX, arg("--forgetting", required=True, help="the 1->0 matrix Y (transitions' output)"),
+     [arg("--matrix", default=None, help="Z (none for an imported binary matrix)"),
+      arg("--forgetting", required=True, help="the 1->0 matrix Y (transitions' output, or imported)"),
       *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True)
         for name in ("ranks", "point_biserial", "figure")]], False),
     ("predict-binary", "the prediction protocol on the 1->0 matrix Y for one split and one predictor",

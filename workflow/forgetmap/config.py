@@ -149,6 +149,11 @@ CORRELATIONS = _obj({
 
 IMPORTED = _obj({
     "matrix": {"type": "string", "description": "released Z as .npy (tasks x examples)"},
+    "statistic": _enum("nll_change", ("nll_change", "forgotten_1to0"),
+                       "what the .npy holds: nll_change, the forgetting Z (the analyses and prediction of Z run on "
+                       "it); forgotten_1to0, the binary Y (1 = an item the base answered right is answered wrong, 0 = "
+                       "still right, NaN = not counted: the paper's exact-match matrix; logistic-MF ranks and the "
+                       "prediction of Y run on it)"),
     "meta": {"type": ["string", "null"], "default": None, "description": "its .meta JSON (default: MATRIX.meta)"},
     "base_logprobs": {"type": ["string", "null"], "default": None, "description": "base mean log-probs .npy"},
     "sources": {"type": ["string", "null"], "default": None, "description": "one source label per line"},
@@ -242,6 +247,11 @@ ARM = _obj({
               "description": "predicted replay: the prediction split whose test task the task is (null: the first "
                              "split that has the task as a test task)"},
     "prediction_seed": _int(0, "predicted replay: which seed's known columns the prediction used (paper: 0)", 0),
+    "statistic": _enum("loss", ("loss", "forgotten_1to0"),
+                       "predicted and ground_truth replay: the scores' statistic; loss: the (predicted) forgetting Z "
+                       "(the paper); forgotten_1to0: P(Y = 1), the (predicted) chance that a base-correct item is "
+                       "answered wrong after the fine-tune (`method` then names a correctness.methods predictor); only "
+                       "base-correct items with an answer are candidates"),
     "probes": _int(30, "online replay: upstream examples whose forgetting is measured during training (paper: 30)", 1),
     "warmup": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1,
                "description": "online replay: share of the steps trained with random replay before the probes "

@@ -91,35 +91,42 @@ def _by_rank(r2: np.ndarray, n: int) -> np.ndarray:
     return np.r_[0.0, r2, np.full(n, np.nan)][:n]
 
 
-def analyse(z: ForgettingMatrix, y: ForgettingMatrix, max_rank: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rank table: logistic fit of Y beside the SVD R² of Z, point-biserial table)."""
-    if y.tasks != z.tasks:
-        raise ValueError("Y and Z must have the same tasks in the same order")
-    columns = pd.Index(z.example_ids).get_indexer(y.example_ids)
-    if (columns < 0).any():
-        raise ValueError("Y has items that are not columns of Z")
-    z_items = z.values[:, columns]
+def analyse(z: ForgettingMatrix | None, y: ForgettingMatrix,
+            max_rank: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rank table: logistic fit of Y beside the SVD R² of Z, point-biserial table). Without Z (an
+    imported binary matrix) the Z columns and the correlations are NaN."""
     observed = np.isfinite(y.values).all(axis=0)  # base-correct items: observed in every row
     max_rank = min(max_rank, len(y.tasks) - 1, max(0, int(observed.sum()) - 1))
-    r2_all = r2_by_rank(np.nan_to_num(z.values), max_rank) if max_rank else np.zeros(0)
-    r2_items = r2_by_rank(np.nan_to_num(z_items[:, observed]), max_rank) if max_rank and observed.any() else np.zeros(0)
     if observed.sum() == 0 or np.ptp(y.values[:, observed]) == 0:
         log.warning("Y has %d observed items and %s: no logistic fit", int(observed.sum()),
                     "no 1->0 transition" if observed.any() else "no base-correct item")
         table = pd.DataFrame({"rank": range(max_rank + 1)})
     else:
         table = logistic_by_rank(y.values[:, observed].astype(np.float64), max_rank)
+    if z is None:
+        table["z_r2"] = table["z_r2_base_correct_items"] = np.nan
+        nan = np.full(y.values.shape, np.nan)
+        return table, point_biserial(nan, y.values, y.tasks)
+    if y.tasks != z.tasks:
+        raise ValueError("Y and Z must have the same tasks in the same order")
+    columns = pd.Index(z.example_ids).get_indexer(y.example_ids)
+    if (columns < 0).any():
+        raise ValueError("Y has items that are not columns of Z")
+    z_items = z.values[:, columns]
+    r2_all = r2_by_rank(np.nan_to_num(z.values), max_rank) if max_rank else np.zeros(0)
+    r2_items = r2_by_rank(np.nan_to_num(z_items[:, observed]), max_rank) if max_rank and observed.any() else np.zeros(0)
     table["z_r2"] = _by_rank(r2_all, len(table))
     table["z_r2_base_correct_items"] = _by_rank(r2_items, len(table))
     return table, point_biserial(z_items, y.values, y.tasks)
 
 
-def lowrank_binary_command(matrix: str, forgetting: str, outputs: dict) -> dict:
-    """`forgetmap lowrank-binary`: the rank table, the point-biserial table and their figure."""
+def lowrank_binary_command(matrix: str | None, forgetting: str, outputs: dict) -> dict:
+    """`forgetmap lowrank-binary`: the rank table, the point-biserial table and their figure (`matrix`
+    None: a model without Z)."""
     from . import plots
     from .io import atomic_path
 
-    z, y = ForgettingMatrix.read(matrix), ForgettingMatrix.read(forgetting)
+    z, y = None if matrix is None else ForgettingMatrix.read(matrix), ForgettingMatrix.read(forgetting)
     table, correlation = analyse(z, y)
     with atomic_path(outputs["ranks"]) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")

@@ -78,6 +78,10 @@ class Plan:
         # models whose corpus has items with an answer: their runs are also scored for correctness
         self.item_models = [m for m in self.computed
                             if has_items({**cfg["upstream"][cfg["models"][m]["upstream"]], "seed": cfg["demo_seed"]})]
+        # imported models whose released matrix is the binary Y (the paper's exact-match setup), not Z
+        self.binary_imported = [m for m in self.imported if cfg["models"][m]["imported"]["statistic"] == "forgotten_1to0"]
+        self.y_models = self.item_models + self.binary_imported  # models with a 1->0 matrix Y
+        self.z_models = [m for m in self.models if m not in self.binary_imported]  # models with a forgetting matrix Z
         self.tasks: dict[str, list[str]] = {}
         for model in self.models:
             spec = cfg["models"][model]["imported"]
@@ -186,6 +190,13 @@ class Plan:
         params = self.cfg["prediction"]["methods"].get(BINARY_PREDICTORS[method][0]) or {}
         return {**options, "method": method, "params": params}
 
+    def binary_methods(self, model: str) -> list[str]:
+        """The configured predictors of Y; those fitted on Z only where the model has Z."""
+        from .predict.protocol import BINARY_PREDICTORS
+
+        return [m for m in self.cfg["correctness"]["methods"]
+                if model not in self.binary_imported or BINARY_PREDICTORS[m][1] == "y"]
+
     def prediction_settings(self, method: str) -> dict:
         options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget")}
         return {**options, "method": method, "params": self.cfg["prediction"]["methods"][method]}
@@ -250,7 +261,7 @@ class Plan:
     def replay_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
         spec = self.arms()[arm]
         kind = "random" if spec["replay"] == "online" else spec["replay"]  # online: its first phase's replay
-        return {"task": task, "seed": seed, "replay": kind, "ratio": spec["ratio"],
+        return {"task": task, "seed": seed, "replay": kind, "statistic": spec["statistic"], "ratio": spec["ratio"],
                 "temperature": spec["temperature"], "selection": spec["selection"],
                 "prediction_seed": spec["prediction_seed"]}
 
@@ -262,9 +273,14 @@ class Plan:
     def replay_inputs(self, model: str, arm: str, task: str) -> dict[str, str]:
         """What a replay selection reads besides the held-out set and the task: its scores' source."""
         spec = self.arms()[arm]
+        binary = spec["statistic"] == "forgotten_1to0"  # P(Y = 1): Y's predictions, or Y itself
         if spec["replay"] == "predicted":
             split = self.prediction_split(model, arm, task)
+            if binary:
+                return {"prediction": BINARY_PREDICTIONS.format(model=model, split=split, binary_method=spec["method"])}
             return {"prediction": PREDICTIONS.format(model=model, split=split, method=spec["method"])}
+        if spec["replay"] == "ground_truth" and binary:
+            return {"matrix": CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["forgetting"])}
         if spec["replay"] in ("ground_truth", "high_base_nll"):
             return {"matrix": MATRIX.format(model=model)}
         return {}
@@ -293,7 +309,14 @@ class Plan:
         arms = self.arms()  # a list: the settings' JSON sorts mapping keys, and the order is the config's
         return {"runs": runs, "arms": [{"name": name, **spec} for name, spec in arms.items()],
                 "level": self.cfg["mitigation"]["level"],
-                "threshold": self.cfg["prediction"]["threshold"]}
+                "threshold": self.cfg["prediction"]["threshold"], "margin": self.cfg["correctness"]["margin"]}
+
+    def mitigation_summary_inputs(self, model: str) -> dict[str, str]:
+        """The matrix (base NLL) and, where upstream items carry an answer, the transitions (base correctness)."""
+        inputs = {"matrix": MATRIX.format(model=model)}
+        if model in self.item_models:
+            inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
+        return inputs
 
     def mitigation_targets(self, model: str) -> list[str]:
         if not self.mitigation_tasks(model):
@@ -304,6 +327,19 @@ class Plan:
         if spec["split"] is not None:
             return spec["split"] if task in self.splits(model)[spec["split"]]["test_tasks"] else None
         return next((name for name, split in self.splits(model).items() if task in split["test_tasks"]), None)
+
+    def _check_binary_arm(self, model: str, key: str, spec: dict) -> None:
+        """An arm replaying by P(Y = 1) needs Y (items with an answer) and, predicted, a Y predictor."""
+        if spec["replay"] not in ("predicted", "ground_truth"):
+            raise ConfigError(f"{key}.statistic: forgotten_1to0 scores predicted or ground_truth replay, not "
+                              f"{spec['replay']!r}")
+        if model not in self.item_models:
+            raise ConfigError(f"{key}.statistic: forgotten_1to0 needs upstream items with an answer; the upstream "
+                              f"corpus of model {model!r} has none")
+        methods = self.cfg["correctness"]["methods"]
+        if spec["replay"] == "predicted" and spec["method"] not in methods:
+            raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured predictor of Y; allowed "
+                              f"(correctness.methods): {', '.join(methods)}")
 
     def _mitigation_tasks(self, model: str) -> list[str]:
         mitigation = self.cfg["mitigation"]
@@ -334,9 +370,11 @@ class Plan:
             if spec["replay"] == "online" and self.cfg["models"][model]["finetune"]["processes"] > 1:
                 raise ConfigError(f"{key}.replay: online replay measures the model inside one training process; "
                                   f"models.{model}.finetune.processes is {self.cfg['models'][model]['finetune']['processes']}")
+            if spec["statistic"] == "forgotten_1to0":
+                self._check_binary_arm(model, key, spec)
             if spec["replay"] not in ("predicted", "online"):
                 continue
-            if spec["method"] not in self.cfg["prediction"]["methods"]:
+            if spec["statistic"] == "loss" and spec["method"] not in self.cfg["prediction"]["methods"]:
                 raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured prediction method; "
                                   f"allowed: {', '.join(self.cfg['prediction']['methods'])}")
             if spec["split"] is not None and spec["split"] not in self.splits(model):
@@ -355,9 +393,10 @@ class Plan:
     # --- targets -------------------------------------------------------------------------------------
 
     def correctness_targets(self, model: str) -> list[str]:
-        if model not in self.item_models:
+        """Transitions (computed models with items), the logistic ranks of Y and its prediction."""
+        if model not in self.y_models:
             return []
-        names = [*TRANSITION_OUTPUTS.values(), *BINARY_LOWRANK_OUTPUTS.values()]
+        names = [*TRANSITION_OUTPUTS.values()] * (model in self.item_models) + [*BINARY_LOWRANK_OUTPUTS.values()]
         out = [CORRECTNESS.format(model=model, name=n) for n in names]
         return out + ([BINARY_PREDICTION_SCORES.format(model=model)] if self.splits(model) else [])
 
@@ -372,13 +411,16 @@ class Plan:
         """Everything `snakemake` builds by default."""
         out = []
         for model in self.models:
-            out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
             out += [SPLIT.format(model=model, split=s) for s in self.splits(model)]
+            if model in self.binary_imported:  # no Z: only what Y supports
+                out += self.correctness_targets(model)
+                continue
+            out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
             out += self.correlation_targets(model)
             out += [PREDICTION_SCORES.format(model=model)] if self.splits(model) else []
             out += self.mitigation_targets(model) if model in self.computed else []
             out += self.correctness_targets(model)
-        return out + [LOWRANK_SUMMARY]
+        return out + [LOWRANK_SUMMARY] * bool(self.z_models)
 
 
 def check_processes(settings: dict, gpus: int, where: str) -> None:

@@ -210,6 +210,7 @@ def mitigation_forgetting(frame, tests, path):
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(arms), 3.6))
     _dots_by_arm(ax, frame, arms, "heldout_forgetting")
     labels = []
+    tests = tests[tests["statistic"] == "heldout_forgetting"] if len(tests) else tests
     versus_none = tests[tests["baseline"] == "none"].set_index("arm") if len(tests) else None
     for arm in arms:
         if versus_none is not None and arm in versus_none.index:
@@ -344,7 +345,8 @@ def binary_ranks(table, point_biserial, path):
     ax.set_xlabel("rank r")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=7)
-    ax.set_title(f"Low-rank fit of the 1→0 matrix Y and of Z (point-biserial r(Z, Y) = {point_biserial:.3f})",
-                 fontsize=8)
+    title = (f"Low-rank fit of the 1→0 matrix Y and of Z (point-biserial r(Z, Y) = {point_biserial:.3f})"
+             if np.isfinite(point_biserial) else "Low-rank fit of the 1→0 matrix Y")
+    ax.set_title(title, fontsize=8)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)

@@ -9,6 +9,12 @@
   `train_ocl_task_info`, `test_ocl_task_info` (lists of `{cat, name, split}`); forgetmap keeps the
   task lists as a split definition, `{"name", "train_tasks", "test_tasks", "source"}`.
 
+A binary matrix (`statistic: forgotten_1to0`, the paper's exact-match setup, reference §1.4) holds Y:
+1 where an item the base model answered right is answered wrong after the fine-tune, 0 where it is
+still right, NaN where it does not count; the released file keeps the base-correct items only
+(142 x 4,764). It imports as a Y matrix (the 1->0 statistic) for the logistic-MF ranks and the
+prediction of Y; any other value is an error naming its row and column.
+
 NaN handling: NaN entries stay NaN in the imported matrix (the reference's "-full" files keep NaN
 columns). Analyses then decide: low-rank analysis drops every column with a NaN in any kept row (the
 reference drops columns where row 0 is NaN; NaN columns are shared by every row in its files, so the
@@ -66,10 +72,22 @@ def released_tasks(matrix_path: str | Path, meta_path: str | Path | None = None)
     return [f"task_{i}" for i in range(n_rows)]
 
 
+def check_binary(y: np.ndarray, path: str | Path) -> None:
+    """Y holds 0, 1 or NaN; anything else (a {-1, 0, 1} base_em - ft_em file, say) names its place."""
+    bad = np.argwhere(np.isfinite(y) & (y != 0) & (y != 1))
+    if len(bad):
+        row, column = (int(v) for v in bad[0])
+        raise DataError(f"{path}: value {y[row, column]:g} at row {row}, column {column}: a binary matrix holds 0 "
+                        f"(still right), 1 (right before, wrong after) or NaN; a base_em - ft_em file (-1 / 0 / 1) "
+                        f"cannot tell 1->1 from 0->0: keep its base-correct columns and map -1 to 0")
+
+
 def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
                   base_logprobs: str | Path | None = None, sources: str | Path | None = None,
-                  corpus: str = "upstream", groups: dict[str, str] | None = None) -> ForgettingMatrix:
-    """A released `.npy` (+ `.meta`, base log-probs, source labels) as a ForgettingMatrix."""
+                  corpus: str = "upstream", groups: dict[str, str] | None = None,
+                  statistic: str = "nll_change") -> ForgettingMatrix:
+    """A released `.npy` (+ `.meta`, base log-probs, source labels) as a ForgettingMatrix of Z
+    (`statistic` nll_change) or of the binary Y (forgotten_1to0)."""
     try:
         z = np.load(matrix_path)
     except (OSError, ValueError) as exc:
@@ -77,6 +95,8 @@ def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
     if z.ndim != 2:
         raise DataError(f"{matrix_path}: expected a 2-D tasks x examples array, got shape {z.shape}")
     n_tasks, n = z.shape
+    if statistic == "forgotten_1to0":
+        check_binary(z, matrix_path)
     meta_path = meta_path or f"{matrix_path}.meta"
     if Path(meta_path).exists():
         tasks, categories = read_meta(meta_path, n_tasks)
@@ -99,7 +119,7 @@ def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
     ids = np.array([f"{corpus}-{j:06d}" for j in range(n)])
     groups = groups or {}
     return ForgettingMatrix(z.astype(np.float32), tasks, ids, labels.astype(str), base_nll, categories,
-                            {c: groups.get(c, "in_domain") for c in sorted(set(categories.values()))})
+                            {c: groups.get(c, "in_domain") for c in sorted(set(categories.values()))}, statistic)
 
 
 def import_split(pickle_path: str | Path, name: str, known_tasks: list[str] | None = None) -> dict:
@@ -131,9 +151,9 @@ def import_split(pickle_path: str | Path, name: str, known_tasks: list[str] | No
 
 
 def import_command(matrix: str, meta: str | None, base_logprobs: str | None, sources: str | None, corpus: str,
-                   groups: dict | None, out: str) -> dict:
-    """`forgetmap import`: the released matrix as a forgetting.parquet."""
-    imported = import_matrix(matrix, meta, base_logprobs, sources, corpus, groups)
+                   groups: dict | None, statistic: str, out: str) -> dict:
+    """`forgetmap import`: the released matrix as a forgetting.parquet (Z) or forgetting_1to0.parquet (Y)."""
+    imported = import_matrix(matrix, meta, base_logprobs, sources, corpus, groups, statistic)
     imported.write(out, {"imported_from": str(matrix)})
     return {"tasks": imported.shape[0], "examples": imported.shape[1], "nan": int(np.isnan(imported.values).sum())}
 

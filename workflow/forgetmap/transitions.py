@@ -48,10 +48,17 @@ def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | No
         ks.append(table.column("k").to_numpy(zero_copy_only=False).astype(np.float64))
         margins.append(table.column("margin").to_numpy(zero_copy_only=False).astype(np.float64))
     correct, k, gap = np.concatenate(correct), np.concatenate(ks), np.concatenate(margins)
-    if margin is not None:  # multiple choice: known only with a margin of at least delta
+    return known(correct, k, gap, margin), k, gap
+
+
+def known(correct: np.ndarray, k: np.ndarray, gap: np.ndarray, margin: float | None) -> np.ndarray:
+    """`correct` (1 / 0 / NaN) with the margin filter: a multiple-choice item counts as right only where
+    its gold option wins by at least `margin` nats (None: no filter)."""
+    correct = np.asarray(correct, dtype=np.float64).copy()
+    if margin is not None:
         choice = np.isfinite(correct) & (k >= 2)
         correct[choice] = (correct[choice] == 1) & (gap[choice] >= margin)
-    return correct, k, gap
+    return correct
 
 
 def transition_codes(before: np.ndarray, after: np.ndarray) -> np.ndarray:

@@ -130,8 +130,12 @@ def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
 
 
 def replay_scores(kind: str, task: str, example_ids, prediction: str | None, matrix: str | None,
-                  prediction_seed: int = 0):
-    """One score per upstream example (corpus order) for a replay kind; None for `random`."""
+                  prediction_seed: int = 0, statistic: str = "loss"):
+    """One score per upstream example (corpus order) for a replay kind; None for `random`.
+
+    `statistic` loss: Z or its prediction, every example scored. forgotten_1to0: Y (1 for 1->0) or its
+    predicted P(Y = 1), which exist only for the items the base model answered right: every other
+    example scores NaN and is never drawn."""
     import pandas as pd
 
     if kind == "random":
@@ -145,9 +149,12 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
         forgetting = ForgettingMatrix.read(matrix)
         values = forgetting.row(task) if kind == "ground_truth" else forgetting.base_nll
         row = pd.Series(values, index=forgetting.example_ids)
-    missing = pd.Index(example_ids).difference(row.index)
-    if len(missing):
-        raise DataError(f"{prediction or matrix}: no score for upstream example {missing[0]!r}: rebuild it")
+    if statistic == "loss":
+        missing = pd.Index(example_ids).difference(row.index)
+        if len(missing):
+            raise DataError(f"{prediction or matrix}: no score for upstream example {missing[0]!r}: rebuild it")
+    elif not pd.Index(example_ids).isin(row.index).any():
+        raise DataError(f"{prediction or matrix}: none of its items is an upstream example of this corpus: rebuild it")
     return row.reindex(example_ids).to_numpy(dtype=np.float64)
 
 
@@ -165,7 +172,7 @@ def replay_command(settings: dict, heldout: str, shards: list[str], task: str, o
     n_task = int((pd.read_parquet(task, columns=["split"])["split"] == "train").sum())
     n = replay_count(n_task, settings["ratio"])
     scores = replay_scores(settings["replay"], settings["task"], ids, prediction, matrix,
-                           settings.get("prediction_seed", 0))
+                           settings["prediction_seed"], settings["statistic"])
     chosen = select_replay(n, pool, settings["seed"], None if scores is None else scores[pool],
                            settings["temperature"], settings["selection"])
     assert not np.isin(chosen, held).any()  # the pool excludes the held-out set by construction
