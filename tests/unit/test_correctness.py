@@ -194,3 +194,33 @@ def test_point_biserial_is_pearson_over_observed_entries():
     table = point_biserial(z, y, ["a", "b"])
     expected = np.corrcoef(z[:, :3].ravel(), y[:, :3].ravel())[0, 1]
     assert table["r"][0] == pytest.approx(expected) and table["n"][0] == 6
+
+
+def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(model, tokenizer):
+    from forgetmap.correctness import evaluate_torch, greedy_from_scores
+    from forgetmap.data.chat import Encoded
+
+    rng = np.random.default_rng(3)
+    contexts = [rng.integers(3, 250, n) for n in (5, 9, 14, 7)]
+    # the tiny model's greedy continuations stand in for answers, their 4th token for the EOS after them
+    greedy = generate_greedy(model, contexts, tokenizer.pad_token_id, None, 4, 4096)
+    examples, items = [], []
+    for c, g in zip(contexts, greedy):
+        examples.append(Encoded(np.concatenate([c, g[:3], [g[3]]]), len(c), len(c) + 3))  # span = 3 greedy tokens
+        items.append(Item(c, [], [tokenizer.decode(g[:3])], 0, True))
+    wrong = examples[1].ids.copy()
+    wrong[len(contexts[1]) + 1] = (wrong[len(contexts[1]) + 1] + 1) % 250  # a span token that is not the argmax
+    examples[1] = Encoded(wrong, len(contexts[1]), len(contexts[1]) + 3)
+    scorer = TorchScorer(model, tokenizer.pad_token_id, 4096)
+    nll, n_tokens, is_greedy = scorer.score(examples, greedy=True)
+    assert is_greedy.tolist() == [True, False, True, True]
+    np.testing.assert_array_equal(nll, scorer.score(examples)[0])  # the flag changes no NLL, bit for bit
+    # the token after the span must be EOS for greedy decoding to stop there: here it is g[3]
+    known = greedy_from_scores(items, examples, is_greedy, eos_id=int(greedy[0][3]), max_new_tokens=8)
+    assert list(known) == [0] and known[0].tolist() == greedy[0][:3].tolist()
+    assert greedy_from_scores(items, examples, is_greedy, int(greedy[0][3]), max_new_tokens=3) == {}  # over the cap
+    settings = {"max_new_tokens": 3, "token_budget": 4096, "stop": [], "metric": "acc"}
+    decoded = evaluate_torch(model, tokenizer, items, settings, scorer)
+    shortcut = evaluate_torch(model, tokenizer, items, settings, scorer, known)
+    pd.testing.assert_frame_equal(decoded, shortcut)
+    assert shortcut["correct"].tolist()[0] == 1

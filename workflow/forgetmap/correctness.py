@@ -5,7 +5,9 @@
   log-likelihoods, `acc_norm` the argmax per character of the option; ties go to the first option.
   Deterministic: no sampling, so no spurious flips between runs.
 - Free form (no `choices`): greedy decoding up to `max_new_tokens`, cut at the first stop string,
-  and SQuAD-normalised exact match (lowercase, no punctuation, no articles, single spaces).
+  and SQuAD-normalised exact match (lowercase, no punctuation, no articles, single spaces). An item
+  whose scored example (context, answer, EOS) the NLL pass found to be all argmax tokens is its own
+  greedy continuation: it is not decoded again (`greedy_from_scores`).
 
 Contexts: a `chat` item's prompt rendered by the chat template up to the assistant marker, the option
 its response (tokenised on its own, as scoring tokenises responses); an `lm` item's `prompt`, then
@@ -297,14 +299,37 @@ def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, 
                          "k": np.asarray([it.k for it in items], dtype=np.int16)})
 
 
-def evaluate_torch(model, tokenizer, items: list[Item], settings: dict, scorer: TorchScorer) -> pd.DataFrame:
+def greedy_from_scores(items: list[Item], examples: list, is_greedy: np.ndarray, eos_id: int | None,
+                       max_new_tokens: int) -> dict[int, np.ndarray]:
+    """Free-form items whose greedy continuation the NLL pass already wrote: item index -> tokens.
+
+    Greedy decoding from an item's context produces its scored answer exactly when the scored example
+    is that context, the answer and then EOS, and each answer token and the EOS were the model's argmax
+    under teacher forcing (each step then sees the prefix decoding would see), within the length cap.
+    `is_greedy` (TorchScorer.score) says the latter. Such items need no decoding; the rest are decoded."""
+    known = {}
+    for i, (item, example, greedy) in enumerate(zip(items, examples, is_greedy)):
+        span = example.ids[example.target_start:example.score_end]
+        if (item.free_form and greedy and eos_id is not None and len(span) and len(span) < max_new_tokens
+                and example.score_end < len(example.ids) and example.ids[example.score_end] == eos_id
+                and np.array_equal(example.ids[:example.target_start], item.context)):
+            known[i] = span
+    return known
+
+
+def evaluate_torch(model, tokenizer, items: list[Item], settings: dict, scorer: TorchScorer,
+                   known: dict[int, np.ndarray] | None = None) -> pd.DataFrame:
+    """Options by packed log-likelihoods; free form by greedy decoding, except the items in `known`
+    (item index -> their greedy tokens, from `greedy_from_scores`)."""
+    known = known or {}
     choice_items = [it for it in items if not it.free_form]
     logliks = iter(OptionScorer(scorer).loglik(choice_items))
     all_logliks = [np.zeros(0) if it.free_form else next(logliks) for it in items]
-    free = [i for i, it in enumerate(items) if it.free_form]
+    free = [i for i, it in enumerate(items) if it.free_form and i not in known]
     tokens = generate_greedy(model, [items[i].context for i in free], tokenizer.pad_token_id, tokenizer.eos_token_id,
                              settings["max_new_tokens"], settings["token_budget"])
-    texts = {i: cut_at_stop(tokenizer.decode(t, skip_special_tokens=True), settings["stop"]) for i, t in zip(free, tokens)}
+    generated = {**known, **dict(zip(free, tokens))}
+    texts = {i: cut_at_stop(tokenizer.decode(t, skip_special_tokens=True), settings["stop"]) for i, t in generated.items()}
     return decide(items, all_logliks, texts, settings["metric"])
 
 

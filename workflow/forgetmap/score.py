@@ -57,14 +57,20 @@ def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.
     return rows, targets - 1, targets
 
 
-def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor) -> torch.Tensor:
-    """-log p(target) for rows of hidden states, through the output head in bounded chunks."""
+def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor,
+                           argmax: list | None = None) -> torch.Tensor:
+    """-log p(target) for rows of hidden states, through the output head in bounded chunks; with a
+    list `argmax`, whether each target is the argmax is appended to it (one bool tensor)."""
     vocab = head.weight.shape[0]
     chunk = max(1, HEAD_CHUNK_ELEMENTS // vocab)
-    out = []
+    out, hits = [], []
     for s in range(0, hidden.shape[0], chunk):
         logits = head(hidden[s:s + chunk]).float()
         out.append(F.cross_entropy(logits, targets[s:s + chunk], reduction="none"))
+        if argmax is not None:
+            hits.append(logits.argmax(-1) == targets[s:s + chunk])
+    if argmax is not None:
+        argmax.append(torch.cat(hits) if hits else targets.new_zeros(0, dtype=torch.bool))
     return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
 
 
@@ -93,18 +99,36 @@ class TorchScorer:
         return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
 
     def token_nll(self, ids: torch.Tensor, rows: torch.Tensor, predict_at: torch.Tensor, targets: torch.Tensor,
-                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """-log p(targets) at (rows, predict_at) of one forward pass over `ids` (float32, one per target)."""
+                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                  argmax: list | None = None, parts: tuple[int, ...] = ()) -> torch.Tensor:
+        """-log p(targets) at (rows, predict_at) of one forward pass over `ids` (float32, one per target);
+        with a list `argmax`, whether each target is the model's argmax is appended to it. `parts`: the
+        boundaries of target groups that go through the output head separately (a group's NLL then does
+        not depend on the others' presence)."""
         if self.use_hidden is None:
             self.use_hidden = self._hidden_path_is_exact(ids[0, :int(predict_at.max()) + 2])
+        bounds = [0, *parts, len(targets)]
+        groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+        hits = [] if argmax is not None else None
         if self.use_hidden:
             hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
-            return _token_nll_from_hidden(hidden[rows, predict_at], self.head, targets)
-        logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
-        return F.cross_entropy(logits[rows, predict_at].float(), targets, reduction="none")
+            out = [_token_nll_from_hidden(hidden[rows[g], predict_at[g]], self.head, targets[g], hits) for g in groups]
+        else:
+            logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            out = []
+            for g in groups:
+                chosen = logits[rows[g], predict_at[g]].float()
+                out.append(F.cross_entropy(chosen, targets[g], reduction="none"))
+                if hits is not None:
+                    hits.append(chosen.argmax(-1) == targets[g])
+        if argmax is not None:
+            argmax.append(torch.cat(hits))
+        return out[0] if len(out) == 1 else torch.cat(out)
 
-    def _token_nll(self, encoded: list[Encoded]):
-        """For each length batch: (its example indices, the row of each scored token, the tokens' NLL)."""
+    def _token_nll(self, encoded: list[Encoded], argmax: list | None = None):
+        """For each length batch: (its example indices, the row of each scored token, the tokens' NLL).
+        With a list `argmax`, (rows, hits) is appended to it per batch: whether each scored token, and
+        the token right after each span, is the model's argmax (its NLL is not part of the span's)."""
         lengths = np.array([len(e.ids) for e in encoded])
         for batch in length_batches(lengths, self.token_budget, self.max_padding):
             members = [encoded[i] for i in batch]
@@ -117,29 +141,54 @@ class TorchScorer:
             rows, pred_pos, target_pos = _span_positions(members)
             if len(rows) == 0:
                 continue
+            n_span = len(rows)
+            if argmax is not None:  # the token after each span: does the model stop (EOS) where the span does?
+                after = np.array([j for j, e in enumerate(members) if e.n_scored and e.score_end < len(e.ids)],
+                                 dtype=np.int64)
+                ends = np.array([members[j].score_end for j in after], dtype=np.int64)
+                rows, pred_pos, target_pos = (np.r_[rows, after], np.r_[pred_pos, ends - 1], np.r_[target_pos, ends])
             rows_t = torch.from_numpy(rows).to(self.device)
             targets = ids[rows_t, torch.from_numpy(target_pos).to(self.device)]
             pred_t = torch.from_numpy(pred_pos).to(self.device)
-            yield batch, rows_t, self.token_nll(ids, rows_t, pred_t, targets, attention_mask=mask)
+            hits = [] if argmax is not None else None
+            token_nll = self.token_nll(ids, rows_t, pred_t, targets, attention_mask=mask, argmax=hits,
+                                       parts=(n_span,) if argmax is not None else ())
+            if argmax is not None:
+                argmax.append((rows_t, hits[0]))
+            yield batch, rows_t[:n_span], token_nll[:n_span]
+
+    def _sums(self, encoded: list[Encoded], greedy: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Summed NLL per example (float64; 0 where the span is empty) and, with `greedy`, whether every
+        token of its scored span and the token after it are the model's argmax (the span, then that
+        token, is what greedy decoding from the span's prefix writes)."""
+        sums = np.zeros(len(encoded), dtype=np.float64)
+        misses = np.zeros(len(encoded), dtype=np.int64) if greedy else None
+        argmax = [] if greedy else None
+        for batch, rows_t, token_nll in self._token_nll(encoded, argmax):
+            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
+            per_row.index_add_(0, rows_t, token_nll.double())
+            sums[batch] = per_row.cpu().numpy()
+            if greedy:
+                hit_rows, hits = argmax.pop()
+                missed = torch.zeros(len(batch), dtype=torch.long, device=self.device)
+                missed.index_add_(0, hit_rows, (~hits).long())
+                misses[batch] = missed.cpu().numpy()
+        return sums, None if misses is None else misses == 0
 
     @torch.inference_mode()
     def sum_nll(self, encoded: list[Encoded]) -> np.ndarray:
         """Summed NLL over each example's scored span (float64; 0 where the span is empty)."""
-        sums = np.zeros(len(encoded), dtype=np.float64)
-        for batch, rows_t, token_nll in self._token_nll(encoded):
-            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
-            per_row.index_add_(0, rows_t, token_nll.double())
-            sums[batch] = per_row.cpu().numpy()
-        return sums
+        return self._sums(encoded, False)[0]
 
     @torch.inference_mode()
-    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
+    def score(self, encoded: list[Encoded], greedy: bool = False):
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths; with
+        `greedy`, also whether each span and the token after it are the greedy continuation (see _sums)."""
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
-        sums = self.sum_nll(encoded)
+        sums, is_greedy = self._sums(encoded, greedy)
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
-        return nll, n_tokens
+        return (nll, n_tokens, is_greedy) if greedy else (nll, n_tokens)
 
     @torch.inference_mode()
     def score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
@@ -241,9 +290,13 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
         scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"])
-        nll, n_tokens = scorer.score(encoded)
+        nll, n_tokens, is_greedy = scorer.score(encoded, greedy=bool(items))
         scored = time.perf_counter()
-        record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer) if items else None
+        record = None
+        if items:  # a free-form item whose scored answer is already the greedy continuation is not decoded
+            known = correctness.greedy_from_scores(items, [encoded[r] for r in rows], is_greedy[rows],
+                                                   tokenizer.eos_token_id, item_settings["max_new_tokens"])
+            record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer, known)
     finished = time.perf_counter()
     columns = {"example_id": pa.array(frame["example_id"].astype(str)),
                "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())}
