@@ -216,3 +216,18 @@ def test_heldout_rates_count_1to0_and_0to1_against_the_base_with_the_margin_filt
     # a margin of 0.5 nats: e2 and e4 win by less, so e2 stays 0 and e4 becomes 1->0
     assert heldout_transitions(str(tmp_path / "arm.parquet"), before, 0.5) == {
         "heldout_items": 5, "heldout_F": 0.4, "heldout_BT": 0.0}
+
+
+def test_risk_aware_replay_adds_beta_times_the_interval_half_width(tmp_path):
+    import pandas as pd
+
+    from forgetmap.mitigation.replay import replay_scores
+
+    ids = np.array(["e0", "e1", "e2"])
+    (tmp_path / "pred").mkdir()
+    pd.DataFrame({"example_id": ids, "t": [0.1, 0.2, 0.3]}).to_parquet(tmp_path / "pred/seed-0.parquet")
+    pd.DataFrame({"example_id": ids[::-1], "halfwidth_0.9": [1.0, 0.0, 2.0]}).to_parquet(
+        tmp_path / "pred/intervals-0.parquet")  # in another order: matched by example id
+    scores = replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None, risk=0.5, risk_level=0.9)
+    np.testing.assert_allclose(scores, [0.1 + 1.0, 0.2, 0.3 + 0.5])
+    np.testing.assert_allclose(replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None), [0.1, 0.2, 0.3])

@@ -211,7 +211,7 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
     online = json.loads((finished / "results/tiny/mitigation/online/seed-0/mod10_add.json").read_text())["online"]
     assert online["switch_step"] == 1 and online["replayed_online"] == 6 and online["online_seconds"] < 1
     assert not heldout & set(online["replayed_online_ids"]) and not heldout & set(online["probe_ids"])
-    assert len(online["probe_ids"]) == 5
+    assert len(online["probe_ids"]) == 5 and online["probe_selection"] == "dopt"
 
 
 def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):

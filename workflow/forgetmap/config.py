@@ -226,6 +226,15 @@ PREDICTION = _obj({
         "description": "completion methods to evaluate: a list of names, or {name: {parameter: value}} to set "
                        "their hyperparameters (those of each method's class in forgetmap.predict); surprise_* "
                        "need the `reference` extra"},
+    "probes": _enum("random", ("random", "dopt", "medoids"),
+                    "how the k known examples of a test task are chosen, from the train tasks alone: random (the "
+                    "paper); dopt (greedy D-optimal design on the fold-in's column factors); medoids (the column "
+                    "nearest each k-means centre of the factors)"),
+    "intervals": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                  "uniqueItems": True, "default": [0.8, 0.9],
+                  "description": "levels of the split-conformal intervals around each predicted entry (leave-one-"
+                                 "task-out folds of the train tasks; regression methods); their coverage and width "
+                                 "join the prediction metrics; [] for none"},
     "threshold": _num(0.0, "forgotten := Z > threshold for the binary metrics"),
     "top_q": _num(0.1, "top-q metric: share of each task's examples counted as most forgotten",
                   exclusive_minimum=0),
@@ -252,7 +261,15 @@ ARM = _obj({
                        "(the paper); forgotten_1to0: P(Y = 1), the (predicted) chance that a base-correct item is "
                        "answered wrong after the fine-tune (`method` then names a correctness.methods predictor); only "
                        "base-correct items with an answer are candidates"),
+    "risk": {"type": "number", "default": 0.0,
+             "description": "predicted replay: weight beta of the prediction's uncertainty; the scores become "
+                            "mu + beta * h, h the conformal half-width at `risk_level` (risk-aware replay; 0: mu alone)"},
+    "risk_level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9,
+                   "description": "predicted replay with risk: the interval level (one of prediction.intervals)"},
     "probes": _int(30, "online replay: upstream examples whose forgetting is measured during training (paper: 30)", 1),
+    "probe_selection": _enum("random", ("random", "dopt", "medoids"),
+                             "online replay: how its probes are chosen from the pool (forgetmap.predict.probes; "
+                             "dopt and medoids use the split's train rows)"),
     "warmup": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.1,
                "description": "online replay: share of the steps trained with random replay before the probes "
                               "are measured (paper: 0.1)"},

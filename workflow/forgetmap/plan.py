@@ -198,7 +198,8 @@ class Plan:
                 if model not in self.binary_imported or BINARY_PREDICTORS[m][1] == "y"]
 
     def prediction_settings(self, method: str) -> dict:
-        options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget")}
+        options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget", "probes",
+                                                          "intervals")}
         return {**options, "method": method, "params": self.cfg["prediction"]["methods"][method]}
 
     # --- resources -----------------------------------------------------------------------------------
@@ -263,7 +264,7 @@ class Plan:
         kind = "random" if spec["replay"] == "online" else spec["replay"]  # online: its first phase's replay
         return {"task": task, "seed": seed, "replay": kind, "statistic": spec["statistic"], "ratio": spec["ratio"],
                 "temperature": spec["temperature"], "selection": spec["selection"],
-                "prediction_seed": spec["prediction_seed"]}
+                "prediction_seed": spec["prediction_seed"], "risk": spec["risk"], "risk_level": spec["risk_level"]}
 
     def prediction_split(self, model: str, arm: str, task: str) -> str | None:
         """The split whose prediction a predicted-replay arm reads for `task`: the arm's own, or else the
@@ -341,6 +342,21 @@ class Plan:
             raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured predictor of Y; allowed "
                               f"(correctness.methods): {', '.join(methods)}")
 
+    def _check_risk_arm(self, key: str, spec: dict) -> None:
+        """Risk-aware replay reads the conformal half-widths a regression method's prediction wrote."""
+        from .predict.registry import method_class
+
+        if spec["replay"] != "predicted" or spec["statistic"] != "loss":
+            raise ConfigError(f"{key}.risk: risk-aware replay needs replay: predicted on the loss statistic")
+        levels = self.cfg["prediction"]["intervals"]
+        if spec["risk_level"] not in levels:
+            raise ConfigError(f"{key}.risk_level: value {spec['risk_level']} is not one of prediction.intervals "
+                              f"({', '.join(map(str, levels)) or 'none'})")
+        if spec["method"] in self.cfg["prediction"]["methods"] and (
+                not getattr(method_class(spec["method"]), "regression", True) or spec["method"] == "semantic"):
+            raise ConfigError(f"{key}.method: {spec['method']!r} writes no intervals (a ranking score or side "
+                              f"information); risk-aware replay needs mean, additive, knn or mf")
+
     def _mitigation_tasks(self, model: str) -> list[str]:
         mitigation = self.cfg["mitigation"]
         if not mitigation["arms"] or mitigation["tasks"] is None:
@@ -372,6 +388,8 @@ class Plan:
                                   f"models.{model}.finetune.processes is {self.cfg['models'][model]['finetune']['processes']}")
             if spec["statistic"] == "forgotten_1to0":
                 self._check_binary_arm(model, key, spec)
+            if spec["risk"]:
+                self._check_risk_arm(key, spec)
             if spec["replay"] not in ("predicted", "online"):
                 continue
             if spec["statistic"] == "loss" and spec["method"] not in self.cfg["prediction"]["methods"]:

@@ -1,7 +1,8 @@
 """Online replay (the paper's "partition" runs, §6.3): predict the task's forgetting while training on it.
 
 Phase A trains the first `warmup` share of the steps on the task mixed with random replay. Then, inside
-the job, the batch source measures the forgetting of `probes` upstream examples (their NLL under the
+the job, the batch source measures the forgetting of `probes` upstream examples (drawn at random, or
+chosen by `probe_selection` from the split's train rows: forgetmap.predict.probes) (their NLL under the
 model being trained minus their NLL under the initial weights, both with the training tokenisation),
 folds that partial row into the completion method fitted on the split's train tasks, draws the
 predicted replay examples (softmax(prediction / T), without replacement, from the pool less the held-out
@@ -64,10 +65,21 @@ class OnlineReplay:
         open_to_replay[np.asarray(read_metadata(online["heldout"])["indices"], dtype=int)] = False
         open_to_replay[np.isin(self.ids, np.asarray(phase_a_ids, dtype=str))] = False
         candidates = self.pool = np.flatnonzero(open_to_replay)
-        rng = np.random.default_rng(arm.get("probe_seed", 1))
-        # probes: usable, not held out (they are measured, never judged on)
+        # probes: usable, not held out (they are measured, never judged on), chosen as `probe_selection` says
         probe_candidates = np.intersect1d(usable, candidates)
-        self.probes = np.sort(rng.choice(probe_candidates, min(arm["probes"], len(probe_candidates)), replace=False))
+        count = min(arm["probes"], len(probe_candidates))
+        strategy = arm["probe_selection"]
+        if strategy == "random":
+            rng = np.random.default_rng(arm.get("probe_seed", 1))
+            self.probes = np.sort(rng.choice(probe_candidates, count, replace=False))
+        else:
+            from ..predict.probes import choose_probes, design
+
+            phi, ridge = design(train_z)  # over the usable columns, from the split's train rows
+            positions = np.flatnonzero(np.isin(usable, probe_candidates))
+            chosen = choose_probes(strategy, len(positions), count, arm.get("probe_seed", 1), phi[positions], ridge)
+            self.probes = np.sort(usable[positions[chosen]])
+        self.facts["probe_selection"] = strategy
         self.probe_examples = encode_examples(tokenizer, read_rows(self.shards, self.probes),
                                               settings["chat_template"], settings["max_length"])
         self.scorer = TorchScorer(model, tokenizer.pad_token_id)

@@ -130,12 +130,13 @@ def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
 
 
 def replay_scores(kind: str, task: str, example_ids, prediction: str | None, matrix: str | None,
-                  prediction_seed: int = 0, statistic: str = "loss"):
+                  prediction_seed: int = 0, statistic: str = "loss", risk: float = 0.0, risk_level: float = 0.9):
     """One score per upstream example (corpus order) for a replay kind; None for `random`.
 
     `statistic` loss: Z or its prediction, every example scored. forgotten_1to0: Y (1 for 1->0) or its
     predicted P(Y = 1), which exist only for the items the base model answered right: every other
-    example scores NaN and is never drawn."""
+    example scores NaN and is never drawn. `risk` β: predicted scores become μ + β h, h the conformal
+    half-width at `risk_level` written beside the prediction (forgetmap.predict.conformal)."""
     import pandas as pd
 
     if kind == "random":
@@ -143,6 +144,12 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
     if kind == "predicted":
         predicted = pd.read_parquet(f"{prediction}/seed-{prediction_seed}.parquet", columns=["example_id", task])
         row = predicted.set_index("example_id")[task]
+        if risk:
+            from ..predict.protocol import interval_column
+
+            column = interval_column(risk_level)
+            widths = pd.read_parquet(f"{prediction}/intervals-{prediction_seed}.parquet", columns=["example_id", column])
+            row = row + risk * widths.set_index("example_id")[column].reindex(row.index)
     else:
         from ..matrix import ForgettingMatrix
 
@@ -172,7 +179,7 @@ def replay_command(settings: dict, heldout: str, shards: list[str], task: str, o
     n_task = int((pd.read_parquet(task, columns=["split"])["split"] == "train").sum())
     n = replay_count(n_task, settings["ratio"])
     scores = replay_scores(settings["replay"], settings["task"], ids, prediction, matrix,
-                           settings["prediction_seed"], settings["statistic"])
+                           settings["prediction_seed"], settings["statistic"], settings["risk"], settings["risk_level"])
     chosen = select_replay(n, pool, settings["seed"], None if scores is None else scores[pool],
                            settings["temperature"], settings["selection"])
     assert not np.isin(chosen, held).any()  # the pool excludes the held-out set by construction

@@ -195,7 +195,17 @@ class FoldInMF(CompletionMethod):
             self.rank_, self.reg_ = self.rank, self.reg
         self.mean_, self.factors_ = self._spectrum(train, gram, np.arange(len(train)), max(self.rank_, 1))
         self.rank_ = self.factors_.shape[1]
+        self.gram_ = gram
         return self
+
+    def without(self, train, row: int) -> "FoldInMF":
+        """The same rank and ridge fitted on the train rows less `row`, from the Gram matrix `fit` kept
+        (one N x M product instead of a refit); `train` is the matrix `fit` saw."""
+        rest = np.delete(np.arange(len(train)), row)
+        fold = FoldInMF(self.rank_, self.reg_)
+        fold.rank_, fold.reg_ = self.rank_, self.reg_
+        fold.mean_, fold.factors_ = self._spectrum(np.asarray(train), self.gram_, rest, max(self.rank_, 1))
+        return fold
 
     def predict(self, known_columns, known_values):
         residual = np.asarray(known_values, dtype=np.float64) - self.mean_[known_columns]

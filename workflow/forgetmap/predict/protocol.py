@@ -15,8 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DataError
-from .registry import make_method, parameters
+from .conformal import coverage, halfwidths
 from .metrics import evaluate
+from .probes import choose_probes, design
+from .registry import make_method, parameters
 
 
 def check_split(tasks: list[str], train: list[str], test: list[str], name: str) -> None:
@@ -31,7 +33,8 @@ def check_split(tasks: list[str], train: list[str], test: list[str], name: str) 
 
 
 def known_columns(n_examples: int, k: int, seed: int) -> np.ndarray:
-    return np.sort(np.random.default_rng(seed).choice(n_examples, k, replace=False))
+    """The paper's draw: `k` sorted columns without replacement (forgetmap.predict.probes `random`)."""
+    return choose_probes("random", n_examples, k, seed)
 
 
 def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], k: int, name: str,
@@ -56,16 +59,25 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     return usable, rows_train, rows_test, train_z, test_z
 
 
+def interval_capable(method: str, model) -> bool:
+    """Intervals need a regression (not a ranking score) and no side information to re-split."""
+    return getattr(model, "regression", True) and not ({"similarity_train"} & set(parameters(method)))
+
+
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
                   k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None,
-                  similarity: np.ndarray | None = None, source: np.ndarray | None = None, evaluator=None):
+                  similarity: np.ndarray | None = None, source: np.ndarray | None = None, evaluator=None,
+                  probes: str = "random", intervals: tuple[float, ...] = ()):
     """Fit `method` once on the train rows, then for each seed yield (seed, predicted test rows over
-    all N examples (float32, NaN at left-out examples), known columns in the full index, metrics).
+    all N examples (float32, NaN at left-out examples), known columns in the full index, metrics,
+    the fitted method, {level: interval half-width per example (float32, NaN at left-out ones)}).
 
     `source`: a matrix aligned with `z` that the method is fitted on and folds new tasks in from
     (the continuous Z predicting the binary Y); `evaluator(pred, truth, hidden, model)` replaces the
-    regression metrics. One seed's predictions at a time: memory stays near the matrix whatever the
-    number of seeds."""
+    regression metrics. `probes`: how the known columns are chosen (forgetmap.predict.probes), from
+    the train rows alone. `intervals`: conformal levels (forgetmap.predict.conformal), for methods
+    that regress; their coverage and width join the metrics. One seed's predictions at a time: memory
+    stays near the matrix whatever the number of seeds."""
     usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name, source)
     truth = test_z
     if source is not None:  # the same usable columns, the rows the method sees taken from `source`
@@ -79,9 +91,12 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     if "threshold" in parameters(method) and "threshold" not in params:  # binary methods: the metrics' label
         params = {**params, "threshold": threshold}
     model = make_method(method, **params).fit(train_z)
-    del train_z, params  # the fitted method keeps what it needs
+    phi, ridge = design(train_z) if probes != "random" else (None, 1.0)
+    levels = tuple(intervals) if intervals and interval_capable(method, model) else ()
+    if not levels:
+        del train_z  # the fitted method keeps what it needs
     for seed in seeds:
-        known = known_columns(len(usable), k, seed)
+        known = choose_probes(probes, len(usable), k, seed, phi, ridge)
         known_t = np.broadcast_to(known, (len(test), k))
         pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32, copy=False)
         hidden = np.ones(test_z.shape, dtype=bool)
@@ -91,17 +106,27 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         else:
             metrics = evaluate(pred, truth, hidden, regression=getattr(model, "regression", True),
                                **(metric_options or {}))
-        if len(usable) == z.shape[1]:
-            full = pred
-        else:
-            full = np.full((len(test), z.shape[1]), np.nan, dtype=np.float32)
-            full[:, usable] = pred
-        yield seed, full, usable[known], metrics, model
+        widths = halfwidths(train_z, known, model, method, params, list(levels)) if levels else {}
+        for level, width in widths.items():
+            metrics[f"coverage_{level:g}"], metrics[f"width_{level:g}"] = coverage(pred, truth, hidden, width)
+        yield seed, _full(pred, usable, z.shape[1]), usable[known], metrics, model, {
+            level: _full(width[None, :], usable, z.shape[1])[0] for level, width in widths.items()}
 
 
-def run_split(z, tasks, train, test, method, params, k, seeds, name="split", metric_options=None, similarity=None):
+def _full(rows: np.ndarray, usable: np.ndarray, n: int) -> np.ndarray:
+    """Rows over the usable columns spread over all `n` columns (NaN at the left-out ones)."""
+    if len(usable) == n:
+        return rows
+    full = np.full((len(rows), n), np.nan, dtype=np.float32)
+    full[:, usable] = rows
+    return full
+
+
+def run_split(z, tasks, train, test, method, params, k, seeds, name="split", metric_options=None, similarity=None,
+              **options):
     """All seeds at once: (predictions (S, T, N), known (S, k), metrics per seed, fitted method)."""
-    out = list(iterate_split(z, tasks, train, test, method, params, k, seeds, name, metric_options, similarity))
+    out = list(iterate_split(z, tasks, train, test, method, params, k, seeds, name, metric_options, similarity,
+                             **options))
     return (np.stack([o[1] for o in out]), np.stack([o[2] for o in out]), [o[3] for o in out],
             out[-1][4] if out else None)
 
@@ -119,6 +144,22 @@ def write_seed(example_ids, split: dict, method: str, seed: int, predictions, kn
     write_table(pa.table(columns), out, {"split": split["name"], "method": method, "seed": seed,
                                          "train_tasks": split["train_tasks"], "known_columns": known.tolist(),
                                          "fitted": fitted})
+
+
+def interval_column(level: float) -> str:
+    return f"halfwidth_{level:g}"
+
+
+def write_intervals(example_ids, widths: dict[float, np.ndarray], out) -> None:
+    """One seed's conformal half-widths: `example_id`, then `halfwidth_<level>` (the same for every
+    test task: the interval of an entry is its prediction ± its column's half-width)."""
+    import pyarrow as pa
+
+    from ..io import write_table
+
+    columns = {"example_id": pa.array(example_ids.astype(str))}
+    columns.update({interval_column(level): pa.array(width, pa.float32()) for level, width in widths.items()})
+    write_table(pa.table(columns), out, {"levels": sorted(widths)})
 
 
 def write_metrics(split_name: str, method: str, metrics: dict[int, dict], out) -> None:
@@ -149,12 +190,14 @@ def _predict_and_write(matrix, definition: dict, method: str, params: dict, sett
 
     per_seed = {}
     with atomic_path(out, directory=True) as out_dir:
-        for seed, predictions, known, values, model in iterate_split(
+        for seed, predictions, known, values, model, widths in iterate_split(
                 matrix.values, matrix.tasks, definition["train_tasks"], definition["test_tasks"], method, params,
                 settings["k"], list(range(settings["seeds"])), definition["name"],
                 {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}, **options):
             write_seed(matrix.example_ids, definition, settings["method"], seed, predictions, known, model,
                        out_dir / f"seed-{seed}.parquet")
+            if widths:
+                write_intervals(matrix.example_ids, widths, out_dir / f"intervals-{seed}.parquet")
             per_seed[seed] = values
     write_metrics(definition["name"], settings["method"], per_seed, metrics)
     return {"split": definition["name"], "method": settings["method"],
@@ -176,7 +219,8 @@ def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: 
 
     side = np.load(similarity) if similarity else None
     return _predict_and_write(ForgettingMatrix.read(matrix), _split_definition(split), settings["method"],
-                              settings["params"], settings, out, metrics, similarity=side)
+                              settings["params"], settings, out, metrics, similarity=side,
+                              probes=settings["probes"], intervals=tuple(settings["intervals"]))
 
 
 # predictors of the 1->0 matrix Y: (completion method, fitted on Y or on Z); the column mean of Y is
