@@ -51,6 +51,7 @@ def get_settings(kind):
         "mitigation_summary": lambda wc: PLAN.mitigation_summary_settings(wc.model),
         "transitions": lambda wc: PLAN.transitions_settings(wc.model),
         "predict_binary": lambda wc: PLAN.binary_prediction_settings(wc.binary_method),
+        "probe_evaluation": lambda wc: PLAN.probe_evaluation_settings(),
     }[kind]
     return lambda wc: as_json(settings(wc))
 

@@ -70,3 +70,39 @@ rule prediction_scores:
     shell:
         "forgetmap prediction-scores --metrics {input:q} --out {output.table:q} "
         "--figure {output.figure:q} > {log:q} 2>&1"
+
+
+rule probe_evaluation:
+    input:
+        matrix=fm_plan.MATRIX,
+        split=fm_plan.SPLIT,
+    output:
+        table=report(
+            fm_plan.PROBES,
+            caption="../workflow/report/probe_evaluation.rst",
+            category="Forgetting prediction",
+            subcategory="{model}",
+        ),
+        coverage=fm_plan.PROBES.replace(".tsv", "_coverage.tsv"),
+        figure=report(
+            fm_plan.PROBES.replace(".tsv", ".png"),
+            caption="../workflow/report/probe_evaluation_figure.rst",
+            category="Forgetting prediction",
+            subcategory="{model}",
+        ),
+    params:
+        settings=get_settings("probe_evaluation"),
+    threads: get_resource("analysis", "threads")
+    resources:
+        mem_mb=get_resource("analysis", "mem_mb"),
+        runtime=get_resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/probe_evaluation/{split}.log",
+    benchmark:
+        "results/benchmarks/{model}/probe_evaluation/{split}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} OPENBLAS_NUM_THREADS={threads} forgetmap probe-evaluation "
+        "--matrix {input.matrix:q} --split {input.split:q} --settings {params.settings:q} --out {output.table:q} "
+        "--coverage-out {output.coverage:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -24,7 +24,8 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
     write_config(workdir, cfg)
     rules = {r for r, w in planned_jobs(workdir) if w.get("model") == "paper"}
     # no fine-tune and no scoring: the released matrix and split feed the analyses and the prediction
-    assert rules == {"import_matrix", "import_split", "lowrank", "cross_task", "predict", "prediction_scores"}
+    assert rules == {"import_matrix", "import_split", "lowrank", "cross_task", "predict", "prediction_scores",
+                     "probe_evaluation"}
     snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/prediction/scores.tsv")
     r2 = pd.read_csv(workdir / "results/paper/lowrank/r2.tsv", sep="\t")
     z = fx["z"][:, ~np.isnan(fx["z"][0])]
@@ -34,6 +35,11 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
     assert split["test_tasks"] == ["lima", "oasst1"]
     scores = pd.read_csv(workdir / "results/paper/prediction/scores.tsv", sep="\t")
     assert set(scores["split"]) == {"ood-tulu"} and (scores.query("metric == 'rmse'")["mean"].dropna() > 0).all()
+    # three train tasks: conformal intervals by leaving each out, their coverage among the metrics
+    assert scores.query("method == 'mf' and metric == 'coverage_0.9'")["mean"].between(0, 1).all()
+    widths = pd.read_parquet(workdir / "results/paper/prediction/ood-tulu/mf/intervals-0.parquet")
+    assert list(widths.columns) == ["example_id", "halfwidth_0.8", "halfwidth_0.9"]
+    assert (widths["halfwidth_0.9"].dropna() >= widths["halfwidth_0.8"].dropna()).all()
     matrix = pd.read_parquet(workdir / "results/paper/forgetting.parquet")
     assert list(matrix.columns) == ["example_id", "source", "base_nll", "aeslc", "cb", "wsc", "lima", "oasst1"]
 

@@ -14,6 +14,7 @@ MATRIX = "results/tiny/forgetting.parquet"
 # everything that depends on the matrix: it reruns whenever the matrix does
 ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1, "semantic_similarity": 1,
             "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1,
+            "probe_evaluation": 2,  # probe strategies side by side, per split
             # the sample-wise correctness of the quiz items: transitions, Y's low rank, 6 predictors x 2 splits
             "transitions": 1, "lowrank_binary": 1, "predict_binary": 12, "binary_prediction_scores": 1}
 # test config: arms random, predicted, stm and online on mod10_add. A changed matrix reruns the predicted
@@ -81,6 +82,13 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     assert (scores.query("metric == 'roc_auc'")["n_seeds"] == 2).all()
     predictions = pd.read_parquet(finished / "results/tiny/prediction/ood/mf/seed-1.parquet")
     assert list(predictions.columns) == ["example_id", "hex_copy"] and len(predictions) == 140
+    # one train task: no conformal intervals (they leave one of at least 3 out), said in the log
+    assert not list((finished / "results/tiny/prediction/ood/mf").glob("intervals-*"))
+    assert "need at least 3" in (finished / "results/logs/tiny/predict/ood/mf.log").read_text()
+    probes = pd.read_csv(finished / "results/tiny/prediction/probes/id.tsv", sep="\t")
+    assert set(probes["strategy"]) == {"random", "dopt", "medoids"} and set(probes["k"]) == {5, 10, 20, 30, 50}
+    assert set(probes["metric"]) == {"rmse", "top_q_f1", "precision_at_b"}
+    assert probes.query("strategy == 'random'")["p_value"].isna().all()
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
     for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png",
@@ -232,8 +240,8 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
                   "random")})))
     jobs = planned_jobs(workdir)
     # (and mf_thresholded, Z's completion ranking Y's entries, in both splits)
-    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, **MATRIX_ARMS, "mitigation_summary": 1,
-                             "predict_binary": 2, "binary_prediction_scores": 1, "all": 1}
+    assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, "probe_evaluation": 2, **MATRIX_ARMS,
+                             "mitigation_summary": 1, "predict_binary": 2, "binary_prediction_scores": 1, "all": 1}
     # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
     jobs = planned_jobs(workdir)

@@ -235,6 +235,18 @@ PREDICTION = _obj({
                   "description": "levels of the split-conformal intervals around each predicted entry (leave-one-"
                                  "task-out folds of the train tasks; regression methods); their coverage and width "
                                  "join the prediction metrics; [] for none"},
+    "probe_evaluation": _obj({
+        "method": {"type": "string", "default": "mf", "description": "the completion method the strategies feed"},
+        "ks": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "uniqueItems": True,
+               "default": [5, 10, 20, 30, 50], "description": "numbers of measured examples compared"},
+        "draws": _int(10, "random draws (and k-means starts) per k", 1),
+        "strategies": {"type": "array", "items": {"enum": ["random", "dopt", "medoids"]}, "minItems": 1,
+                       "uniqueItems": True, "default": ["random", "dopt", "medoids"],
+                       "description": "probe strategies compared (random is the baseline)"},
+        "reference_k": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                        "description": "the k of random probes the others must match (null: prediction.k)"},
+    }, description="probe strategies side by side per split: RMSE, top-q F1, precision at the budget and "
+                   "interval coverage by k, against random probes (forgetmap.predict.probe_evaluation)", default={}),
     "threshold": _num(0.0, "forgotten := Z > threshold for the binary metrics"),
     "top_q": _num(0.1, "top-q metric: share of each task's examples counted as most forgotten",
                   exclusive_minimum=0),
@@ -456,6 +468,11 @@ def _check_methods(prediction: dict) -> None:
                 raise ConfigError(f"config key prediction.methods.{name}.{key}: {name} has no such parameter; "
                                   f"allowed: {', '.join(allowed) or 'none'}")
     prediction["methods"] = methods
+    method = prediction["probe_evaluation"]["method"]
+    if method not in methods or method == "semantic":
+        raise ConfigError(f"config key prediction.probe_evaluation.method: value {method!r} is not a configured "
+                          f"prediction method without side information; allowed: "
+                          f"{', '.join(m for m in methods if m != 'semantic')}")
 
 
 def model_tasks(cfg: dict, model: str) -> list[str]:

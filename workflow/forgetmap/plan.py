@@ -28,6 +28,7 @@ SPLIT = "results/{model}/splits/{split}.json"
 PREDICTIONS = "results/{model}/prediction/{split}/{method}"
 PREDICTION_METRICS = "results/{model}/prediction/{split}/{method}.tsv"
 PREDICTION_SCORES = "results/{model}/prediction/scores.tsv"
+PROBES = "results/{model}/prediction/probes/{split}.tsv"  # probe strategies side by side (+ _coverage.tsv, .png)
 SIMILARITY = "results/{model}/correlations/semantic_similarity.npy"
 LOWRANK = "results/{model}/lowrank/{name}"
 CORRELATION = "results/{model}/correlations/{name}"
@@ -196,6 +197,14 @@ class Plan:
 
         return [m for m in self.cfg["correctness"]["methods"]
                 if model not in self.binary_imported or BINARY_PREDICTORS[m][1] == "y"]
+
+    def probe_evaluation_settings(self) -> dict:
+        """The strategies, ks and draws compared, with the method's parameters and the metric options."""
+        prediction = self.cfg["prediction"]
+        evaluation = prediction["probe_evaluation"]
+        return {**{k: prediction[k] for k in ("threshold", "top_q", "budget", "intervals")}, **evaluation,
+                "reference_k": evaluation["reference_k"] or prediction["k"],
+                "params": prediction["methods"][evaluation["method"]]}
 
     def prediction_settings(self, method: str) -> dict:
         options = {k: self.cfg["prediction"][k] for k in ("k", "seeds", "threshold", "top_q", "budget", "probes",
@@ -436,6 +445,7 @@ class Plan:
             out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
             out += self.correlation_targets(model)
             out += [PREDICTION_SCORES.format(model=model)] if self.splits(model) else []
+            out += [PROBES.format(model=model, split=s) for s in self.splits(model)]
             out += self.mitigation_targets(model) if model in self.computed else []
             out += self.correctness_targets(model)
         return out + [LOWRANK_SUMMARY] * bool(self.z_models)

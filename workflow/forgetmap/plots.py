@@ -350,3 +350,27 @@ def binary_ranks(table, point_biserial, path):
     ax.set_title(title, fontsize=8)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
+
+
+def probe_strategies(table, coverage, path):
+    """RMSE and top-q F1 by k for each probe strategy, and the conformal intervals' coverage by k."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, metric in zip(axes[:2], ("rmse", "top_q_f1")):
+        part = table[table["metric"] == metric]
+        for strategy, rows in part.groupby("strategy", sort=False):
+            ax.plot(rows["k"], rows["mean"], marker="o", ms=3, label=strategy)
+        ax.set_xlabel("measured examples k")
+        ax.set_title(f"{metric} by probe strategy", fontsize=8)
+        ax.legend(fontsize=7)
+    ax = axes[2]
+    for (strategy, level), rows in coverage.groupby(["strategy", "level"], sort=False):
+        ax.plot(rows["k"], rows["coverage"], marker="o", ms=3, label=f"{strategy}, {level:g}")
+        ax.axhline(level, color="grey", lw=0.5, ls="--")
+    ax.set_xlabel("measured examples k")
+    ax.set_title("conformal interval coverage (dashed: nominal)", fontsize=8)
+    if len(coverage):
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

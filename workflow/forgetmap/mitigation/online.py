@@ -75,9 +75,10 @@ class OnlineReplay:
         else:
             from ..predict.probes import choose_probes, design
 
-            phi, ridge = design(train_z)  # over the usable columns, from the split's train rows
+            phi, ridge, noise = design(train_z)  # over the usable columns, from the split's train rows
             positions = np.flatnonzero(np.isin(usable, probe_candidates))
-            chosen = choose_probes(strategy, len(positions), count, arm.get("probe_seed", 1), phi[positions], ridge)
+            chosen = choose_probes(strategy, len(positions), count, arm.get("probe_seed", 1), phi[positions], ridge,
+                                   noise[positions])
             self.probes = np.sort(usable[positions[chosen]])
         self.facts["probe_selection"] = strategy
         self.probe_examples = encode_examples(tokenizer, read_rows(self.shards, self.probes),

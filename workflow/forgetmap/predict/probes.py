@@ -7,10 +7,13 @@ so the same k columns serve every test task:
 
 - `random`: k columns drawn without replacement with `default_rng(seed)` (the paper; the baseline).
 - `dopt`: greedy D-optimal design: add, one at a time, the column that most increases
-  det(Φ_Sᵀ Φ_S + λI), Φ = [1, factors] the fold-in's design and λ its ridge. By the matrix determinant
-  lemma that column has the largest φᵀ A⁻¹ φ (its predictive variance under the fold-in's posterior),
-  and a Sherman–Morrison step updates every column's score in O(N r): k = 50 of 141,871 columns at
-  rank 5 is a few k·N·r operations. Deterministic: every seed chooses the same columns.
+  det(Σ_S φ φᵀ / σ² + λI), Φ = [1, factors] the fold-in's design, λ its ridge and σ_j² column j's
+  residual variance about the rank-r fit of the train rows (a measurement of a noisy column says less
+  about the task's weights: weighted least squares' information; without the weights the design
+  chases the largest, noisiest columns and loses to random probes on the demo). By the matrix
+  determinant lemma the best column has the largest φᵀ A⁻¹ φ / σ² (its predictive variance over its
+  noise), and a Sherman–Morrison step updates every column's score in O(N r): k = 50 of 141,871
+  columns at rank 5 is a few k·N·r operations. Deterministic: every seed chooses the same columns.
 - `medoids`: k-means (k-means++ start from `seed`, Lloyd steps) on the columns' factor rows, and in
   each cluster the column nearest its centre: probes that cover the kinds of examples.
 """
@@ -22,14 +25,20 @@ import numpy as np
 STRATEGIES = ("random", "dopt", "medoids")
 
 
-def design(train: np.ndarray) -> tuple[np.ndarray, float]:
-    """(Φ = [1, factors] (N, r + 1) float64, the fold-in's ridge λ) of the train rows: FoldInMF with
-    its rank and ridge validated on them."""
+def design(train: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+    """(Φ = [1, factors] (N, r + 1) float64, the fold-in's ridge λ, each column's residual standard
+    deviation σ about the rank-r fit) of the train rows: FoldInMF with its rank and ridge validated on
+    them. The factors carry the singular values over √M, so a column's variance over the train rows
+    less its squared factors is what the fit leaves (floored at 1e-3 of the median variance)."""
+    from .conformal import ColumnScale
     from .continuous import FoldInMF
 
     fitted = FoldInMF().fit(train)
-    phi = np.concatenate([np.ones((fitted.factors_.shape[0], 1)), fitted.factors_.astype(np.float64)], axis=1)
-    return phi, float(fitted.reg_)
+    factors = fitted.factors_.astype(np.float64)
+    phi = np.concatenate([np.ones((factors.shape[0], 1)), factors], axis=1)
+    variance = ColumnScale(train).all() ** 2
+    residual = np.maximum(variance - (factors * factors).sum(1), 1e-3 * np.median(variance))
+    return phi, float(fitted.reg_), np.sqrt(residual)
 
 
 def dopt(phi: np.ndarray, k: int, reg: float) -> np.ndarray:
@@ -93,14 +102,15 @@ def medoids(phi: np.ndarray, k: int, seed: int, n_iter: int = 10) -> np.ndarray:
 
 
 def choose_probes(strategy: str, n: int, k: int, seed: int, phi: np.ndarray | None = None,
-                  reg: float = 1.0) -> np.ndarray:
-    """`k` sorted column indices of `n` by `strategy` (dopt and medoids need the design `phi`)."""
+                  reg: float = 1.0, noise: np.ndarray | None = None) -> np.ndarray:
+    """`k` sorted column indices of `n` by `strategy` (dopt and medoids need the design `phi`; dopt
+    weighs each column by 1 / `noise` where given)."""
     if strategy == "random":
         return np.sort(np.random.default_rng(seed).choice(n, k, replace=False))
     if phi is None or len(phi) != n:
         raise ValueError(f"probe strategy {strategy!r} needs the design of all {n} columns")
     if strategy == "dopt":
-        return dopt(phi, k, reg)
+        return dopt(phi if noise is None else phi / noise[:, None], k, reg)
     if strategy == "medoids":
         return medoids(phi, k, seed)
     raise ValueError(f"unknown probe strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")

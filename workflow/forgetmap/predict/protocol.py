@@ -12,6 +12,8 @@ and written one seed at a time, so memory does not grow with the number of seeds
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..errors import DataError
@@ -19,6 +21,8 @@ from .conformal import coverage, halfwidths
 from .metrics import evaluate
 from .probes import choose_probes, design
 from .registry import make_method, parameters
+
+log = logging.getLogger(__name__)
 
 
 def check_split(tasks: list[str], train: list[str], test: list[str], name: str) -> None:
@@ -91,12 +95,16 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     if "threshold" in parameters(method) and "threshold" not in params:  # binary methods: the metrics' label
         params = {**params, "threshold": threshold}
     model = make_method(method, **params).fit(train_z)
-    phi, ridge = design(train_z) if probes != "random" else (None, 1.0)
+    phi, ridge, noise = design(train_z) if probes != "random" else (None, 1.0, None)
     levels = tuple(intervals) if intervals and interval_capable(method, model) else ()
+    if levels and len(rows_train) < 3:
+        log.warning("split %s: %d train task(s); conformal intervals need at least 3 to leave one out: none written",
+                    name, len(rows_train))
+        levels = ()
     if not levels:
         del train_z  # the fitted method keeps what it needs
     for seed in seeds:
-        known = choose_probes(probes, len(usable), k, seed, phi, ridge)
+        known = choose_probes(probes, len(usable), k, seed, phi, ridge, noise)
         known_t = np.broadcast_to(known, (len(test), k))
         pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32, copy=False)
         hidden = np.ones(test_z.shape, dtype=bool)
