@@ -2,7 +2,10 @@
 
 For each seed, k columns are drawn once with `default_rng(seed)`, *without replacement* (the
 reference draws with replacement, so it reveals up to k distinct columns), and revealed for every
-test task, as the reference does. Metrics use the hidden entries only. Every method is fitted once
+test task, as the reference does; `prediction.probes` may choose them from the train rows instead
+(forgetmap.predict.probes). Metrics use the hidden entries only; with interval levels, each seed's
+split-conformal half-widths (forgetmap.predict.conformal) are written beside its predictions and
+their coverage and width join the metrics. Every method is fitted once
 per split on the train rows; each seed is one batched `predict` over all test tasks.
 
 Examples with a NaN in any train or test row are left out of the split (the reference turns NaN into
