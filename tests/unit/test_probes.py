@@ -77,3 +77,28 @@ def test_the_fold_scale_and_quantile_are_exact():
     np.testing.assert_allclose(scale.without(rows[2]), np.delete(rows, 2, 0).std(0))
     scores = np.arange(1, 10, dtype=np.float32)  # n = 9: level 0.8 takes the ceil(10 * 0.8) = 8th smallest
     assert quantile(scores, 0.8) == 8 and quantile(scores, 0.95) == np.inf
+
+
+@pytest.mark.parametrize("method", ["mean", "additive", "knn", "mf"])
+def test_a_fold_without_one_train_task_equals_a_refit_on_the_others(method):
+    from forgetmap.predict.registry import make_method
+
+    rng = np.random.default_rng(4)
+    train = (rng.normal(size=(9, 2)) @ rng.normal(size=(2, 50)) + 0.1 * rng.normal(size=(9, 50))).astype(np.float32)
+    params = {"mf": {"rank": 2, "reg": 0.1}, "knn": {"k": 3}}.get(method, {})
+    fold = make_method(method, **params).fit(train).without(train, 4)
+    refit = make_method(method, **params).fit(np.delete(train, 4, axis=0))
+    known = np.array([[3, 17, 29, 41]])
+    values = train[4:5, [3, 17, 29, 41]].astype(np.float64)
+    np.testing.assert_allclose(fold.predict(known, values), refit.predict(known, values), atol=1e-4)
+
+
+def test_intervals_are_left_out_for_ranking_scores_and_side_information():
+    rng = np.random.default_rng(5)
+    z = (rng.normal(size=(8, 2)) @ rng.normal(size=(2, 60))).astype(np.float32)
+    tasks = [f"t{i}" for i in range(8)]
+    for method, options in (("logistic_mf", {}), ("semantic", {"similarity": rng.uniform(size=z.shape)})):
+        metrics = run_split(z, tasks, tasks[:5], tasks[5:], method, {}, 10, [0], intervals=(0.9,), **options)[2][0]
+        assert not [m for m in metrics if m.startswith("coverage")], method
+    metrics = run_split(z, tasks, tasks[:5], tasks[5:], "knn", {}, 10, [0], intervals=(0.9,))[2][0]
+    assert 0 <= metrics["coverage_0.9"] <= 1

@@ -66,24 +66,27 @@ def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, 
     scale = scale or ColumnScale(train)
     hidden = np.ones(n, dtype=bool)
     hidden[known] = False
-    scores = []
-    for row in fold_rows(m, folds):
+    rows = fold_rows(m, folds)
+    scores = np.empty((len(rows), int(hidden.sum())), dtype=np.float32)  # filled in place: one copy in all
+    for i, row in enumerate(rows):
         if hasattr(model, "without"):
             fitted = model.without(train, row)
         else:
             fitted = make_method(method, **params).fit(np.delete(train, row, axis=0))
         pred = fitted.predict(known[None, :], train[row, known][None, :].astype(np.float64))[0]
-        scores.append((np.abs(train[row] - pred) / scale.without(train[row]))[hidden].astype(np.float32))
-    return np.concatenate(scores)
+        scores[i] = (np.abs(train[row] - pred) / scale.without(train[row]))[hidden]
+    return scores.reshape(-1)
 
 
 def quantile(scores: np.ndarray, level: float) -> float:
-    """The ⌈(n + 1) level⌉-th smallest score (inf where n is too small for the level)."""
+    """The ⌈(n + 1) level⌉-th smallest score (inf where n is too small for the level). Reorders
+    `scores` in place (a partition: no copy), which leaves any other level's answer unchanged."""
     n = len(scores)
     rank = int(np.ceil((n + 1) * level))
     if rank > n:
         return float("inf")
-    return float(np.partition(scores, rank - 1)[rank - 1])
+    scores.partition(rank - 1)
+    return float(scores[rank - 1])
 
 
 def halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,

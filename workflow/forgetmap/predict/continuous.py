@@ -26,6 +26,13 @@ class ColumnMean(CompletionMethod):
         self.column_mean_ = np.asarray(train).mean(axis=0, dtype=np.float64)
         return self
 
+    def without(self, train, row: int) -> "ColumnMean":
+        """Fitted on the train rows less `row`, from this fit's means (no copy of the rows)."""
+        fold = ColumnMean()
+        m = len(train)
+        fold.column_mean_ = (self.column_mean_ * m - np.asarray(train[row], dtype=np.float64)) / (m - 1)
+        return fold
+
     def predict(self, known_columns, known_values):
         return np.broadcast_to(self.column_mean_.astype(np.float32), (len(known_columns), len(self.column_mean_))).copy()
 
@@ -40,9 +47,10 @@ class Additive(CompletionMethod):
         self.n_iter = n_iter
 
     def fit(self, train):
-        m, n = train.shape
-        row_sums = train.sum(axis=1, dtype=np.float64)
-        col_sums = train.sum(axis=0, dtype=np.float64)
+        return self._fit_sums(train.sum(axis=1, dtype=np.float64), train.sum(axis=0, dtype=np.float64))
+
+    def _fit_sums(self, row_sums, col_sums):
+        m, n = len(row_sums), len(col_sums)
         self.mu_ = row_sums.sum() / (m * n)
         a, b = np.zeros(m), np.zeros(n)
         # alternating ridge means need only row and column sums: no M x N temporary
@@ -50,7 +58,13 @@ class Additive(CompletionMethod):
             b = (col_sums - m * self.mu_ - a.sum()) / (m + self.reg)
             a = (row_sums - n * self.mu_ - b.sum()) / (n + self.reg)
         self.task_offset_, self.example_offset_ = a, b
+        self.row_sums_, self.col_sums_ = row_sums, col_sums
         return self
+
+    def without(self, train, row: int) -> "Additive":
+        """Fitted on the train rows less `row`, from this fit's row and column sums (no copy of the rows)."""
+        left_out = np.asarray(train[row], dtype=np.float64)
+        return Additive(self.reg, self.n_iter)._fit_sums(np.delete(self.row_sums_, row), self.col_sums_ - left_out)
 
     def fold_in(self, known_columns, known_values):
         residual = known_values - self.mu_ - self.example_offset_[known_columns]
@@ -80,22 +94,45 @@ class KNNBaseline(CompletionMethod):
         self.residual_ = np.empty(train.shape, dtype=np.float32)  # the train rows are residual + baseline
         for i, row in enumerate(train):  # row by row: no float64 M x N baseline
             self.residual_[i] = row - (add.mu_ + add.task_offset_[i] + add.example_offset_)
+        self.train_baseline_ = (add.mu_, add.task_offset_, add.example_offset_)  # residual_ + this = train
+        # a fold (`without`) shares residual_: its own residuals are residual_ + row_shift_ + col_shift_
+        self.row_shift_, self.col_shift_, self.excluded_ = np.zeros(len(train)), 0.0, None
         return self
+
+    def without(self, train, row: int) -> "KNNBaseline":
+        """Fitted on the train rows less `row` without copying them: the fold's residuals differ from
+        these by a row and a column offset (its additive fit's), and `row` is never a neighbour."""
+        fold = KNNBaseline(self.k, self.reg)
+        fold.additive_ = self.additive_.without(train, row)
+        fold.residual_, fold.train_baseline_ = self.residual_, self.train_baseline_
+        mu, a, b = self.train_baseline_
+        rest = np.delete(np.arange(len(a)), row)
+        fold.row_shift_ = np.zeros(len(a))
+        fold.row_shift_[rest] = (mu - fold.additive_.mu_) + (a[rest] - fold.additive_.task_offset_)
+        fold.col_shift_ = b - fold.additive_.example_offset_
+        fold.excluded_ = row
+        return fold
 
     def predict(self, known_columns, known_values):
         known_values = np.asarray(known_values, dtype=np.float64)
-        add = self.additive_
+        mu, a, b = self.train_baseline_
         # (T, M): mean squared difference with every train task on each new task's known columns
-        neighbours = (self.residual_[:, known_columns] + add.example_offset_[known_columns]
-                      + (add.mu_ + add.task_offset_)[:, None, None])     # (M, T, k) train values
+        neighbours = self.residual_[:, known_columns] + b[known_columns] + (mu + a)[:, None, None]  # (M, T, k)
         msd = ((neighbours - known_values[None]) ** 2).mean(axis=2).T    # (T, M)
         sim = 1.0 / (1.0 + msd)
-        k = min(self.k, sim.shape[1])
+        candidates = sim.shape[1]
+        if self.excluded_ is not None:
+            sim[:, self.excluded_] = 0.0
+            candidates -= 1
+        k = min(self.k, candidates)
         cut = np.partition(sim, sim.shape[1] - k, axis=1)[:, sim.shape[1] - k][:, None]
-        weights = np.where(sim >= cut, sim, 0.0)
+        weights = np.where((sim >= cut) & (sim > 0), sim, 0.0)
         weights /= weights.sum(axis=1, keepdims=True)
         base = self.additive_.baseline(self.additive_.fold_in(known_columns, known_values))
         base += weights.astype(np.float32) @ self.residual_
+        if self.excluded_ is not None:
+            base += ((weights @ self.row_shift_)[:, None] + weights.sum(1)[:, None] * self.col_shift_[None, :]).astype(
+                np.float32)
         return base
 
 

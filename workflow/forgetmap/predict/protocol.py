@@ -66,9 +66,9 @@ def prepare_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     return usable, rows_train, rows_test, train_z, test_z
 
 
-def interval_capable(method: str, model) -> bool:
+def interval_capable(model, params: dict) -> bool:
     """Intervals need a regression (not a ranking score) and no side information to re-split."""
-    return getattr(model, "regression", True) and not ({"similarity_train"} & set(parameters(method)))
+    return getattr(model, "regression", True) and "similarity_train" not in params
 
 
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
@@ -99,7 +99,7 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         params = {**params, "threshold": threshold}
     model = make_method(method, **params).fit(train_z)
     phi, ridge, noise = design(train_z) if probes != "random" else (None, 1.0, None)
-    levels = tuple(intervals) if intervals and interval_capable(method, model) else ()
+    levels = tuple(intervals) if intervals and interval_capable(model, params) else ()
     if levels and len(rows_train) < 3:
         log.warning("split %s: %d train task(s); conformal intervals need at least 3 to leave one out: none written",
                     name, len(rows_train))
