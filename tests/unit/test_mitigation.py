@@ -231,3 +231,6 @@ def test_risk_aware_replay_adds_beta_times_the_interval_half_width(tmp_path):
     scores = replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None, risk=0.5, risk_level=0.9)
     np.testing.assert_allclose(scores, [0.1 + 1.0, 0.2, 0.3 + 0.5])
     np.testing.assert_allclose(replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None), [0.1, 0.2, 0.3])
+    (tmp_path / "pred/intervals-0.parquet").unlink()
+    with pytest.raises(DataError, match="no conformal intervals beside the prediction"):
+        replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None, risk=0.5, risk_level=0.9)

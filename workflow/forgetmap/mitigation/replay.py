@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..data.batches import task_batches
@@ -147,8 +149,11 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
         if risk:
             from ..predict.protocol import interval_column
 
-            column = interval_column(risk_level)
-            widths = pd.read_parquet(f"{prediction}/intervals-{prediction_seed}.parquet", columns=["example_id", column])
+            column, path = interval_column(risk_level), f"{prediction}/intervals-{prediction_seed}.parquet"
+            if not os.path.exists(path):
+                raise DataError(f"{prediction}: no conformal intervals beside the prediction (they need a "
+                                f"regression method and at least 3 train tasks): risk-aware replay cannot read {path}")
+            widths = pd.read_parquet(path, columns=["example_id", column])
             row = row + risk * widths.set_index("example_id")[column].reindex(row.index)
     else:
         from ..matrix import ForgettingMatrix
