@@ -66,8 +66,8 @@ def demo(args) -> None:
     print(f"  options packed              {packed:8.3f} s   ({packed / nll:.2f}x the NLL)")
     print(f"  options as separate seqs    {separate:8.3f} s   ({separate / nll:.2f}x; packing is {separate / packed:.2f}x faster)")
     print(f"  all, every free form decoded {decoded:7.3f} s   ({decoded / nll:.2f}x the NLL)")
-    print(f"  all, as the score job runs   {whole:7.3f} s   ({whole / nll:.2f}x the NLL: {len(known)} free-form answers "
-          f"found greedy by the NLL pass, whose flags cost {max(0.0, flagged - nll):.3f} s, are not decoded)")
+    print(f"  all, as the score job runs   {whole:7.3f} s   ({whole / nll:.2f}x the NLL: {len(known)} free-form "
+          f"answers found greedy by the NLL pass, whose flags cost {max(0.0, flagged - nll):.3f} s, are not decoded)")
 
 
 def scale(args) -> None:

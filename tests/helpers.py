@@ -131,7 +131,8 @@ def released_binary_fixture(directory: Path, seed: int = 0) -> np.ndarray:
             "dolly": {"start": 4, "stop": 6, "tasks": ["brainstorm", "summarize"]}}
     (directory / "train_em_fgt_base_correct.npy.meta").write_text(json.dumps(meta))
     split = {"train_mat": y[:3], "test_mat": y[3:4], "train_ocl_idxs": [0, 1, 2], "test_ocl_idxs": [0],
-             "train_ocl_task_info": [{"cat": "mmlu", "name": n, "split": "train"} for n in ("anatomy", "astronomy", "law")],
+             "train_ocl_task_info": [{"cat": "mmlu", "name": n, "split": "train"}
+                                     for n in ("anatomy", "astronomy", "law")],
              "test_ocl_task_info": [{"cat": "mmlu", "name": "virology", "split": "train"}]}
     with open(directory / "fpd-split-flan-bin-id.pkl", "wb") as handle:
         pickle.dump(split, handle)
