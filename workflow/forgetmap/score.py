@@ -132,8 +132,6 @@ class TorchScorer:
         lengths = np.array([len(e.ids) for e in encoded])
         for batch in length_batches(lengths, self.token_budget, self.max_padding):
             members = [encoded[i] for i in batch]
-            if self.use_hidden is None:
-                self.use_hidden = self._hidden_path_is_exact(max(members, key=lambda e: len(e.ids)).ids)
             ids, mask = pad(members, self.pad_id)
             ids = ids.to(self.device)
             # a batch of equal lengths needs no mask: attention takes its causal fast path

@@ -119,7 +119,7 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
 
     codes = None if transitions is None else ForgettingMatrix.read(transitions)
     frame = per_run(ForgettingMatrix.read(matrix), settings["runs"], settings["threshold"], codes,
-                    settings.get("margin"))
+                    settings["margin"])
     arms = {arm["name"]: arm for arm in settings["arms"]}
     table = paired_tests(frame, arms, settings["level"])
     for data, path in ((frame, summary), (table, tests)):
@@ -132,5 +132,6 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
     means = frame.groupby("arm", sort=False)["heldout_forgetting"].mean()
     result = {"runs": len(frame), **{f"forgetting_{arm}": round(float(v), 5) for arm, v in means.items()}}
     if "heldout_F" in frame:
-        result.update({f"F_{arm}": round(float(v), 4) for arm, v in frame.groupby("arm", sort=False)["heldout_F"].mean().items()})
+        rates = frame.groupby("arm", sort=False)["heldout_F"].mean()
+        result.update({f"F_{arm}": round(float(v), 4) for arm, v in rates.items()})
     return result

@@ -90,9 +90,10 @@ def quantile(scores: np.ndarray, level: float) -> float:
 
 
 def halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-               levels: list[float]) -> dict[float, np.ndarray]:
-    """level -> the interval half-width of every column (float32) for rows predicted from `known`."""
-    scale = ColumnScale(train)
+               levels: list[float], scale: ColumnScale | None = None) -> dict[float, np.ndarray]:
+    """level -> the interval half-width of every column (float32) for rows predicted from `known`;
+    `scale`: the train rows' ColumnScale, if already at hand (it does not depend on `known`)."""
+    scale = scale or ColumnScale(train)
     scores = conformity_scores(train, known, model, method, params, scale)
     return {level: (quantile(scores, level) * scale.all()).astype(np.float32) for level in levels}
 

@@ -20,7 +20,7 @@ import logging
 import numpy as np
 
 from ..errors import DataError
-from .conformal import coverage, halfwidths
+from .conformal import ColumnScale, coverage, halfwidths
 from .metrics import evaluate
 from .probes import choose_probes, design
 from .registry import make_method, parameters
@@ -106,6 +106,7 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         levels = ()
     if not levels:
         del train_z  # the fitted method keeps what it needs
+    scale = ColumnScale(train_z) if levels else None  # one pass over the train rows for every seed
     for seed in seeds:
         known = choose_probes(probes, len(usable), k, seed, phi, ridge, noise)
         known_t = np.broadcast_to(known, (len(test), k))
@@ -117,7 +118,7 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         else:
             metrics = evaluate(pred, truth, hidden, regression=getattr(model, "regression", True),
                                **(metric_options or {}))
-        widths = halfwidths(train_z, known, model, method, params, list(levels)) if levels else {}
+        widths = halfwidths(train_z, known, model, method, params, list(levels), scale) if levels else {}
         for level, width in widths.items():
             metrics[f"coverage_{level:g}"], metrics[f"width_{level:g}"] = coverage(pred, truth, hidden, width)
         yield seed, _full(pred, usable, z.shape[1]), usable[known], metrics, model, {
