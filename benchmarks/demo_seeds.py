@@ -37,13 +37,17 @@ FILES = ("Snakefile", "rules", "config", "profiles", "envs", "workflow/report")
 def statistics(path: Path) -> dict:
     m = ForgettingMatrix.read(path)
     z = m.values.astype(np.float64)
-    summary = category_summary(cross_task(z, m.tasks, m.task_categories())).set_index("pairs")
+    pairs = cross_task(z, m.tasks, m.task_categories())
+    summary = category_summary(pairs).set_index("pairs")
+    same = pairs[pairs["category_a"] == pairs["category_b"]]
+    per_category = same.groupby("category_a")["pearson_column_centred"].mean()
     return {"r2_1": r2_by_rank(z, 5)[0], "r2_3": r2_by_rank(z, 5)[2], "r2_5": r2_by_rank(z, 5)[4],
             "null_r2_1": r2_by_rank(row_shuffled_null(z), 5)[0], "null_r2_3": r2_by_rank(row_shuffled_null(z), 5)[2],
             "null_r2_5": r2_by_rank(row_shuffled_null(z), 5)[4],
             "within": summary.loc["within category", "pearson_column_centred"],
             "across": summary.loc["across categories", "pearson_column_centred"],
-            "share_negative": float((z < 0).mean()), "mean": float(z.mean())}
+            "share_negative": float((z < 0).mean()), "mean": float(z.mean()),
+            **{f"within_{category}": value for category, value in per_category.items()}}
 
 
 def workdir(path: Path, config: dict) -> Path:

@@ -3,12 +3,15 @@
     python benchmarks/startup.py --checkpoint results/demo/base --shard results/data/upstream/demo/shard-0.parquet
     python benchmarks/startup.py ... --compare /path/to/other/checkout/workflow   # side by side
 
-Each measurement is a fresh process (as every Snakemake job is), single-threaded, repeated; the
+Each row is measured twice, side by side: cold (every command a fresh process, `warm_start: false`)
+and warm (the commands sent to a warm-start server, as a local workflow run does; forgetmap.forkserver).
+
+Each measurement is a command started as a Snakemake job starts it, single-threaded, repeated; the
 median is printed. A scoring job's overhead is its wall time minus the scoring it reports itself
 (`seconds` in its JSON summary): interpreter start, imports, tokenizer and model loading, writing;
-`import_floor_s` is the part of it no job can avoid (the interpreter importing torch, transformers'
-Llama, pandas and pyarrow).
-With `--compare`, the same commands run with another checkout's package first on PYTHONPATH.
+`import_floor_s` is the part of it no fresh process can avoid (the interpreter importing torch,
+transformers' Llama, pandas and pyarrow). With `--compare`, the same commands run cold with another
+checkout's package first on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+import yaml
+
+from forgetmap.plan import Plan
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def timed(command: list[str], env: dict) -> tuple[float, str]:
@@ -29,19 +39,30 @@ def timed(command: list[str], env: dict) -> tuple[float, str]:
     return time.perf_counter() - start, done.stdout
 
 
-def measure(package: str | None, args) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+def measure(package: str | None, args, warm: bool) -> dict:
+    # a one-thread job's environment as Snakemake's shell gives it (the warm-start server's too)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONHASHSEED": "0"}
+    env.pop("FORGETMAP_FORKSERVER", None)
     if package:
         env["PYTHONPATH"] = package
+    server = None
+    if warm:
+        address = os.path.join(tempfile.mkdtemp(prefix="forgetmap-"), "server.sock")
+        server = subprocess.Popen([sys.executable, "-m", "forgetmap", "serve", "--socket", address], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while not os.path.exists(address):
+            time.sleep(0.05)
+        env["FORGETMAP_FORKSERVER"] = address
     cli = [sys.executable, "-m", "forgetmap"]
     helps = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
-    # the floor no scoring job can go under: the interpreter plus torch, transformers' Llama and pyarrow
+    # the floor no fresh process can go under: the interpreter plus torch, transformers' Llama and pyarrow
     floor = [timed([sys.executable, "-c", "import torch, pyarrow.parquet, pandas; "
                     "import transformers.models.llama.modeling_llama"], env)[0] for _ in range(args.repeats)]
     overheads, totals = [], []
-    settings = json.dumps({"backend": "torch", "token_budget": 8192, "max_padding": None, "max_length": 96,
-                           "device": "cpu", "dtype": "auto", "attention": "auto", "gpu_memory_utilization": 0.85,
-                           "chat_template": "olmo", "processes": 1})
+    # the demo's score settings, as the workflow plans them
+    plan = Plan(yaml.safe_load((REPO / "config/config.yaml").read_text()))
+    settings = json.dumps(plan.score_settings(next(iter(plan.cfg["models"]))))
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             out = f"{tmp}/scores-{i}.parquet"
@@ -50,6 +71,10 @@ def measure(package: str | None, args) -> dict:
             work = json.loads(stdout.strip().splitlines()[-1])["seconds"]
             totals.append(total)
             overheads.append(total - work)
+    if server is not None:
+        server.terminate()
+        server.wait()
+        os.rmdir(os.path.dirname(address))
     return {"help_s": statistics.median(helps), "import_floor_s": statistics.median(floor),
             "score_job_s": statistics.median(totals),
             "score_overhead_s": statistics.median(overheads)}
@@ -62,9 +87,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compare", default=None, help="another checkout's workflow/ directory")
     args = parser.parse_args()
-    rows = {"this checkout": measure(None, args)}
+    rows = {"this checkout, cold": measure(None, args, warm=False),
+            "this checkout, warm": measure(None, args, warm=True)}
     if args.compare:
-        rows[args.compare] = measure(args.compare, args)
+        rows[args.compare] = measure(args.compare, args, warm=False)
     for name, row in rows.items():
         print(json.dumps({"package": name, **{k: round(v, 3) for k, v in row.items()}}))
 

@@ -7,6 +7,7 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
+from forgetmap import forkserver as fm_forkserver
 from forgetmap import plan as fm_plan
 from forgetmap.errors import ForgetmapError
 

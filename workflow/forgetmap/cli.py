@@ -53,6 +53,10 @@ LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure"
 
 # name, help, "module:function", arguments, uses transformers
 COMMANDS = [
+    ("serve", "warm start: run forgetmap commands in children of one process that has imported torch "
+     "(the Snakefile starts it on a local run)", "forkserver:serve_command",
+     [arg("--socket", dest="socket_path", required=True, help="the Unix socket to listen on"),
+      arg("--parent", type=int, default=None, help="stop when this process (the Snakemake run) is gone")], False),
     ("schema", "print the config JSON schema (YAML) generated from forgetmap.config", "config:schema_command",
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
     ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
@@ -184,6 +188,18 @@ def _call(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `forgetmap` command: run by the workflow's warm-start server where one answers, else here."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if os.environ.get("FORGETMAP_FORKSERVER") and argv[:1] != ["serve"]:
+        from .forkserver import request
+
+        status = request(argv)
+        if status is not None:
+            return status
+    return dispatch(argv)
+
+
+def dispatch(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
