@@ -29,6 +29,7 @@ def main() -> None:
         "r2_rank_1_to_8": np.round(r2_by_rank(z, 8), 3).tolist(),
         "r2_row_shuffled_null": np.round(r2_by_rank(row_shuffled_null(z), 8), 3).tolist(),
         "row_corr_within_category": round(within, 3), "row_corr_across_categories": round(across, 3),
+        "p_within_vs_across": round(float(summary.loc["within - across", "p_value"]), 4),
     }))
     print(by_domain.to_string())
 

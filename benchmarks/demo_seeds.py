@@ -46,6 +46,7 @@ def statistics(path: Path) -> dict:
             "null_r2_5": r2_by_rank(row_shuffled_null(z), 5)[4],
             "within": summary.loc["within category", "pearson_column_centred"],
             "across": summary.loc["across categories", "pearson_column_centred"],
+            "p_within_vs_across": summary.loc["within - across", "p_value"],
             "share_negative": float((z < 0).mean()), "mean": float(z.mean()),
             **{f"within_{category}": value for category, value in per_category.items()}}
 
@@ -93,7 +94,8 @@ def main() -> None:
         matrix = f"results/{model}/forgetting.parquet"
         snakemake(path, matrix)
         shared = shared or path
-        row = {"seed": seed, **{k: round(float(v), 3) for k, v in statistics(path / matrix).items()}}
+        row = {"seed": seed, **{k: round(float(v), 4 if k.startswith("p_") else 3)
+                                for k, v in statistics(path / matrix).items()}}
         rows.append(row)
         print(json.dumps(row), flush=True)
     keys = [k for k in rows[0] if k != "seed"]

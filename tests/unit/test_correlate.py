@@ -38,6 +38,27 @@ def test_cross_task_pairs_and_category_summary():
     assert len(pairs) == 6
     summary = category_summary(pairs).set_index("pairs")
     assert summary.loc["within category", "pearson"] > 0.9 > summary.loc["across categories", "pearson"]
+    # 4 tasks in 2 categories: 3 labelings, one of them the observed, so p = 1/3 at best
+    assert summary.loc["within - across", "p_value"] == pytest.approx(1 / 3, abs=0.02)
+
+
+def test_the_category_permutation_test_finds_structure_that_is_there_and_not_where_it_is_not():
+    rng = np.random.default_rng(3)
+    categories = [c for c in "abcd" for _ in range(4)]
+    factors = rng.normal(size=(4, 300))
+    structured = np.vstack([factors["abcd".index(c)] + rng.normal(size=300) for c in categories])
+    noise = rng.normal(size=(16, 300))
+    tasks = [f"t{k}" for k in range(16)]
+    p_structured = category_summary(cross_task(structured, tasks, categories)).set_index("pairs")
+    assert p_structured.loc["within - across", "p_value"] < 0.001
+    assert p_structured.loc["within - across", "pearson_column_centred"] == pytest.approx(
+        p_structured.loc["within category", "pearson_column_centred"]
+        - p_structured.loc["across categories", "pearson_column_centred"])
+    p_noise = [category_summary(cross_task(noise + rng.normal(size=(16, 300)), tasks, categories),
+                               permutations=500, seed=s).set_index("pairs").loc["within - across", "p_value"]
+               for s in range(40)]
+    assert 0.2 < np.mean(p_noise) < 0.8  # uniform under the null: mean 1/2
+    assert np.mean(np.array(p_noise) < 0.05) <= 0.15
 
 
 def test_cosine_of_zero_vectors_is_zero():

@@ -66,12 +66,36 @@ def cross_task(z: np.ndarray, tasks: list[str], categories: list[str],
                          "pearson": raw[i, j], "pearson_column_centred": centred[i, j]})
 
 
-def category_summary(pairs: pd.DataFrame) -> pd.DataFrame:
-    """Mean pair correlation within and across categories."""
-    same = pairs["category_a"] == pairs["category_b"]
-    return pd.DataFrame([{"pairs": name, "n": int(mask.sum()), "pearson": pairs.loc[mask, "pearson"].mean(),
-                          "pearson_column_centred": pairs.loc[mask, "pearson_column_centred"].mean()}
-                         for name, mask in (("within category", same), ("across categories", ~same))])
+def category_summary(pairs: pd.DataFrame, permutations: int = 10000, seed: int = 0) -> pd.DataFrame:
+    """Mean pair correlation within and across categories, and their difference with a one-sided
+    p-value against shuffling the category labels over the tasks (`n`: permutations): whether rows of a
+    category correlate more than the same number of task pairs drawn without regard to category."""
+    same = (pairs["category_a"] == pairs["category_b"]).to_numpy()
+    rows = [{"pairs": name, "n": int(mask.sum()), "pearson": pairs.loc[mask, "pearson"].mean(),
+             "pearson_column_centred": pairs.loc[mask, "pearson_column_centred"].mean(), "p_value": np.nan}
+            for name, mask in (("within category", same), ("across categories", ~same))]
+    difference = {"pairs": "within - across", "n": permutations, "p_value": np.nan}
+    label = dict(zip(pairs["task_a"], pairs["category_a"])) | dict(zip(pairs["task_b"], pairs["category_b"]))
+    tasks = list(label)
+    position = {task: k for k, task in enumerate(tasks)}
+    a = pairs["task_a"].map(position).to_numpy()
+    b = pairs["task_b"].map(position).to_numpy()
+    _, categories = np.unique([label[t] for t in tasks], return_inverse=True)
+    rng = np.random.default_rng(seed)
+    shuffled = np.stack([rng.permutation(categories) for _ in range(permutations)]) if permutations else None
+    for column in ("pearson", "pearson_column_centred"):
+        values = pairs[column].to_numpy(dtype=np.float64)
+        observed = rows[0][column] - rows[1][column]
+        difference[column] = observed
+        if column == "pearson_column_centred" and shuffled is not None and same.any() and (~same).any():
+            finite = np.isfinite(values)  # a constant row correlates with nothing (NaN), as in the means
+            within = (shuffled[:, a] == shuffled[:, b]) & finite
+            across = ~(shuffled[:, a] == shuffled[:, b]) & finite
+            values = np.where(finite, values, 0.0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                null = (within @ values) / within.sum(1) - (across @ values) / across.sum(1)
+            difference["p_value"] = (1 + np.sum(null >= observed - 1e-12)) / (1 + permutations)
+    return pd.DataFrame([*rows, difference])
 
 
 def cosine_similarity(tasks: np.ndarray, examples: np.ndarray) -> np.ndarray:
@@ -174,7 +198,8 @@ def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
     _write(pairs, out_tsv)
     _write(summary, out_summary)
     plots.task_correlations(correlations[1], matrix.tasks, categories, out_png)
-    return {row["pairs"]: row["pearson_column_centred"] for _, row in summary.iterrows()}
+    return {**{row["pairs"]: row["pearson_column_centred"] for _, row in summary.iterrows()},
+            "p_value": summary["p_value"].iloc[-1]}
 
 
 def semantic_command(matrix: str, shards: list[str], tasks: list[str], settings: dict, threads: int, out: str,
