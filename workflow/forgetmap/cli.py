@@ -4,7 +4,9 @@ This module parses and dispatches; the stages own the behaviour. Each command is
 its name, the `module:function` it calls with the parsed arguments as keyword arguments, and those
 arguments. Settings arrive as JSON (what forgetmap.plan gives the rule), so a rule's `params` are
 exactly what its command sees and Snakemake reruns a job when they change. Nothing heavy is imported
-before a command is chosen: `forgetmap --help` stays instant.
+before a command is chosen: `forgetmap --help` stays instant. Inside a local workflow run a command is
+first offered to the warm-start server (forgetmap.forkserver), which runs it in a child that has torch
+imported already; where none answers it runs here.
 """
 
 from __future__ import annotations
