@@ -87,7 +87,8 @@ def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[i
 
 def request(argv: list[str], address: str | None = None) -> int | None:
     """Run `forgetmap argv` in a child of the server at `address`: its exit status, or None when this
-    process must run the command itself (no server there, or one that cannot run it as a fresh process)."""
+    process must run the command itself (no server there, one that cannot run it as a fresh process, or
+    one that ended before starting it)."""
     address = address or os.environ.get(ADDRESS)
     if not address:
         return None
@@ -103,6 +104,12 @@ def request(argv: list[str], address: str | None = None) -> int | None:
         message = {"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ), "identity": _identity()}
         try:
             _send(sock, message, [0, 1, 2])
+            started, _ = _receive(sock)
+        except OSError:
+            started = None
+        if started is None or "declined" in started:  # nothing ran: run it here
+            return None
+        try:
             reply, _ = _receive(sock)
         except OSError:
             reply = None
@@ -110,8 +117,6 @@ def request(argv: list[str], address: str | None = None) -> int | None:
         print(f"forgetmap: error: the warm-start server ({address}) ended before `{' '.join(argv[:1])}` "
               "finished; its log is .snakemake/forgetmap-server.log", file=sys.stderr)
         return 1
-    if "declined" in reply:
-        return None
     status = reply["status"]
     return status if status >= 0 else 128 - status  # killed by signal n: the shell's 128 + n
 
@@ -205,6 +210,10 @@ def _start(conn: socket.socket, identity: dict, run, closing) -> int | None:
     for fd in fds:
         os.close(fd)
     log.info("pid %d: forgetmap %s", pid, " ".join(message["argv"][:1]))
+    try:
+        _send(conn, {"started": pid})
+    except OSError:  # the client is gone already; its child notices too
+        pass
     return pid
 
 
