@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from forgetmap import forkserver
 from forgetmap.plan import Plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,20 +41,18 @@ def timed(command: list[str], env: dict) -> tuple[float, str]:
 
 
 def measure(package: str | None, args, warm: bool) -> dict:
+    server = forkserver.start(os.devnull) if warm else None  # it puts its address in os.environ
+    if warm:
+        if server is None:
+            raise SystemExit("warm start needs the `forgetmap` command on PATH")
+        while not os.path.exists(server[1]):
+            time.sleep(0.05)
     # a one-thread job's environment as Snakemake's shell gives it (the warm-start server's too)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONHASHSEED": "0"}
-    env.pop("FORGETMAP_FORKSERVER", None)
+    env = {**os.environ, **forkserver.ONE_THREAD_JOB}
+    if not warm:
+        env.pop(forkserver.ADDRESS, None)
     if package:
         env["PYTHONPATH"] = package
-    server = None
-    if warm:
-        address = os.path.join(tempfile.mkdtemp(prefix="forgetmap-"), "server.sock")
-        server = subprocess.Popen([sys.executable, "-m", "forgetmap", "serve", "--socket", address], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while not os.path.exists(address):
-            time.sleep(0.05)
-        env["FORGETMAP_FORKSERVER"] = address
     cli = [sys.executable, "-m", "forgetmap"]
     helps = [timed(cli + ["--help"], env)[0] for _ in range(args.repeats)]
     # the floor no fresh process can go under: the interpreter plus torch, transformers' Llama and pyarrow
@@ -71,10 +70,7 @@ def measure(package: str | None, args, warm: bool) -> dict:
             work = json.loads(stdout.strip().splitlines()[-1])["seconds"]
             totals.append(total)
             overheads.append(total - work)
-    if server is not None:
-        server.terminate()
-        server.wait()
-        os.rmdir(os.path.dirname(address))
+    forkserver.stop(server)
     return {"help_s": statistics.median(helps), "import_floor_s": statistics.median(floor),
             "score_job_s": statistics.median(totals),
             "score_overhead_s": statistics.median(overheads)}

@@ -71,31 +71,32 @@ def category_summary(pairs: pd.DataFrame, permutations: int = 10000, seed: int =
     p-value against shuffling the category labels over the tasks (`n`: permutations): whether rows of a
     category correlate more than the same number of task pairs drawn without regard to category."""
     same = (pairs["category_a"] == pairs["category_b"]).to_numpy()
-    rows = [{"pairs": name, "n": int(mask.sum()), "pearson": pairs.loc[mask, "pearson"].mean(),
-             "pearson_column_centred": pairs.loc[mask, "pearson_column_centred"].mean(), "p_value": np.nan}
-            for name, mask in (("within category", same), ("across categories", ~same))]
-    difference = {"pairs": "within - across", "n": permutations, "p_value": np.nan}
+    columns = ("pearson", "pearson_column_centred")
+    within, across = ({"pairs": name, "n": int(mask.sum()), **pairs.loc[mask, list(columns)].mean().to_dict(),
+                       "p_value": np.nan} for name, mask in (("within category", same), ("across categories", ~same)))
+    difference = {"pairs": "within - across", "n": permutations, **{c: within[c] - across[c] for c in columns},
+                  "p_value": _label_permutation_p(pairs, "pearson_column_centred", permutations, seed)
+                  if same.any() and (~same).any() else np.nan}
+    return pd.DataFrame([within, across, difference])
+
+
+def _label_permutation_p(pairs: pd.DataFrame, column: str, permutations: int, seed: int) -> float:
+    """Share of category labelings (shuffled over the tasks) whose within - across mean of `column` is
+    at least the observed one, the observed labeling counted once."""
     label = dict(zip(pairs["task_a"], pairs["category_a"])) | dict(zip(pairs["task_b"], pairs["category_b"]))
-    tasks = list(label)
-    position = {task: k for k, task in enumerate(tasks)}
-    a = pairs["task_a"].map(position).to_numpy()
-    b = pairs["task_b"].map(position).to_numpy()
-    _, categories = np.unique([label[t] for t in tasks], return_inverse=True)
+    position = {task: k for k, task in enumerate(label)}
+    a, b = pairs["task_a"].map(position).to_numpy(), pairs["task_b"].map(position).to_numpy()
+    _, categories = np.unique(list(label.values()), return_inverse=True)
     rng = np.random.default_rng(seed)
-    shuffled = np.stack([rng.permutation(categories) for _ in range(permutations)]) if permutations else None
-    for column in ("pearson", "pearson_column_centred"):
-        values = pairs[column].to_numpy(dtype=np.float64)
-        observed = rows[0][column] - rows[1][column]
-        difference[column] = observed
-        if column == "pearson_column_centred" and shuffled is not None and same.any() and (~same).any():
-            finite = np.isfinite(values)  # a constant row correlates with nothing (NaN), as in the means
-            within = (shuffled[:, a] == shuffled[:, b]) & finite
-            across = ~(shuffled[:, a] == shuffled[:, b]) & finite
-            values = np.where(finite, values, 0.0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                null = (within @ values) / within.sum(1) - (across @ values) / across.sum(1)
-            difference["p_value"] = (1 + np.sum(null >= observed - 1e-12)) / (1 + permutations)
-    return pd.DataFrame([*rows, difference])
+    labelings = np.stack([categories, *(rng.permutation(categories) for _ in range(permutations))])
+    values = pairs[column].to_numpy(dtype=np.float64)
+    finite = np.isfinite(values)  # a constant row correlates with nothing (NaN), as in the means
+    same = labelings[:, a] == labelings[:, b]
+    within, across = same & finite, ~same & finite
+    values = np.where(finite, values, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = (within @ values) / within.sum(1) - (across @ values) / across.sum(1)
+    return float(np.sum(gap[1:] >= gap[0] - 1e-12) + 1) / (1 + permutations)
 
 
 def cosine_similarity(tasks: np.ndarray, examples: np.ndarray) -> np.ndarray:

@@ -25,15 +25,18 @@ import selectors
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
-import time
 import traceback
 
 ADDRESS = "FORGETMAP_FORKSERVER"  # the environment variable that names the server's socket
 # what a process fixes when it starts, so a child of the server must have been started with the same
 PROCESS_START = ("PYTHONHASHSEED", "PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# a fresh job's process start for a rule with one thread: the Snakefile's shell prefix and what
+# Snakemake's shell exports for `threads: 1`; the server starts with it
+ONE_THREAD_JOB = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PRELOAD = ("torch", "numpy", "pandas", "pyarrow.parquet", "scipy.stats", "transformers",
            "transformers.models.llama.modeling_llama", "forgetmap.models", "forgetmap.train", "forgetmap.score",
            "forgetmap.correctness", "forgetmap.matrix", "forgetmap.lowrank", "forgetmap.plots",
@@ -186,29 +189,30 @@ def _start(conn: socket.socket, identity: dict, run, closing) -> int | None:
         log.info("a request could not be read: %s", exc)
         return None
     conn.settimeout(None)
-    if message is None or len(fds) != 3:
+    try:  # the client's descriptors are the child's alone: the server closes its copies whatever happens
+        if message is None or len(fds) != 3:
+            return None
+        differs = sorted(k for k, v in identity.items() if message["identity"].get(k) != v)
+        if differs:
+            log.info("declined %s: %s differ", message["argv"][:1], ", ".join(differs))
+            try:
+                _send(conn, {"declined": differs})
+            except OSError:  # the client is gone: nothing to tell it
+                pass
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for item in closing:
+                    item.close() if hasattr(item, "close") else os.close(item)
+                _child(conn, fds, message, run)
+            finally:
+                os._exit(70)  # _child exits itself; reaching here means it could not start
+    finally:
         for fd in fds:
             os.close(fd)
-        return None
-    differs = sorted(k for k, v in identity.items() if message["identity"].get(k) != v)
-    if differs:
-        log.info("declined %s: %s differ", message["argv"][:1], ", ".join(differs))
-        _send(conn, {"declined": differs})
-        for fd in fds:
-            os.close(fd)
-        return None
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for item in closing:
-                item.close() if hasattr(item, "close") else os.close(item)
-            _child(conn, fds, message, run)
-        finally:
-            os._exit(70)  # _child exits itself; reaching here means it could not start
-    for fd in fds:
-        os.close(fd)
     log.info("pid %d: forgetmap %s", pid, " ".join(message["argv"][:1]))
     try:
         _send(conn, {"started": pid})
@@ -286,20 +290,17 @@ def gpu_present() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/kfd"))
 
 
-def start(log_path: str) -> tuple[object, str] | None:
+def start(log_path: str) -> tuple[subprocess.Popen, str] | None:
     """Start a server for this process (the Snakemake run) and point its jobs at it via the environment:
     the server's process handle and its socket; None when `forgetmap` cannot be found."""
     import shutil
-    import subprocess
 
     command = shutil.which("forgetmap")
     if command is None:
         return None
     directory = tempfile.mkdtemp(prefix="forgetmap-")
     address = os.path.join(directory, "server.sock")
-    # a fresh job's process start settings for a rule with one thread (Snakemake's shell exports these)
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, **ONE_THREAD_JOB, "TOKENIZERS_PARALLELISM": "false"}
     env.pop(ADDRESS, None)
     with open(log_path, "w") as log_file:
         process = subprocess.Popen([command, "serve", "--socket", address, "--parent", str(os.getpid())],
@@ -309,16 +310,15 @@ def start(log_path: str) -> tuple[object, str] | None:
     return process, address
 
 
-def stop(server: tuple[object, str] | None, timeout: float = 10.0) -> None:
+def stop(server: tuple[subprocess.Popen, str] | None, timeout: float = 10.0) -> None:
     if server is None:
         return
     process, address = server
     os.environ.pop(ADDRESS, None)
     process.terminate()
-    deadline = time.monotonic() + timeout
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if process.poll() is None:
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
     for path in (address, address + ".part"):
