@@ -38,6 +38,12 @@ WARM_START = {}
 
 
 onstart:
+    # known only now that the run is starting (not a dry run): is it local, and are the GPUs there?
+    if workflow.local_exec:
+        try:
+            fm_preflight.check_gpus(PLAN)
+        except ForgetmapError as exc:
+            raise WorkflowError(f"forgetmap: {exc}") from None
     if CFG["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method \
             and not fm_forkserver.gpu_present():
         WARM_START["server"] = fm_forkserver.start(".snakemake/forgetmap-server.log")

@@ -9,10 +9,13 @@ from snakemake.exceptions import WorkflowError
 
 from forgetmap import forkserver as fm_forkserver
 from forgetmap import plan as fm_plan
+from forgetmap import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError
 
 try:
     PLAN = fm_plan.Plan(config)
+    if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
+        fm_preflight.check(PLAN)
 except ForgetmapError as exc:
     raise WorkflowError(f"forgetmap: {exc}") from None
 CFG = PLAN.cfg

@@ -61,10 +61,11 @@ def clone_workdir(src: Path, dst: Path) -> Path:
     return dst
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
+              env: dict | None = None) -> subprocess.CompletedProcess:
     # rules call `forgetmap`: take it from the environment running the tests
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "PATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", **(env or {})}
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -73,9 +74,9 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
     return proc
 
 
-def planned_jobs(workdir: Path, *args: str) -> list[tuple[str, dict]]:
+def planned_jobs(workdir: Path, *args: str, env: dict | None = None) -> list[tuple[str, dict]]:
     """(rule, wildcards) of every job a dry run would run."""
-    proc = snakemake(workdir, "--dry-run", *args)
+    proc = snakemake(workdir, "--dry-run", *args, env=env)
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
         head = re.match(r"(?:local)?rule (\w+):", block)
@@ -101,8 +102,16 @@ def edited(config: dict, fn) -> dict:
 
 
 def fake_resources(workdir, config_path, n_upstream):
-    """Empty-but-valid stand-ins for the data a paper-scale config reads (dry runs read ids only)."""
+    """Empty-but-valid stand-ins for the data a paper-scale config reads (dry runs read ids only), and tiny
+    stand-ins of its base models in a Hugging Face cache under the workdir (HF_HUB_CACHE=workdir/hub)."""
+    from standins import cache_standin
+
     cfg = yaml.safe_load(config_path.read_text())
+    for model in cfg["models"].values():
+        path = model["base"]["path"]
+        architecture = "gpt_neox" if "pythia" in path.lower() else "olmo"
+        if not (workdir / "hub" / f"models--{path.replace('/', '--')}").exists():
+            cache_standin(workdir / "hub", path, architecture)
     for corpus in cfg["upstream"].values():
         path = workdir / corpus["path"]
         path.parent.mkdir(parents=True, exist_ok=True)

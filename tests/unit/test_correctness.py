@@ -212,7 +212,7 @@ def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(
     wrong[len(contexts[1]) + 1] = (wrong[len(contexts[1]) + 1] + 1) % 250  # a span token that is not the argmax
     examples[1] = Encoded(wrong, len(contexts[1]), len(contexts[1]) + 3)
     scorer = TorchScorer(model, tokenizer.pad_token_id, 4096)
-    nll, n_tokens, is_greedy = scorer.score(examples, greedy=True)
+    nll, n_tokens, is_greedy = scorer.score_greedy(examples)
     assert is_greedy.tolist() == [True, False, True, True]
     np.testing.assert_array_equal(nll, scorer.score(examples)[0])  # the flag changes no NLL, bit for bit
     # the token after the span must be EOS for greedy decoding to stop there: here it is g[3]

@@ -82,7 +82,7 @@ def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_pat
     config_path = REPO / "config/examples" / f"{name}.yaml"
     cfg = fake_resources(workdir, config_path, n_upstream)
     shards = -(-n_upstream // cfg["shard_size"])
-    jobs = planned_jobs(workdir, *profile, "--configfile", str(config_path))
+    jobs = planned_jobs(workdir, *profile, "--configfile", str(config_path), env={"HF_HUB_CACHE": str(workdir / "hub")})
     counts = by_rule(jobs)
     assert counts["finetune"] == n_tasks and counts["score"] == (n_tasks + 1) * shards
     assert counts["shard_upstream"] == shards and counts["forgetting_matrix"] == 1

@@ -76,13 +76,22 @@ def base_command(settings: dict, threads: int, out: str) -> dict:
     """`forgetmap base-model`: pretrain the demo base, or point to real weights."""
     if settings["kind"] == "demo":
         return pretrain_demo(settings, out, threads)
-    return link_pretrained(settings["path"], out, settings.get("revision"))
+    return link_pretrained(settings["path"], out, settings.get("revision"), settings.get("local"),
+                           settings.get("identity"))
 
 
-def link_pretrained(source: str, out: str, revision: str | None = None) -> dict:
-    """A base pointer to weights the user's environment provides (local directory or HF id)."""
-    if (source.startswith(("/", ".")) or Path(source).exists()) and not (Path(source) / "config.json").exists():
-        raise FileNotFoundError(f"base model directory {source!r} has no config.json")
+def link_pretrained(source: str, out: str, revision: str | None = None, local: str | None = None,
+                    identity: str | None = None) -> dict:
+    """A base pointer to weights the user's environment provides: the local directory or cached HF id that
+    planning found (`local`) and its identity, checked again here (the files may have changed since)."""
+    from .errors import ForgetmapError
+    from .pretrained import identity as identity_of
+    from .pretrained import locate
+
+    if local is None:
+        local = str(locate(source, revision, "base.path"))
+    if identity is not None and identity_of(Path(local)) != identity:
+        raise ForgetmapError(f"{local}: the base model's files changed since the workflow was planned; rerun it")
     with atomic_path(out, directory=True) as tmp:
-        write_pointer(tmp, source, revision)
-    return {"path": source, "revision": revision}
+        write_pointer(tmp, source, revision, local=local, identity=identity or identity_of(Path(local)))
+    return {"path": source, "revision": revision, "local": local}

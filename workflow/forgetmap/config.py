@@ -168,8 +168,10 @@ MODEL = _obj({
                  "description": "import the authors' released statistics instead of running the pipeline"},
     "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
               "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names"},
-    "chat_template": _enum("olmo", ("olmo", "tokenizer"),
-                           "olmo: the OLMo-Instruct format the paper uses; tokenizer: the tokenizer's own"),
+    "chat_template": _enum("auto", ("auto", "olmo", "tokenizer"),
+                           "how prompt/response pairs are rendered: auto: the tokenizer's own chat template where it "
+                           "has one, else olmo; olmo: the OLMo-Instruct format the paper applies to every model; "
+                           "tokenizer: the tokenizer's own (an error where it has none)"),
     "base": BASE,
     "finetune": FINETUNE,
     "correlations": CORRELATIONS,
@@ -452,6 +454,13 @@ def _check_references(cfg: dict) -> None:
                                   f"allowed: {', '.join(cfg['tasks'])}")
         if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
             raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
+        if model["score"]["backend"] == "vllm" and model["finetune"]["method"] == "lora":
+            raise ConfigError(f"config key models.{name}.score.backend: vllm scores full checkpoints, and "
+                              f"models.{name}.finetune.method is lora; use backend torch (it merges the adapter)")
+        lora_tasks = [t for t in model_tasks(cfg, name) if (cfg["tasks"][t]["finetune"] or {}).get("method") == "lora"]
+        if model["score"]["backend"] == "vllm" and lora_tasks:
+            raise ConfigError(f"config key tasks.{lora_tasks[0]}.finetune.method: lora, and models.{name}.score.backend "
+                              f"is vllm, which scores full checkpoints only; use backend torch")
         if model["tasks"] == "all" and not cfg["tasks"]:
             raise ConfigError(f"config key tasks: model {name!r} is fine-tuned on every task, and none is configured")
     _check_methods(cfg["prediction"])

@@ -56,16 +56,20 @@ def read_pointer(model_dir: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def write_pointer(model_dir: str | Path, source: str, revision: str | None = None) -> None:
+def write_pointer(model_dir: str | Path, source: str, revision: str | None = None, **facts) -> None:
+    """`base.json`: the model `source` names (with `local`, its directory, and `identity`, for a base)."""
     Path(model_dir).mkdir(parents=True, exist_ok=True)
-    (Path(model_dir) / POINTER).write_text(json.dumps({"path": source, "revision": revision}, indent=1))
+    (Path(model_dir) / POINTER).write_text(json.dumps({"path": source, "revision": revision, **facts}, indent=1))
 
 
 def _source(model_dir: str | Path) -> tuple[str, dict]:
-    """Where weights and tokenizer live: the directory itself, or the model its pointer names."""
+    """Where weights and tokenizer live: the directory itself, or the local files its pointer names (the
+    directory planning found for a local path or a cached Hugging Face id: no hub lookups in jobs)."""
     pointer = read_pointer(model_dir)
     if pointer is not None and not (Path(model_dir) / "config.json").exists() \
             and not (Path(model_dir) / "adapter_config.json").exists():
+        if pointer.get("local") and Path(pointer["local"]).is_dir():
+            return pointer["local"], {"local_files_only": True}
         kwargs = {"revision": pointer["revision"]} if pointer.get("revision") else {}
         if Path(pointer["path"]).is_dir():
             kwargs["local_files_only"] = True
@@ -74,14 +78,47 @@ def _source(model_dir: str | Path) -> tuple[str, dict]:
 
 
 def load_tokenizer(model_dir: str | Path):
+    """The model's tokenizer, checked usable; a pad token chosen where it has none (a padding token of
+    its vocabulary, else EOS: padded positions are masked, so the choice never changes a number)."""
     from transformers import AutoTokenizer
 
     source, kwargs = _source(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    check_tokenizer(tokenizer, source)
+    pad_source = "tokenizer"
     if tokenizer.pad_token is None:
         vocab = tokenizer.get_vocab()
-        tokenizer.pad_token = next((t for t in PAD_CANDIDATES if t in vocab), tokenizer.eos_token)
+        candidate = next((t for t in PAD_CANDIDATES if t in vocab), None)
+        tokenizer.pad_token = candidate or tokenizer.eos_token
+        pad_source = "vocabulary" if candidate else "eos"
+    tokenizer.forgetmap_pad_from = pad_source  # reported by tokenizer_choices; never saved with it
     return tokenizer
+
+
+SAMPLE = "The quick brown fox jumps over the lazy dog, 42 times."
+
+
+def check_tokenizer(tokenizer, source) -> None:
+    """A usable tokenizer has an EOS and a real vocabulary. transformers silently builds a tokenizer of
+    its special tokens alone for a directory without tokenizer files; that one encodes text to nothing."""
+    from .errors import ForgetmapError
+
+    if tokenizer.eos_token is None:
+        raise ForgetmapError(f"{source}: the tokenizer has no EOS token; fine-tuning targets and scored spans "
+                             f"end with it (set eos_token in its tokenizer_config.json)")
+    ids = tokenizer(SAMPLE, add_special_tokens=False)["input_ids"]
+    if len(tokenizer) <= len(set(tokenizer.all_special_tokens)) + 1 or not ids:
+        raise ForgetmapError(f"{source}: no usable tokenizer ({len(tokenizer)} tokens, sample text encodes to "
+                             f"{len(ids)}): the directory lacks tokenizer files (tokenizer.json, tokenizer.model "
+                             f"or vocab.json); save them there with tokenizer.save_pretrained")
+
+
+def tokenizer_choices(tokenizer, chat_template: str) -> dict:
+    """What a job chose for the user: the pad token (and where it came from) and the chat template used."""
+    from .data.chat import template_in_use
+
+    return {"pad_token": tokenizer.pad_token, "pad_token_from": getattr(tokenizer, "forgetmap_pad_from", "tokenizer"),
+            "chat_template": template_in_use(tokenizer, chat_template)}
 
 
 def load_model(model_dir: str | Path, device: torch.device, dtype: torch.dtype, attention: str = "auto"):

@@ -16,6 +16,7 @@ import copy
 import re
 
 from . import config as fm_config
+from . import pretrained
 from .errors import ConfigError
 
 SHARD = "results/data/upstream/{corpus}/shard-{shard}.parquet"
@@ -91,6 +92,14 @@ class Plan:
                                      else fm_config.model_tasks(cfg, model))
             except (OSError, ValueError) as exc:
                 raise ConfigError(f"config key models.{model}.imported.matrix: {exc}") from None
+        # pretrained bases: their local files (a directory, or a cached HF id) and identity, found now so a
+        # model that is not there fails before any job, and a changed one reruns what depends on it
+        self.base_files = {}
+        for model in self.computed:
+            base = cfg["models"][model]["base"]
+            if base["kind"] == "pretrained":
+                local = pretrained.locate(base["path"], base["revision"], f"models.{model}.base.path")
+                self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
         self._splits = {model: self._model_splits(model) for model in self.models}
         self._mitigation = {model: self._mitigation_tasks(model) for model in self.computed}
         for model in self.computed:
@@ -150,7 +159,9 @@ class Plan:
         return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
 
     def base_settings(self, model: str) -> dict:
-        return {**copy.deepcopy(self.cfg["models"][model]["base"]), "corpus_seed": self.cfg["demo_seed"]}
+        """The base's settings; a pretrained base's local files and identity (a change reruns its pointer)."""
+        return {**copy.deepcopy(self.cfg["models"][model]["base"]), "corpus_seed": self.cfg["demo_seed"],
+                **self.base_files.get(model, {})}
 
     def finetune_settings(self, model: str, task: str) -> dict:
         """The model's fine-tuning settings with the task's overrides, plus what training needs to know."""

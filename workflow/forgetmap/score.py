@@ -74,6 +74,13 @@ def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor,
     return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
 
 
+def transformer_body(model):
+    """The transformer without its output head. A peft model's `base_model` is the LoRA wrapper, not the
+    body: the body is that of the model it wraps, whose layers carry the adapters in place."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.base_model
+
+
 class TorchScorer:
     """Scores encoded examples with a causal LM already on its device."""
 
@@ -87,7 +94,7 @@ class TorchScorer:
         # GPU: fuller batches matter more than a little padding
         self.max_padding = (0.0 if self.device.type == "cpu" else 0.1) if max_padding is None else max_padding
         self.head = model.get_output_embeddings()
-        self.body = model.base_model
+        self.body = transformer_body(model)
         self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
 
     def _hidden_path_is_exact(self, ids) -> bool:
@@ -179,14 +186,22 @@ class TorchScorer:
         return self._sums(encoded, False)[0]
 
     @torch.inference_mode()
-    def score(self, encoded: list[Encoded], greedy: bool = False):
-        """Mean NLL over each example's scored span (NaN where empty), and the span lengths; with
-        `greedy`, also whether each span and the token after it are the greedy continuation (see _sums)."""
+    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
+        nll, n_tokens, _ = self._score(encoded, greedy=False)
+        return nll, n_tokens
+
+    @torch.inference_mode()
+    def score_greedy(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As `score`, and whether each span and the token after it are the greedy continuation (_sums)."""
+        return self._score(encoded, greedy=True)
+
+    def _score(self, encoded: list[Encoded], greedy: bool):
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
         sums, is_greedy = self._sums(encoded, greedy)
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
-        return (nll, n_tokens, is_greedy) if greedy else (nll, n_tokens)
+        return nll, n_tokens, is_greedy
 
     @torch.inference_mode()
     def score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
@@ -265,9 +280,9 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     import pyarrow as pa
 
     from . import correctness
-    from .data.chat import encode_examples
+    from .data.chat import encode_examples, truncation
     from .io import write_table
-    from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads
+    from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
 
     set_threads(threads)
     frame = pd.read_parquet(shard)
@@ -288,10 +303,14 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
         scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"])
-        nll, n_tokens, is_greedy = scorer.score(encoded, greedy=bool(items))
-        scored = time.perf_counter()
         record = None
-        if items:  # a free-form item whose scored answer is already the greedy continuation is not decoded
+        if not items:
+            nll, n_tokens = scorer.score(encoded)
+            scored = time.perf_counter()
+        else:
+            nll, n_tokens, is_greedy = scorer.score_greedy(encoded)
+            scored = time.perf_counter()
+            # a free-form item whose scored answer is already the greedy continuation is not decoded
             known = correctness.greedy_from_scores(items, [encoded[r] for r in rows], is_greedy[rows],
                                                    tokenizer.eos_token_id, item_settings["max_new_tokens"])
             record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer, known)
@@ -307,6 +326,11 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     if items:
         summary.update(items=len(items), items_correct=int(record["correct"].sum()),
                        correctness_seconds=round(finished - scored, 3))
+    summary.update(**truncation(encoded, settings["max_length"]), **tokenizer_choices(tokenizer, settings["chat_template"]))
+    if summary["truncated"]:
+        log.warning("%d of %d examples were longer than max_length %d and lost %d tokens (at most %d in one)",
+                    summary["truncated"], len(frame), settings["max_length"], summary["truncated_tokens"],
+                    summary["truncated_tokens_max"])
     if summary["nan"]:
         log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))
     return summary

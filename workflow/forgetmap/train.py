@@ -181,8 +181,9 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
     from .mitigation.tokens import training_examples
+    from .data.chat import truncation
     from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
-                         write_pointer)
+                         tokenizer_choices, write_pointer)
 
     into = Path(into)
     set_threads(threads)
@@ -222,7 +223,13 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
         if settings["method"] == "lora":
             write_pointer(into, str(base_dir))
         tokenizer.save_pretrained(into)
-        summary.update(examples=len(examples), parameters=parameters, device=str(device), processes=world)
+        summary.update(examples=len(examples), parameters=parameters, device=str(device), processes=world,
+                       **truncation(examples, settings["max_length"]),
+                       **tokenizer_choices(tokenizer, settings["chat_template"]))
+        if summary["truncated"]:
+            log.warning("%d of %d training examples were longer than max_length %d and lost %d tokens from their "
+                        "start (at most %d in one)", summary["truncated"], len(examples), settings["max_length"],
+                        summary["truncated_tokens"], summary["truncated_tokens_max"])
         (into / "train_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

@@ -11,7 +11,8 @@
 
 Templates: `olmo` is the OLMo-Instruct format the paper applies to every base model
 (`<eos><|user|>\\n{prompt}\\n<|assistant|>\\n{response}<eos>`); `tokenizer` uses the tokenizer's own
-chat template (instruct models).
+chat template (instruct models); `auto` (the default) is the tokenizer's own where it has one, else
+`olmo`. Every encoded example records how many tokens truncation cut (`cut`), so jobs can say it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TEMPLATES = ("olmo", "tokenizer")
+TEMPLATES = ("auto", "olmo", "tokenizer")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Encoded:
     score_end: int
     loss_mask: np.ndarray | None = None
     weight: float = 1.0
+    cut: int = 0  # tokens truncation removed (max_length)
 
     @property
     def n_scored(self) -> int:
@@ -53,8 +55,16 @@ class Encoded:
         return int(np.count_nonzero(self.loss_mask[self.target_start:]))
 
 
+def template_in_use(tokenizer, template: str) -> str:
+    """The template `auto` stands for with this tokenizer: its own chat template if it has one, else olmo."""
+    if template == "auto":
+        return "tokenizer" if getattr(tokenizer, "chat_template", None) else "olmo"
+    return template
+
+
 def chat_pieces(tokenizer, prompt: str, response: str, template: str) -> tuple[str, str, str]:
     """(prefix, response, suffix) texts of a chat example under `template`."""
+    template = template_in_use(tokenizer, template)
     eos = tokenizer.eos_token or ""
     if template == "olmo":
         return f"{eos}<|user|>\n{prompt}\n<|assistant|>\n", response, eos
@@ -78,8 +88,9 @@ def _tokenize(tokenizer, texts: list[str], special: bool) -> list[list[int]]:
 def encode_lm(tokenizer, texts: list[str], max_length: int) -> list[Encoded]:
     out = []
     for ids in _tokenize(tokenizer, texts, special=True):
+        cut = max(0, len(ids) - max_length)
         ids = np.asarray(ids[:max_length], dtype=np.int64)
-        out.append(Encoded(ids, 1, len(ids)))
+        out.append(Encoded(ids, 1, len(ids), cut=cut))
     return out
 
 
@@ -95,8 +106,15 @@ def encode_chat(tokenizer, prompts: list[str], responses: list[str], template: s
         start, end = len(prefix), len(prefix) + len(body)
         cut = max(0, len(ids) - max_length)
         ids = ids[cut:]
-        out.append(Encoded(ids, max(1, start - cut), max(0, end - cut)))
+        out.append(Encoded(ids, max(1, start - cut), max(0, end - cut), cut=cut))
     return out
+
+
+def truncation(encoded: list[Encoded], max_length: int) -> dict:
+    """How much truncation at `max_length` cut: examples cut, their tokens removed (total and largest)."""
+    cuts = np.array([e.cut for e in encoded], dtype=np.int64)
+    return {"max_length": max_length, "truncated": int(np.count_nonzero(cuts)),
+            "truncated_tokens": int(cuts.sum()), "truncated_tokens_max": int(cuts.max(initial=0))}
 
 
 def encode_examples(tokenizer, frame, template: str, max_length: int) -> list[Encoded]:

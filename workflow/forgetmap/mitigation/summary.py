@@ -1,7 +1,8 @@
 """Which arm forgets least, by how much, and whether that is significant (one table, tests, figures).
 
 Per (arm, task, seed): `heldout_forgetting` = mean ΔNLL over the held-out examples (arm NLL minus the
-matrix's base NLL); `reduction` = 1 - F_arm / F_none at the same task and seed; `forgetting_on_forgotten`
+matrix's base NLL); `reduction` = 1 - F_arm / F_none at the same task and seed (NaN where F_none <= 0: plain fine-tuning
+forgot nothing to reduce); `forgetting_on_forgotten`
 = mean ΔNLL over the held-out examples that plain fine-tuning forgot (forgetmap.matrix.forgotten);
 `target_nll` = the task's validation NLL; `tokens`, `seconds` of training; `replayed`, `masked_share`;
 `reduction_per_extra_ktoken` = (F_none - F_arm) per 1,000 tokens trained beyond plain fine-tuning.
@@ -71,7 +72,9 @@ def per_run(matrix: ForgettingMatrix, runs: list[dict], threshold: float = 0.0,
     none = frame[frame["arm"] == NO_ARM].set_index(["task", "seed"])
     f_none = none["heldout_forgetting"].reindex(pd.MultiIndex.from_frame(frame[["task", "seed"]])).to_numpy()
     tokens_none = none["tokens"].reindex(pd.MultiIndex.from_frame(frame[["task", "seed"]])).to_numpy()
-    frame["reduction"] = 1 - frame["heldout_forgetting"] / f_none
+    # a share of plain fine-tuning's forgetting: meaningless where that forgot nothing (F_none <= 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame["reduction"] = np.where(f_none > 0, 1 - frame["heldout_forgetting"] / f_none, np.nan)
     extra = (frame["tokens"] - tokens_none).to_numpy(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame["reduction_per_extra_ktoken"] = np.where(extra > 0, (f_none - frame["heldout_forgetting"]) / extra * 1e3,

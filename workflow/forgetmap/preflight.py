@@ -1,0 +1,100 @@
+"""Before any job runs: can what the config points at serve the run? Each failure names the config key.
+
+`forgetmap.config` checks the config itself and `forgetmap.plan` finds the base model's files; this
+checks what only loading them shows, once, in the Snakemake process that plans the run:
+- a pretrained base's tokenizer is usable (a real vocabulary and an EOS; transformers builds a
+  two-token tokenizer for a directory without tokenizer files, and fine-tunes on it learn only EOS);
+- the chat template exists where the config asks for the tokenizer's own, and renders a response
+  verbatim (the scored span is found in the rendered text);
+- LoRA `target_modules` name modules the architecture has (read from its config, no weights loaded);
+- on a local run, no rule asks for more GPUs than the machine has (a job would wait on a lock or fail).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ConfigError, ForgetmapError
+
+GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
+
+
+def check(plan) -> None:
+    """The base models' checks (the Snakefile runs `check_gpus` when a local run starts: a dry run or a
+    cluster run needs no GPU here)."""
+    for model, files in plan.base_files.items():
+        check_base(plan, model, Path(files["local"]))
+
+
+def check_base(plan, model: str, directory: Path) -> None:
+    from .data.chat import chat_pieces, template_in_use
+    from .models import check_tokenizer
+    from .pretrained import has_tokenizer_files, target_modules_missing
+
+    spec = plan.cfg["models"][model]
+    key = f"models.{model}.base.path"
+    if not has_tokenizer_files(directory):
+        raise ConfigError(f"config key {key}: {directory} has no tokenizer files (tokenizer.json, tokenizer.model or "
+                          f"vocab.json); save the model's tokenizer there with tokenizer.save_pretrained")
+    tokenizer = _tokenizer(directory, key)
+    try:
+        check_tokenizer(tokenizer, directory)
+    except ForgetmapError as exc:
+        raise ConfigError(f"config key {key}: {exc}") from None
+    template = spec["chat_template"]
+    if template == "tokenizer" and not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"config key models.{model}.chat_template: 'tokenizer', but the tokenizer of {directory} has "
+                          f"no chat template; use 'olmo' (the paper's format) or 'auto' (the tokenizer's own where it "
+                          f"has one)")
+    try:
+        chat_pieces(tokenizer, "Is this a prompt?", "It is the response.", template)
+    except Exception as exc:  # a template that fails to render or hides the response: the job would fail alike
+        raise ConfigError(f"config key models.{model}.chat_template: the tokenizer's chat template "
+                          f"({template_in_use(tokenizer, template)}) cannot render a prompt and response: {exc}") from None
+    for task in plan.tasks[model]:
+        settings = plan.finetune_settings(model, task)
+        if settings["method"] != "lora":
+            continue
+        targets = settings["lora"]["target_modules"]
+        missing, linear = target_modules_missing(directory, targets)
+        if missing:
+            overridden = "lora" in (plan.cfg["tasks"][task]["finetune"] or {})
+            where = f"tasks.{task}.finetune" if overridden else f"models.{model}.finetune"
+            raise ConfigError(f"config key {where}.lora.target_modules: {', '.join(missing)} not in the architecture "
+                              f"of {directory} ({type_name(directory)}); its linear layers: {', '.join(linear)}")
+
+
+def _tokenizer(directory: Path, key: str):
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds for a broken tokenizer
+        raise ConfigError(f"config key {key}: the tokenizer of {directory} cannot be loaded: {exc}") from None
+
+
+def type_name(directory: Path) -> str:
+    import json
+
+    config = json.loads((Path(directory) / "config.json").read_text())
+    return ", ".join(config.get("architectures") or [config.get("model_type", "unknown")])
+
+
+def check_gpus(plan) -> None:
+    """No rule of a local run asks for more GPUs than the machine has (forgetmap.devices counts them)."""
+    from .devices import device_count
+
+    available = device_count()
+    for model in plan.computed:
+        spec = plan.cfg["models"][model]
+        used = [s for s in GPU_STAGES if s not in ("semantic", "gradient") or spec["correlations"][s]]
+        for stage in used:
+            gpus = spec["resources"][stage]["gpu"]
+            if stage == "base" and spec["base"]["kind"] == "pretrained":
+                continue  # a pointer to the weights: its job never touches a GPU
+            if gpus > available:
+                raise ConfigError(f"config key models.{model}.resources.{stage}.gpu: value {gpus}, but this machine has "
+                                  f"{available} GPU(s) and the run is local; set it to 0 to run on the CPU, or submit "
+                                  f"to a cluster (--profile profiles/slurm)")

@@ -1,0 +1,94 @@
+"""A pretrained base model as the config names it: where its files are, what identifies them, and
+whether its tokenizer and architecture can serve the run.
+
+`base.path` is a local `save_pretrained` directory or a Hugging Face id. An id is looked up in the
+local Hugging Face cache only (never the network): `hf download ID` (or any earlier
+`from_pretrained`) puts it there. A model that cannot be found fails at planning, naming the key,
+instead of every job spending its hub retries.
+
+The model's *identity* is a digest of its config, tokenizer and other small files and of the names
+and sizes of its weight files (read without loading them). It is part of the base job's settings,
+so replacing the weights or the tokenizer under the same path reruns the base pointer and, after it,
+every fine-tune and score that depends on it.
+
+Importing this module is cheap (no torch): the Snakefile's planning uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .errors import ConfigError
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx")
+LARGE = 64 * 2**20  # other files above this size count by name and size too
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json", "spiece.model")
+
+
+def looks_local(path: str) -> bool:
+    """A path rather than a hub id: it exists, or is written as a path (absolute, ./, ../, ~)."""
+    return Path(path).expanduser().exists() or path.startswith(("/", ".", "~"))
+
+
+def locate(path: str, revision: str | None, key: str) -> Path:
+    """The local directory holding the model `path` names (a directory, or an id in the HF cache)."""
+    if looks_local(path):
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ConfigError(f"config key {key}: {path!r} is not a directory")
+        if not (directory / "config.json").exists():
+            raise ConfigError(f"config key {key}: {path!r} has no config.json (a `save_pretrained` model "
+                              f"directory is expected)")
+        return directory.resolve()
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        directory = Path(snapshot_download(path, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError) as exc:
+        at = f" at revision {revision!r}" if revision else ""
+        raise ConfigError(
+            f"config key {key}: the Hugging Face model {path!r}{at} is not in the local cache, and forgetmap never "
+            f"downloads (each job would otherwise spend its hub retries, then fail). Make it available with "
+            f"`hf download {path}{' --revision ' + revision if revision else ''}` on a machine that has network access "
+            f"(HF_HOME / HF_HUB_CACHE shared with the jobs), or set {key} to a local model directory "
+            f"({type(exc).__name__})") from None
+    if not (directory / "config.json").exists():
+        raise ConfigError(f"config key {key}: the cached {path!r} ({directory}) has no config.json")
+    return directory
+
+
+def identity(directory: Path) -> str:
+    """A digest of a model directory: small files by content, weights (and large files) by name and size."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith(".")):
+        size = file.stat().st_size
+        digest.update(file.name.encode() + b"\0")
+        if file.suffix in WEIGHT_SUFFIXES or size > LARGE:
+            digest.update(f"size={size}".encode())
+        else:
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def has_tokenizer_files(directory: Path) -> bool:
+    return any((Path(directory) / name).exists() for name in TOKENIZER_FILES)
+
+
+def target_modules_missing(directory: Path, targets: list[str]) -> tuple[list[str], list[str]]:
+    """LoRA `target_modules` that match no module of the architecture (built on the meta device from its
+    config: no weights are read), and the linear layers' names that would match, for the message."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    names = [name for name, _ in model.named_modules() if name]
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                     if isinstance(module, torch.nn.Linear) and name})
+    if targets in ("all-linear", ["all-linear"]):
+        return [], linear
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    return missing, linear
