@@ -93,13 +93,14 @@ def checkpoint_output(path):
 
 
 def get_corpus_file(wc):
+    """A corpus file (a dataset's changes show in the shard digests the settings carry)."""
     spec = CFG["upstream"][wc.corpus]
-    return [] if spec["format"] == "demo" else [ancient(spec["path"])]
+    return [ancient(spec["path"])] if spec["format"] in ("parquet", "jsonl") else []
 
 
 def get_task_inputs(wc):
     spec = CFG["tasks"][wc.task]
-    return [p for p in (spec["path"], spec["validation_path"]) if p]
+    return [p for p in (spec["path"], spec["validation_path"]) if p and spec["format"] == "file"]
 
 
 def get_matrix_scores(wc):

@@ -21,14 +21,22 @@ def byo_config() -> dict:
         "upstream": {"web": {"format": "jsonl", "path": "resources/web.jsonl"}},
         "categories": {"flan": {"group": "in_domain"}, "tulu": {"group": "out_of_domain"}},
         "tasks": {
-            "cola": {"category": "flan", "path": "resources/flan/cola_train.json",
-                     "validation_path": "resources/flan/cola_validation.json",
+            # one entry, one task per file: cola, rte, wic
+            "flan": {"category": "flan", "path": "resources/flan/{task}_train.json",
+                     "validation_path": "resources/flan/{task}_validation.json",
                      "columns": {"prompt": "inputs", "response": "targets"}},
             "lima": {"category": "tulu", "path": "resources/tulu/lima.jsonl", "validation_fraction": 0.0},
         },
+        "prediction": {"k": 5, "seeds": 1, "methods": ["mean"], "budget": 3,
+                       "probe_evaluation": {"method": "mean", "ks": [3], "draws": 2, "strategies": ["random"]},
+                       "splits": {"id": {"test": ["rte"]}}},
+        # an online replay arm on a LoRA model: its probes are scored through the adapters mid-training
+        "mitigation": {"tasks": {"split": "id"}, "heldout": 4,
+                       "arms": {"online": {"replay": "online", "method": "mean", "ratio": 0.5, "probes": 3}}},
         "models": {"pythia": {
             "upstream": "web", "base": {"kind": "pretrained", "path": "models/pythia"},
-            "finetune": {"steps": 2, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "max_length": 40, "seed": 0},
+            "finetune": {"method": "lora", "lora": {"r": 4, "target_modules": ["query_key_value"]}, "steps": 2,
+                         "batch_size": 2, "lr": 1e-2, "warmup_steps": 0, "max_length": 40, "seed": 0},
             "score": {"token_budget": 256, "max_length": 40},
             "correlations": {"dim": 16, "max_task_examples": 4, "max_length": 40, "semantic": False},
             "resources": {s: {"gpu": 0, "threads": 1, "mem_mb": 1000, "runtime": 10} for s in STAGES}}},
@@ -46,10 +54,11 @@ def write_user_data(workdir):
     rows += [{"example_id": f"chat-{i}", "source": "tulu", "kind": "chat", "prompt": t, "response": "It does."}
              for i, t in enumerate(texts[17:])]
     (resources / "web.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for split, n in (("train", 6), ("validation", 2)):
-        records = [{"inputs": f"Is this grammatical? {t}", "targets": "yes" if i % 2 else "no"}
-                   for i, t in enumerate(sentences(n, seed=20 + n))]
-        (resources / "flan" / f"cola_{split}.json").write_text(json.dumps(records))
+    for seed, task in enumerate(("cola", "rte", "wic")):
+        for split, n in (("train", 6), ("validation", 2)):
+            records = [{"inputs": f"{task}: {t}", "targets": "yes" if i % 2 else "no"}
+                       for i, t in enumerate(sentences(n, seed=20 + n + 3 * seed))]
+            (resources / "flan" / f"{task}_{split}.json").write_text(json.dumps(records))
     (resources / "tulu" / "lima.jsonl").write_text("".join(
         json.dumps({"prompt": t, "response": "A short answer: " + t.lower()}) + "\n" for t in sentences(6, seed=5)))
     save_standin(workdir / "models/pythia", "gpt_neox")
@@ -66,8 +75,8 @@ def finished(tmp_path_factory):
 
 def test_your_own_model_and_files_give_a_matrix_on_the_first_try(finished):
     matrix = pd.read_parquet(finished / "results/pythia/forgetting.parquet")
-    assert list(matrix.columns[3:]) == ["cola", "lima"] and len(matrix) == 20
-    assert matrix[["cola", "lima"]].notna().all().all()
+    assert list(matrix.columns[3:]) == ["cola", "rte", "wic", "lima"] and len(matrix) == 20
+    assert matrix[["cola", "rte", "wic", "lima"]].notna().all().all()
     assert (finished / "results/pythia/lowrank/r2.tsv").exists()
     assert (finished / "results/pythia/correlations/gradient.tsv").exists()
     assert "Traceback" not in (finished / "run.out").read_text()
@@ -87,6 +96,13 @@ def test_the_base_scores_are_what_plain_transformers_computes(finished):
     assert scores["nll"][3] == pytest.approx(expected, abs=1e-5)
 
 
+def test_the_online_arm_measures_its_probes_through_the_lora_adapters(finished):
+    summary = pd.read_csv(finished / "results/pythia/mitigation/summary.tsv", sep="\t")
+    assert set(summary["arm"]) == {"none", "online"}
+    facts = json.loads((finished / "results/pythia/mitigation/online/seed-0/rte.json").read_text())
+    assert facts["online"]["replayed_online"] >= 1 and len(facts["online"]["probe_ids"]) == 3
+
+
 def test_each_job_says_the_pad_token_and_template_it_chose(finished):
     summary = json.loads((finished / "results/pythia/checkpoints/lima/train_summary.json").read_text())
     assert summary["pad_token"] == "<|padding|>" and summary["pad_token_from"] == "vocabulary"
@@ -100,7 +116,7 @@ def test_replacing_the_base_tokenizer_under_the_same_path_reruns_what_depends_on
     config_file = workdir / "models/pythia/tokenizer_config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": 99}))
     counts = by_rule(planned_jobs(workdir))
-    assert counts["base_model"] == 1 and counts["finetune"] == 2 and counts["score"] == 9  # 3 runs x 3 shards
+    assert counts["base_model"] == 1 and counts["finetune"] == 4 and counts["score"] == 15  # 5 runs x 3 shards
 
 
 def test_a_model_directory_without_a_tokenizer_fails_before_any_job(tmp_path):

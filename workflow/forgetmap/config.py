@@ -186,23 +186,66 @@ MODEL = _obj({
     }, description="per-rule resources", default={}),
 }, description="a model: its base, how it is fine-tuned and scored (or an imported matrix)")
 
+def _hf(what: str, contract: tuple[str, ...]) -> dict:
+    """The keys of `format: hf` (forgetmap.data.hf): a dataset as `datasets.load_dataset` reads it."""
+    text = {"type": ["string", "null"], "default": None}
+    return {
+        "dataset": {**text, "description": f"format hf: a hub id, a local dataset directory, or a builder (json, "
+                                           f"parquet, csv) with data_files: the {what}"},
+        "name": {**text, "description": "format hf: the dataset's configuration name"},
+        "split": {"type": "string", "default": "train", "description": "format hf: the split read"},
+        "revision": {**text, "description": "format hf: a commit, branch or tag of a hub dataset (the rows' "
+                                            "fingerprint is recorded with what is written)"},
+        "data_files": {"type": ["string", "array", "object", "null"], "default": None,
+                       "description": "format hf: the files a builder dataset (json, parquet, csv) reads"},
+        "where": {"type": "object", "default": {},
+                  "additionalProperties": {"type": ["string", "number", "boolean", "array"]},
+                  "description": "format hf: keep rows whose column matches: a value, a list of values, or a glob "
+                                 "pattern (e.g. {dataset: 'science*'} for Tulu's science subsets)"},
+        "messages": {**text, "description": "format hf: a column of chat turns ({role, content}); gives prompt and "
+                                            "response (see `turns`)"},
+        "turns": _enum("first", ("first", "all"), "format hf with messages: first: the first user turn and the "
+                                                  "assistant's reply (the paper's Tulu tasks); all: the last assistant "
+                                                  "turn as the response, every turn before it as the prompt"),
+        "context_template": {"type": "string", "default": "Context: {context}\n\n{prompt}",
+                             "description": "format hf: how a non-empty `context` column is folded into the prompt "
+                                            "(Dolly)"},
+        "columns": _obj({c: {"type": "string"} for c in contract}, default={},
+                        description="contract column -> the file's or dataset's column (format hf: or a template over "
+                                    "its columns, e.g. '{question}\nAnswer:'), where the names differ"),
+    }
+
+
 CORPUS = _obj({
-    "format": _enum("parquet", ("demo", "parquet", "jsonl"), "demo: generated; parquet/jsonl: a file at `path`"),
+    "format": _enum("parquet", ("demo", "parquet", "jsonl", "hf"),
+                    "demo: generated; parquet/jsonl: a file at `path`; hf: a Hugging Face dataset (`dataset`)"),
     "path": {"type": ["string", "null"], "default": None, "description": "the corpus file (upstream contract)"},
     "n_examples": _int(2400, "demo: examples generated", 1),
+    "kind": _enum("lm", ("lm", "chat"), "format hf without a `kind` column: every row's kind (chat: prompt and "
+                                        "response, or messages)"),
+    "source": {"type": ["string", "null"], "default": None,
+               "description": "format hf without a `source` column: every row's source label (default: the dataset)"},
+    **_hf("upstream corpus", ("example_id", "source", "kind", "text", "prompt", "response", "choices", "answer")),
 }, description="an upstream corpus")
 
 TASK = _obj({
     "category": {"type": "string", "description": "a key of `categories`"},
+    "format": _enum("file", ("file", "hf"), "file: `path` (or the demo generator); hf: a Hugging Face dataset"),
     "path": {"type": ["string", "null"], "default": None,
-             "description": "task file (parquet/jsonl/json); null: the demo generator of this name"},
-    "columns": _obj({"prompt": {"type": "string"}, "response": {"type": "string"}},
-                    description="column names in the file, if not prompt/response", default={}),
-    "validation_path": {"type": ["string", "null"], "default": None, "description": "separate validation file"},
+             "description": "task file (parquet/jsonl/json); null: the demo generator of this name. With `{task}` "
+                            "in it, a glob: every matching file is a task named by what `{task}` matched"},
+    "validation_path": {"type": ["string", "null"], "default": None,
+                        "description": "separate validation file (may use `{task}` as `path` does)"},
+    "validation_split": {"type": ["string", "null"], "default": None,
+                         "description": "format hf: the dataset split read as validation"},
     "validation_fraction": _num(0.1, "share held out as validation when the file has no split", minimum=0),
+    "each": {"type": ["string", "null"], "default": None,
+             "description": "format hf: one task per distinct value of this column (named by the value), e.g. "
+                            "Dolly's category"},
     "n_examples": _int(200, "demo: examples generated", 2),
     "finetune": {**copy.deepcopy(FINETUNE), "description": "overrides of the model's fine-tuning settings"},
-}, required=("category",), description="a fine-tuning task")
+    **_hf("task", ("prompt", "response", "context")),
+}, required=("category",), description="a fine-tuning task (or, with `{task}` in `path` or `each`, a family of them)")
 
 for _p in TASK["properties"]["finetune"]["properties"].values():
     _p.pop("default", None)
@@ -420,14 +463,83 @@ def resolve(config: dict) -> dict:
     for model in cfg["models"].values():
         if model["imported"] is not None:
             model["imported"] = _fill_defaults(IMPORTED, model["imported"])
+    cfg["tasks"] = expand_families(cfg["tasks"])
     _check_references(cfg)
     return cfg
+
+
+def expand_families(tasks: dict) -> dict:
+    """Task entries that stand for many tasks, one each: a `path` with `{task}` (every matching file, named
+    by what `{task}` matched: the 66 FLAN tasks) or `each: COLUMN` of a dataset (one per distinct value:
+    Dolly's 8 categories). Other entries stay as they are; names must stay unique."""
+    out: dict = {}
+    for name, spec in tasks.items():
+        members = _file_family(name, spec) if spec["path"] and "{task}" in spec["path"] else (
+            _dataset_family(name, spec) if spec["each"] else [(name, spec)])
+        for member, member_spec in members:
+            if member in out or (member != name and member in tasks):
+                raise ConfigError(f"config key tasks.{name}: task {member!r} is defined twice (another entry or "
+                                  f"family has that name)")
+            out[member] = member_spec
+    return out
+
+
+def _member_name(name: str, value: str, key: str) -> str:
+    import re
+
+    member = re.sub(r"[^A-Za-z0-9_.-]", "_", value)
+    if not re.match(NAME, member):
+        raise ConfigError(f"config key {key}: {value!r} gives no valid task name (names match {NAME})")
+    return member
+
+
+def _file_family(name: str, spec: dict) -> list[tuple[str, dict]]:
+    import glob
+    import re
+
+    pattern = spec["path"]
+    matcher = re.compile(re.escape(pattern).replace(re.escape("{task}"), "(?P<task>[^/]+)") + "$")
+    found = sorted(p for p in glob.glob(pattern.replace("{task}", "*")) if matcher.match(p))
+    if not found:
+        raise ConfigError(f"config key tasks.{name}.path: no file matches {pattern!r}")
+    members = []
+    for path in found:
+        task = matcher.match(path).group("task")
+        member = copy.deepcopy(spec)
+        member.update(path=path, family=name)
+        if spec["validation_path"]:
+            member["validation_path"] = spec["validation_path"].replace("{task}", task)
+        members.append((_member_name(name, task, f"tasks.{name}.path"), member))
+    return members
+
+
+def _dataset_family(name: str, spec: dict) -> list[tuple[str, dict]]:
+    from .data import hf
+    from .errors import DataError
+
+    if spec["format"] != "hf":
+        raise ConfigError(f"config key tasks.{name}.each: needs format hf (a dataset column to split by)")
+    try:
+        values = hf.distinct(spec, spec["each"])
+    except DataError as exc:
+        raise ConfigError(f"config key tasks.{name}.each: {exc}") from None
+    members = []
+    for value in values:
+        literal = "".join(f"[{c}]" if c in "*?[" else c for c in value)  # the value itself, not a pattern
+        member = copy.deepcopy(spec)
+        member.update(each=None, family=name, where={**spec["where"], spec["each"]: literal})
+        members.append((_member_name(name, value, f"tasks.{name}.each"), member))
+    return members
 
 
 def _check_references(cfg: dict) -> None:
     from .data.demo import TASKS as DEMO_TASKS
 
     for name, corpus in cfg["upstream"].items():
+        if corpus["format"] == "hf":
+            if not corpus["dataset"]:
+                raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf'")
+            continue
         if corpus["format"] != "demo" and not corpus["path"]:
             raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")
     for name, task in cfg["tasks"].items():
@@ -436,6 +548,10 @@ def _check_references(cfg: dict) -> None:
         if task["category"] not in cfg["categories"]:
             raise ConfigError(f"config key tasks.{name}.category: value {task['category']!r} is not a category; "
                               f"allowed: {', '.join(cfg['categories'])}")
+        if task["format"] == "hf":
+            if not task["dataset"]:
+                raise ConfigError(f"config key tasks.{name}.dataset: required for format 'hf'")
+            continue
         if task["path"] is None and name not in DEMO_TASKS:
             raise ConfigError(f"config key tasks.{name}.path: no file given and {name!r} is not a demo task; "
                               f"demo tasks: {', '.join(sorted(DEMO_TASKS))}")

@@ -95,6 +95,7 @@ class Plan:
         # pretrained bases: their local files (a directory, or a cached HF id) and identity, found now so a
         # model that is not there fails before any job, and a changed one reruns what depends on it
         self.base_files = {}
+        self._fingerprints: dict[str, str] = {}  # hf tasks' datasets, read once per planning
         for model in self.computed:
             base = cfg["models"][model]["base"]
             if base["kind"] == "pretrained":
@@ -149,13 +150,20 @@ class Plan:
         spec = self.cfg["upstream"][corpus]
         if spec["format"] == "demo":
             return {"format": "demo", "seed": self.cfg["demo_seed"]}
+        if spec["format"] == "hf":  # the shard's digest covers its rows' content: a changed dataset reruns it
+            return {k: v for k, v in spec.items() if k not in ("path", "n_examples")}
         return {"format": spec["format"], "path": spec["path"]}
 
     def shard_settings(self, corpus: str, shard: int) -> dict:
         return {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
 
     def task_settings(self, task: str) -> dict:
+        """What prepare_task reads: the task's source (a dataset's fingerprint too, so a changed one reruns)."""
         spec = {k: v for k, v in self.cfg["tasks"][task].items() if k != "finetune"}
+        if spec["format"] == "hf":
+            from .data import hf
+
+            spec["fingerprint"] = self._fingerprints.setdefault(task, hf.fingerprint(spec))
         return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
 
     def base_settings(self, model: str) -> dict:

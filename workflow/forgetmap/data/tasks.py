@@ -22,11 +22,15 @@ SPLITS = ("train", "validation")
 
 def read_task(name: str, spec: dict, seed: int, demo_seed: int) -> pd.DataFrame:
     """The task in the task contract; `seed` splits user files, `demo_seed` is the demo world."""
-    if spec.get("path") is None:
+    if spec.get("format") == "hf":
+        frame = _read_dataset(spec)
+        validation = _read_dataset(spec, spec["validation_split"]) if spec.get("validation_split") else None
+    elif spec.get("path") is None:
         return demo.task_examples(name, spec["n_examples"], demo_seed, spec["validation_fraction"])
-    frame = _read_user_file(spec["path"], spec)
-    if spec.get("validation_path"):
-        validation = _read_user_file(spec["validation_path"], spec)
+    else:
+        frame = _read_user_file(spec["path"], spec)
+        validation = _read_user_file(spec["validation_path"], spec) if spec.get("validation_path") else None
+    if validation is not None:
         frame = pd.concat([frame.assign(split="train"), validation.assign(split="validation")],
                           ignore_index=True)
     elif "split" not in frame:
@@ -36,6 +40,18 @@ def read_task(name: str, spec: dict, seed: int, demo_seed: int) -> pd.DataFrame:
         split[order[len(frame) - n_validation:]] = "validation"
         frame["split"] = split
     return frame[["prompt", "response", "split"]]
+
+
+def _read_dataset(spec: dict, split: str | None = None) -> pd.DataFrame:
+    """A task from a Hugging Face dataset (forgetmap.data.hf), checked as a file would be."""
+    from . import hf
+
+    frame, _ = hf.frame(spec, ["prompt", "response", "context"], split)
+    where = hf.describe({**spec, "split": split or spec["split"]})
+    require_columns(frame, ["prompt", "response"], where)
+    require_text(frame, "prompt", where)
+    require_text(frame, "response", where)
+    return frame
 
 
 def _read_user_file(path: str, spec: dict) -> pd.DataFrame:
@@ -65,7 +81,11 @@ def write_task(name: str, spec: dict, seed: int, demo_seed: int, out: str) -> di
     frame = read_task(name, spec, seed, demo_seed)
     n_train = int((frame["split"] == "train").sum())
     if n_train == 0:
-        raise DataError(f"task {name!r} ({spec.get('path') or 'demo'}): no training examples")
-    write_table(pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False), out,
-                {"task": name, "category": spec["category"]})
+        raise DataError(f"task {name!r} ({spec.get('path') or spec.get('dataset') or 'demo'}): no training examples")
+    provenance = {"task": name, "category": spec["category"]}
+    if spec.get("format") == "hf":  # what was read: a changed dataset under the same revision shows here
+        from . import hf
+
+        provenance.update(dataset=spec["dataset"], revision=spec.get("revision"), fingerprint=hf.fingerprint(spec))
+    write_table(pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False), out, provenance)
     return {"train": n_train, "validation": len(frame) - n_train}

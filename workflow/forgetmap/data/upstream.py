@@ -30,13 +30,36 @@ KINDS = ("lm", "chat")
 
 
 def describe(spec: dict) -> str:
+    if spec["format"] == "hf":
+        from . import hf
+
+        return hf.describe(spec)
     return spec["path"] if spec["format"] != "demo" else f"demo corpus (seed {spec['seed']})"
 
 
+def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
+    """The corpus's rows as stored: a file, or a Hugging Face dataset mapped to the contract's columns
+    (`kind` and `source` constants where it has no such column; ids by position where it has none)."""
+    if spec["format"] != "hf":
+        return read_table(spec["path"], columns=columns)
+    from . import hf
+
+    frame, _ = hf.frame(spec, [*COLUMNS, "choices", "answer"])
+    if "kind" not in frame:
+        frame["kind"] = spec.get("kind") or "lm"
+    if "source" not in frame:
+        frame["source"] = spec.get("source") or spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+    if "example_id" not in frame:
+        prefix = spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+        frame.insert(0, "example_id", [f"{prefix}-{i}" for i in range(len(frame))])
+    frame["example_id"] = frame["example_id"].astype(str)
+    return frame if columns is None else frame[[c for c in columns if c in frame]]
+
+
 def read_corpus(spec: dict) -> pd.DataFrame:
-    """A user corpus file in the upstream contract, validated."""
-    frame = read_table(spec["path"])
-    validate(frame, spec["path"])
+    """A user corpus (a file, or a Hugging Face dataset) in the upstream contract, validated."""
+    frame = _table(spec)
+    validate(frame, describe(spec))
     for column in COLUMNS:
         if column not in frame:
             frame[column] = None
@@ -124,12 +147,12 @@ def has_items(spec: dict) -> bool:
     if spec["format"] == "demo":  # domains cycle: the first len(DOMAINS) examples show every one there is
         first = range(min(spec["n_examples"], len(demo.DOMAINS)))
         return any(demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in first)
-    if str(spec["path"]).endswith(".parquet"):
+    if spec["format"] != "hf" and str(spec["path"]).endswith(".parquet"):
         import pyarrow.parquet as pq
 
         if "answer" not in pq.read_schema(spec["path"]).names:
             return False
-    frame = read_table(spec["path"], columns=["answer"])
+    frame = _table(spec, columns=["answer"])
     return "answer" in frame and bool(frame["answer"].map(present).any())
 
 
@@ -140,13 +163,13 @@ def example_ids(spec: dict) -> list[str]:
     """
     if spec["format"] == "demo":
         return demo.upstream_ids(spec["n_examples"])
-    frame = read_table(spec["path"], columns=["example_id"])
-    require_columns(frame, ["example_id"], spec["path"])
+    frame = _table(spec, columns=["example_id"])
+    require_columns(frame, ["example_id"], describe(spec))
     ids = frame["example_id"]
     dup = ids.duplicated()
     if dup.any():
         row = int(dup[dup].index[0])
-        raise DataError(f"{spec['path']}: row {row}, column 'example_id': duplicate id {ids[row]!r}")
+        raise DataError(f"{describe(spec)}: row {row}, column 'example_id': duplicate id {ids[row]!r}")
     return ids.astype(str).tolist()
 
 
@@ -155,8 +178,8 @@ def content_hashes(spec: dict):
     demo corpus (its content is a function of its seed and ids)."""
     if spec["format"] == "demo":
         return None
-    frame = read_table(spec["path"])
-    validate_items(frame, spec["path"])  # planning time: a bad item fails before any job
+    frame = _table(spec)
+    validate_items(frame, describe(spec))  # planning time: a bad item fails before any job
     columns = [c for c in COLUMNS + ["choices", "answer"] if c in frame]
     return pd.util.hash_pandas_object(frame[columns].astype(str), index=False).to_numpy()
 
