@@ -2,7 +2,7 @@
 
 Generates stand-in data of the right shape in a scratch copy of the workflow and times a dry run.
 
-    python benchmarks/dag_build.py [--config config/examples/olmo-1b.yaml]
+    python benchmarks/dag_build.py [--config olmo-1b]
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import os
 import time
 from pathlib import Path
 
@@ -20,22 +21,24 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def main() -> None:
-    from helpers import fake_resources, make_workdir
+    from examples import example_config
+    from helpers import make_workdir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config/examples/olmo-1b.yaml")
+    parser.add_argument("--config", default="olmo-1b", help="an example config's name (config/examples/NAME.yaml)")
     parser.add_argument("--upstream", type=int, default=141_871)
     parser.add_argument("--profile", default=None, help="e.g. profiles/slurm")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = make_workdir(Path(tmp) / "wf")
-        fake_resources(workdir, REPO / args.config, args.upstream)
+        config = example_config(workdir, args.config, n_upstream=args.upstream)  # its data and models, made here
         cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--quiet", "rules", "--cores", "1",
-               "--configfile", str(REPO / args.config)]
+               "--configfile", str(config)]
         if args.profile:
             cmd += ["--profile", str(REPO / args.profile)]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True,
+                              env={**os.environ, "HF_HUB_CACHE": str(workdir / "hub"), "HF_HUB_OFFLINE": "1"})
         seconds = time.perf_counter() - start
     if proc.returncode:
         sys.exit(proc.stderr[-3000:])

@@ -101,30 +101,6 @@ def edited(config: dict, fn) -> dict:
     return out
 
 
-def fake_resources(workdir, config_path, n_upstream):
-    """Empty-but-valid stand-ins for the data a paper-scale config reads (dry runs read ids only), and tiny
-    stand-ins of its base models in a Hugging Face cache under the workdir (HF_HUB_CACHE=workdir/hub)."""
-    from standins import cache_standin
-
-    cfg = yaml.safe_load(config_path.read_text())
-    for model in cfg["models"].values():
-        path = model["base"]["path"]
-        architecture = "gpt_neox" if "pythia" in path.lower() else "olmo"
-        if not (workdir / "hub" / f"models--{path.replace('/', '--')}").exists():
-            cache_standin(workdir / "hub", path, architecture)
-    for corpus in cfg["upstream"].values():
-        path = workdir / corpus["path"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        ids = np.char.add("doc-", np.arange(n_upstream).astype(str))
-        pd.DataFrame({"example_id": ids, "source": "web", "kind": "lm", "text": "x"}).to_parquet(path)
-    for task in cfg["tasks"].values():
-        for key in ("path", "validation_path"):
-            if task.get(key):
-                (workdir / task[key]).parent.mkdir(parents=True, exist_ok=True)
-                (workdir / task[key]).write_text('{"prompt": "q", "response": "a"}\n')
-    return cfg
-
-
 def released_binary_fixture(directory: Path, seed: int = 0) -> np.ndarray:
     """The exact-match setup's release: a 0/1 Y over base-correct items (low-rank logits), its .meta
     and a binary split pickle, as `train_em_fgt_base_correct.npy` and `fpd-split-flan-bin-*.pkl`."""

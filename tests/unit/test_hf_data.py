@@ -109,10 +109,11 @@ def test_flan_files_by_glob_make_one_task_each_with_their_validation_files(tmp_p
 def test_mmlu_items_become_a_corpus_with_their_answer_texts(tmp_path):
     files = jsonl(tmp_path / "mmlu.jsonl", MMLU)
     spec = {"format": "hf", "dataset": "json", "data_files": files, "split": "train", "kind": "chat",
-            "columns": {"prompt": "{question}\nAnswer:", "response": "{question}", "source": "subject"}}
+            "columns": {"prompt": "{question}\nAnswer:", "source": "subject"}}
     spec = {**fm_config._fill_defaults(fm_config.CORPUS, spec), "seed": 0}
     corpus = read_corpus(spec)
     assert corpus["answer"].tolist() == ["4", "Paris"] and corpus["prompt"][1] == "Capital of France?\nAnswer:"
+    assert corpus["response"].tolist() == ["4", "Paris"] and corpus["kind"].tolist() == ["chat", "chat"]
     assert corpus["source"].tolist() == ["math", "geo"] and has_items(spec)
     assert example_ids(spec) == ["json-0", "json-1"]
 

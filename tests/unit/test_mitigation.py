@@ -212,10 +212,10 @@ def test_heldout_rates_count_1to0_and_0to1_against_the_base_with_the_margin_filt
     arm.to_parquet(tmp_path / "arm.parquet")
     # e0 1->0, e1 1->1, e2 0->1, e3 0->0, e4 1->1: F = 1/5, BT = 1/5
     assert heldout_transitions(str(tmp_path / "arm.parquet"), before, None) == {
-        "heldout_items": 5, "heldout_F": 0.2, "heldout_BT": 0.2}
+        "heldout_items": 5, "heldout_F": 0.2, "heldout_BT": 0.2, "heldout_n10": 1, "heldout_n01": 1}
     # a margin of 0.5 nats: e2 and e4 win by less, so e2 stays 0 and e4 becomes 1->0
     assert heldout_transitions(str(tmp_path / "arm.parquet"), before, 0.5) == {
-        "heldout_items": 5, "heldout_F": 0.4, "heldout_BT": 0.0}
+        "heldout_items": 5, "heldout_F": 0.4, "heldout_BT": 0.0, "heldout_n10": 2, "heldout_n01": 0}
 
 
 def test_risk_aware_replay_adds_beta_times_the_interval_half_width(tmp_path):
@@ -234,3 +234,31 @@ def test_risk_aware_replay_adds_beta_times_the_interval_half_width(tmp_path):
     (tmp_path / "pred/intervals-0.parquet").unlink()
     with pytest.raises(DataError, match="no conformal intervals beside the prediction"):
         replay_scores("predicted", "t", ids, str(tmp_path / "pred"), None, risk=0.5, risk_level=0.9)
+
+
+def test_equal_differences_of_counted_rates_tie_in_the_signed_rank_test():
+    from forgetmap.mitigation.stats import paired_test, rate_differences
+
+    # held-out F over the same 97 items: arm and baseline differ by one item in four pairs, by two in one
+    n = np.full(5, 97)
+    arm, base = np.array([10, 31, 7, 55, 12]), np.array([9, 30, 6, 54, 14])
+    exact = rate_differences(arm, n, base, n)
+    assert len(set(exact[:4])) == 1  # four equal differences, one float: they tie
+    floats = arm / 97 - base / 97
+    assert len(set(floats[:4])) > 1  # subtracted as floats, the last digits break the tie
+    tied = paired_test(arm / 97, base / 97, np.arange(5), d=exact)
+    from scipy.stats import wilcoxon
+
+    assert tied["wilcoxon_statistic"] == wilcoxon([1, 1, 1, 1, -2]).statistic
+    assert tied["rank_biserial"] == pytest.approx((4 * 2.5 - 5) / 15)
+
+
+def test_random_replay_draws_independently_for_every_task():
+    from forgetmap.mitigation.replay import draw_seed
+
+    pool = np.arange(1000)
+    a = select_replay(20, pool, draw_seed(0, "task_a", uniform=True))
+    b = select_replay(20, pool, draw_seed(0, "task_b", uniform=True))
+    assert not np.array_equal(a, b)
+    assert np.array_equal(a, select_replay(20, pool, draw_seed(0, "task_a", uniform=True)))  # still seeded
+    assert draw_seed(3, "task_a", uniform=False) == 3  # weighted draws keep their seed

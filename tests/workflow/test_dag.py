@@ -2,8 +2,10 @@
 
 import pandas as pd
 import pytest
+import yaml
 
-from helpers import REPO, by_rule, edited, fake_resources, make_workdir, planned_jobs, snakemake, tiny_config
+from examples import example_config
+from helpers import REPO, by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 
@@ -79,8 +81,8 @@ def test_duplicate_upstream_ids_fail_before_any_job(tmp_path):
 def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_path, name, n_upstream, n_tasks, arms,
                                                                          arm_tasks, profile):
     workdir = make_workdir(tmp_path)
-    config_path = REPO / "config/examples" / f"{name}.yaml"
-    cfg = fake_resources(workdir, config_path, n_upstream)
+    config_path = example_config(workdir, name, n_upstream=n_upstream)  # its data and models, paths overridden
+    cfg = yaml.safe_load(config_path.read_text())
     shards = -(-n_upstream // cfg["shard_size"])
     jobs = planned_jobs(workdir, *profile, "--configfile", str(config_path), env={"HF_HUB_CACHE": str(workdir / "hub")})
     counts = by_rule(jobs)

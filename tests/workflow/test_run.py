@@ -215,7 +215,8 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
         assert set(scores["example_id"]) == heldout
     summary = pd.read_csv(finished / "results/tiny/mitigation/summary.tsv", sep="\t")
     assert summary["arm"].tolist() == ["none", "random", "predicted", "stm", "online"]
-    assert summary.set_index("arm").loc["none", "reduction"] == 0
+    none = summary.set_index("arm").loc["none"]  # its own reduction: 0, or undefined where it forgot nothing
+    assert none["reduction"] == 0 if none["heldout_forgetting"] > 0 else np.isnan(none["reduction"])
     assert summary.set_index("arm").loc["stm", "masked_share"] == pytest.approx(0.2, abs=0.01)
     # replay stretches the step budget by (1 + ratio): 4 steps -> 5
     assert (summary.set_index("arm").loc[["random", "predicted"], "tokens"] > summary.set_index("arm").loc["none", "tokens"]).all()

@@ -257,7 +257,8 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: 
     if (Path(model_dir) / "adapter_config.json").exists():
         raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
     pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
-    source = pointer["path"] if pointer else model_dir  # a base pointer (POINTER) names the real weights
+    # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
+    source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
     return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
                max_model_len=max_model_len, enforce_eager=False)
 

@@ -36,7 +36,21 @@ def describe(spec: dict) -> str:
 
 
 def load(spec: dict, split: str | None = None):
-    """The `datasets.Dataset` the spec names (`split` overrides the spec's)."""
+    """The `datasets.Dataset` the spec names (`split` overrides the spec's); loaded once per process, as
+    planning asks for the same dataset once per task (Tulu's 11 subsets are one dataset)."""
+    import json
+
+    keys = ("dataset", "name", "revision", "data_files")
+    key = json.dumps([split or spec.get("split") or "train", *(spec.get(k) for k in keys)], sort_keys=True)
+    if key not in _LOADED:
+        _LOADED[key] = _load(spec, split)
+    return _LOADED[key]
+
+
+_LOADED: dict = {}
+
+
+def _load(spec: dict, split: str | None):
     import datasets
 
     datasets.disable_progress_bars()

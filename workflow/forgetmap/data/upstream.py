@@ -47,6 +47,8 @@ def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
     frame, _ = hf.frame(spec, [*COLUMNS, "choices", "answer"])
     if "kind" not in frame:
         frame["kind"] = spec.get("kind") or "lm"
+    if "response" not in frame and "answer" in frame:  # an item's scored response is its answer (MMLU)
+        frame["response"] = frame["answer"]
     if "source" not in frame:
         frame["source"] = spec.get("source") or spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
     if "example_id" not in frame:

@@ -76,6 +76,15 @@ def select_replay(n: int, pool: np.ndarray, seed: int, scores: np.ndarray | None
     return pool[chosen]
 
 
+def draw_seed(seed: int, task: str, uniform: bool) -> int | list[int]:
+    """The seed of a replay draw. A uniform (random replay) draw is seeded by (seed, task): each task gets
+    its own random examples, so random replay is an independent baseline for every (task, seed) pair,
+    not one draw shared by all. A weighted draw keeps the seed: its weights already differ per task."""
+    import zlib
+
+    return [seed, zlib.crc32(task.encode())] if uniform else seed
+
+
 def replay_count(n_task_examples: int, ratio: float) -> int:
     return int(n_task_examples * ratio) + 1
 
@@ -185,8 +194,8 @@ def replay_command(settings: dict, heldout: str, shards: list[str], task: str, o
     n = replay_count(n_task, settings["ratio"])
     scores = replay_scores(settings["replay"], settings["task"], ids, prediction, matrix,
                            settings["prediction_seed"], settings["statistic"], settings["risk"], settings["risk_level"])
-    chosen = select_replay(n, pool, settings["seed"], None if scores is None else scores[pool],
-                           settings["temperature"], settings["selection"])
+    chosen = select_replay(n, pool, draw_seed(settings["seed"], settings["task"], scores is None),
+                           None if scores is None else scores[pool], settings["temperature"], settings["selection"])
     assert not np.isin(chosen, held).any()  # the pool excludes the held-out set by construction
     table = pa.Table.from_pandas(read_rows(shards, chosen), preserve_index=False)
     write_table(table, out, {**settings, "indices": chosen.tolist()})

@@ -1,7 +1,8 @@
 """Paired statistics for mitigation arms over (task, seed) pairs (the paper claims significance without
 code for it; this is the test its data supports).
 
-For paired values x (an arm) and y (its comparison) with differences d = x - y:
+For paired values x (an arm) and y (its comparison) with differences d = x - y (rates of discrete
+outcomes: the exact differences of their counts, `rate_differences`, so equal differences tie):
 - `wilcoxon`: the two-sided Wilcoxon signed-rank test (scipy; zero differences dropped, as Wilcoxon).
 - `hodges_lehmann`: the median of the Walsh averages (d_i + d_j) / 2, i <= j: the location estimate
   that goes with the signed-rank test.
@@ -60,11 +61,27 @@ def bootstrap_interval(d: np.ndarray, groups: np.ndarray, level: float = 0.95, n
     return float(np.quantile(estimates, tail)), float(np.quantile(estimates, 1 - tail))
 
 
-def paired_test(x: np.ndarray, y: np.ndarray, groups: np.ndarray, level: float = 0.95, seed: int = 0) -> dict:
-    """Every statistic above for x against y (paired entries, `groups` naming each pair's task)."""
+def rate_differences(count_x: np.ndarray, n_x: np.ndarray, count_y: np.ndarray, n_y: np.ndarray) -> np.ndarray:
+    """count_x / n_x - count_y / n_y computed exactly (as rationals), then rounded once: equal differences of
+    rates over discrete outcomes are equal floats, so the signed-rank test sees their ties (float rates
+    subtracted differ in the last digits and break ties at random). NaN where a rate is undefined."""
+    from fractions import Fraction
+
+    out = np.full(len(count_x), np.nan)
+    for i, (a, m, b, n) in enumerate(zip(count_x, n_x, count_y, n_y)):
+        if all(np.isfinite([a, m, b, n])) and m > 0 and n > 0:
+            out[i] = float(Fraction(int(a), int(m)) - Fraction(int(b), int(n)))
+    return out
+
+
+def paired_test(x: np.ndarray, y: np.ndarray, groups: np.ndarray, level: float = 0.95, seed: int = 0,
+                d: np.ndarray | None = None) -> dict:
+    """Every statistic above for x against y (paired entries, `groups` naming each pair's task); `d`, where
+    given, the exact differences (`rate_differences`) the tests rank in place of x - y."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    keep = np.isfinite(x) & np.isfinite(y)
-    d, groups = (x - y)[keep], np.asarray(groups)[keep]
+    d = x - y if d is None else np.asarray(d, dtype=np.float64)
+    keep = np.isfinite(d)
+    d, groups = d[keep], np.asarray(groups)[keep]
     statistic, p = wilcoxon(d)
     low, high = bootstrap_interval(d, groups, level, seed=seed) if len(d) else (float("nan"), float("nan"))
     return {"n": int(len(d)), "n_tasks": int(len(np.unique(groups))), "wilcoxon_statistic": statistic,

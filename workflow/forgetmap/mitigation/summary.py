@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..errors import DataError
 from ..matrix import ForgettingMatrix, forgotten
-from .stats import paired_test
+from .stats import paired_test, rate_differences
 
 NO_ARM = "none"
 
@@ -45,10 +45,11 @@ def heldout_transitions(scores: str, before: pd.Series, margin: float | None) ->
     base = before.reindex(table["example_id"]).to_numpy(np.float64)
     items = np.isfinite(base) & np.isfinite(after)
     if not items.any():
-        return {"heldout_items": 0, "heldout_F": np.nan, "heldout_BT": np.nan}
+        return {"heldout_items": 0, "heldout_F": np.nan, "heldout_BT": np.nan, "heldout_n10": 0, "heldout_n01": 0}
     base, after = base[items], after[items]
-    return {"heldout_items": int(items.sum()), "heldout_F": float(np.mean((base == 1) & (after == 0))),
-            "heldout_BT": float(np.mean((base == 0) & (after == 1)))}
+    n10, n01 = int(np.sum((base == 1) & (after == 0))), int(np.sum((base == 0) & (after == 1)))
+    return {"heldout_items": int(items.sum()), "heldout_F": n10 / int(items.sum()),
+            "heldout_BT": n01 / int(items.sum()), "heldout_n10": n10, "heldout_n01": n01}
 
 
 def per_run(matrix: ForgettingMatrix, runs: list[dict], threshold: float = 0.0,
@@ -86,7 +87,8 @@ def per_run(matrix: ForgettingMatrix, runs: list[dict], threshold: float = 0.0,
     frame["forgetting_on_forgotten"] = on_forgotten
     columns = ["arm", "task", "seed", "heldout_forgetting", "reduction", "forgetting_on_forgotten", "target_nll",
                "tokens", "seconds", "replayed", "masked_share", "reduction_per_extra_ktoken"]
-    return frame[columns + [c for c in ("heldout_items", "heldout_F", "heldout_BT") if c in frame]]
+    return frame[columns + [c for c in ("heldout_items", "heldout_F", "heldout_BT", "heldout_n10", "heldout_n01")
+                            if c in frame]]
 
 
 def comparisons(arms: dict[str, dict]) -> list[tuple[str, str]]:
@@ -106,9 +108,15 @@ def paired_tests(frame: pd.DataFrame, arms: dict[str, dict], level: float) -> pd
     rows = []
     for statistic in statistics:
         wide = frame.pivot_table(index=["task", "seed"], columns="arm", values=statistic, dropna=False)
+        counts = items and statistic == "heldout_F"  # a rate of counts: its differences are taken exactly
+        if counts:
+            n10 = frame.pivot_table(index=["task", "seed"], columns="arm", values="heldout_n10", dropna=False)
+            n = frame.pivot_table(index=["task", "seed"], columns="arm", values="heldout_items", dropna=False)
         for arm, baseline in comparisons(arms):
+            exact = rate_differences(n10[arm].to_numpy(), n[arm].to_numpy(), n10[baseline].to_numpy(),
+                                     n[baseline].to_numpy()) if counts else None
             result = paired_test(wide[arm].to_numpy(), wide[baseline].to_numpy(),
-                                 wide.index.get_level_values("task").to_numpy(), level)
+                                 wide.index.get_level_values("task").to_numpy(), level, d=exact)
             rows.append({"statistic": statistic, "arm": arm, "baseline": baseline, **result})
     return pd.DataFrame(rows)
 

@@ -1,0 +1,58 @@
+"""The shipped example configs, run end to end in miniature: the same files, with tiny stand-ins of
+their base models (OLMo, GPTNeoX) under the configs' own hub ids, their data in the formats they expect
+(a corpus without items, FLAN json files, Tulu and Dolly as Hugging Face datasets), and only paths, sizes,
+steps and a few tasks overridden."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from examples import example_config
+from helpers import make_workdir, snakemake
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module", params=["olmo-1b", "pythia-1b"])
+def finished(request, tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp(request.param) / "wf")
+    config = example_config(workdir, request.param, scale="mini")
+    proc = snakemake(workdir, "--configfile", str(config), env={"HF_HUB_CACHE": str(workdir / "hub")})
+    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
+    return workdir, yaml.safe_load(config.read_text())
+
+
+def test_the_example_config_builds_every_target_without_a_traceback(finished):
+    workdir, cfg = finished
+    (model,) = cfg["models"]
+    matrix = pd.read_parquet(workdir / f"results/{model}/forgetting.parquet")
+    tasks = list(matrix.columns[3:])
+    assert {"oasst1", "science", "brainstorming", "closed_qa"} <= set(tasks)  # hf tasks, one per Dolly category
+    assert np.isfinite(matrix[tasks].to_numpy()).all()
+    for name in ("summary.tsv", "tests.tsv"):
+        assert (workdir / f"results/{model}/mitigation/{name}").exists()
+    assert (workdir / f"results/{model}/prediction/scores.tsv").exists()
+    assert "Traceback" not in (workdir / "run.out").read_text()
+    assert not (workdir / f"results/{model}/checkpoints").exists() or not any(
+        (workdir / f"results/{model}/checkpoints").iterdir())  # keep_checkpoints: false, as the config says
+
+
+def test_the_base_scores_are_what_plain_transformers_computes(finished):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    workdir, cfg = finished
+    (model,) = cfg["models"]
+    snapshot = next((workdir / "hub").glob(f"models--{cfg['models'][model]['base']['path'].replace('/', '--')}"
+                                           "/snapshots/*"))
+    net = AutoModelForCausalLM.from_pretrained(snapshot).eval()
+    tok = AutoTokenizer.from_pretrained(snapshot)
+    scores = pd.read_parquet(workdir / f"results/{model}/scores/base/shard-0.parquet")
+    corpus = pd.read_parquet(workdir / cfg["upstream"][cfg["models"][model]["upstream"]]["path"])
+    for i in (0, 5):
+        ids = tok(corpus["text"][i])["input_ids"][:cfg["models"][model]["score"]["max_length"]]
+        with torch.no_grad():
+            logp = torch.log_softmax(net(input_ids=torch.tensor([ids])).logits[0], -1)
+        expected = -np.mean([logp[t - 1, ids[t]].item() for t in range(1, len(ids))])
+        assert scores["nll"][i] == pytest.approx(expected, abs=1e-5)
