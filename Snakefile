@@ -32,11 +32,6 @@ include: "rules/mitigation.smk"
 include: "rules/correctness.smk"
 
 
-# warm start: on a local run without GPUs, jobs fork from one process that imported torch once
-# (forgetmap.forkserver) instead of importing it each (about 4 s of a demo job)
-WARM_START = {}
-
-
 onstart:
     # known only now that the run is starting (not a dry run): is it local, and are the GPUs there?
     if workflow.local_exec:
@@ -44,17 +39,6 @@ onstart:
             fm_preflight.check_gpus(PLAN)
         except ForgetmapError as exc:
             raise WorkflowError(f"forgetmap: {exc}") from None
-    if CFG["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method \
-            and not fm_forkserver.gpu_present():
-        WARM_START["server"] = fm_forkserver.start(".snakemake/forgetmap-server.log")
-
-
-onsuccess:
-    fm_forkserver.stop(WARM_START.pop("server", None))
-
-
-onerror:
-    fm_forkserver.stop(WARM_START.pop("server", None))
 
 
 rule all:

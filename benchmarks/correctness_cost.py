@@ -33,11 +33,11 @@ def best(fn, repeats: int) -> float:
 def demo(args) -> None:
     import pandas as pd
 
-    from forgetmap.correctness import OptionScorer, encode_items, evaluate_torch, greedy_from_scores
+    from forgetmap.correctness.items import OptionScorer, encode_items, evaluate_torch, greedy_from_scores
     from forgetmap.data.chat import encode_examples
     from forgetmap.data.upstream import scorable
     from forgetmap.models import load_model, load_tokenizer
-    from forgetmap.score import TorchScorer
+    from forgetmap.nll import TorchScorer
 
     frame = pd.read_parquet(args.shard)
     items_frame = frame.iloc[scorable(frame)].reset_index(drop=True)
@@ -71,10 +71,10 @@ def demo(args) -> None:
 
 
 def scale(args) -> None:
-    from forgetmap.correctness import Item, OptionScorer
+    from forgetmap.correctness.items import Item, OptionScorer
     from forgetmap.models import build_demo_model
-    from forgetmap.score import TorchScorer
-    from forgetmap.transitions import backward_transfer_matrix, forgetting_matrix, rate_table, transition_codes
+    from forgetmap.nll import TorchScorer
+    from forgetmap.correctness.transitions import backward_transfer_matrix, forgetting_matrix, rate_table, transition_codes
 
     class Vocab:
         pad_token_id, eos_token_id = 0, 1

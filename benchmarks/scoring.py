@@ -19,7 +19,7 @@ from common import build, machine, peak_flops, timed
 from forgetmap.data import demo
 from forgetmap.data.chat import Encoded, encode_examples
 from forgetmap.models import n_parameters, pick_dtype, set_threads
-from forgetmap.score import TorchScorer, score_naive
+from forgetmap.nll import TorchScorer, score_naive
 
 
 def examples(shape: str, n: int, length: int, vocab: int) -> list[Encoded]:

@@ -7,7 +7,6 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from forgetmap import forkserver as fm_forkserver
 from forgetmap import plan as fm_plan
 from forgetmap import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]

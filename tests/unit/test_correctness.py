@@ -5,14 +5,14 @@ import pandas as pd
 import pytest
 import torch
 
-from forgetmap.correctness import (Item, OptionScorer, choose, cut_at_stop, decide, encode_items, exact_match,
+from forgetmap.correctness.items import (Item, OptionScorer, choose, cut_at_stop, decide, encode_items, exact_match,
                                    generate_greedy, loglik_naive, normalize_answer, option_scores)
 from forgetmap.data.upstream import validate
 from forgetmap.errors import DataError
-from forgetmap.lowrank_binary import fit_logistic, logistic_by_rank, point_biserial
+from forgetmap.correctness.lowrank import fit_logistic, logistic_by_rank, point_biserial
 from forgetmap.predict.metrics import evaluate_binary
-from forgetmap.score import TorchScorer
-from forgetmap.transitions import backward_transfer_matrix, forgetting_matrix, rate_table, rates, transition_codes
+from forgetmap.nll import TorchScorer
+from forgetmap.correctness.transitions import backward_transfer_matrix, forgetting_matrix, rate_table, rates, transition_codes
 from helpers import tiny_model, tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -197,7 +197,7 @@ def test_point_biserial_is_pearson_over_observed_entries():
 
 
 def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(model, tokenizer):
-    from forgetmap.correctness import evaluate_torch, greedy_from_scores
+    from forgetmap.correctness.items import evaluate_torch, greedy_from_scores
     from forgetmap.data.chat import Encoded
 
     rng = np.random.default_rng(3)

@@ -6,7 +6,7 @@ import pytest
 from forgetmap.errors import DataError
 from forgetmap.mitigation.replay import (heldout_examples, mixture_batches, replay_count, replay_steps,
                                          sampling_weights, select_replay)
-from forgetmap.mitigation.stats import bootstrap_interval, hodges_lehmann, paired_test, rank_biserial, wilcoxon
+from forgetmap.stats import bootstrap_interval, hodges_lehmann, paired_test, rank_biserial, wilcoxon
 
 
 def test_the_heldout_set_is_seeded_sorted_and_sized_by_count_or_share():
@@ -237,7 +237,7 @@ def test_risk_aware_replay_adds_beta_times_the_interval_half_width(tmp_path):
 
 
 def test_equal_differences_of_counted_rates_tie_in_the_signed_rank_test():
-    from forgetmap.mitigation.stats import paired_test, rate_differences
+    from forgetmap.stats import paired_test, rate_differences
 
     # held-out F over the same 97 items: arm and baseline differ by one item in four pairs, by two in one
     n = np.full(5, 97)

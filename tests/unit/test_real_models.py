@@ -206,7 +206,7 @@ def test_lora_with_the_vllm_backend_is_a_config_error_before_any_finetune(data_d
 
 
 def test_the_scorer_finds_the_transformer_body_of_a_lora_model(tmp_path):
-    from forgetmap.score import TorchScorer, score_naive
+    from forgetmap.nll import TorchScorer, score_naive
     from forgetmap.data.chat import encode_lm
     from forgetmap.train import attach_lora
     from standins import build_model, train_tokenizer

@@ -7,7 +7,7 @@ import pytest
 
 from forgetmap.data import demo
 from forgetmap.data.chat import Encoded, encode_examples
-from forgetmap.score import TorchScorer, length_batches, nll_from_prompt_logprobs, score_naive
+from forgetmap.nll import TorchScorer, length_batches, nll_from_prompt_logprobs, score_naive
 from helpers import tiny_model, tiny_tokenizer
 
 
@@ -37,7 +37,7 @@ def test_logits_path_gives_the_same_scores(setup):
 
 
 def test_small_head_chunks_give_the_same_scores(setup, monkeypatch):
-    import forgetmap.score as score
+    import forgetmap.nll as score
 
     tok, model, encoded = setup
     expected = TorchScorer(model, tok.pad_token_id).score(encoded)[0]

@@ -9,7 +9,7 @@ import torch
 from forgetmap.data import demo
 from forgetmap.data.chat import encode_chat
 from forgetmap.models import load_model, load_tokenizer
-from forgetmap.score import TorchScorer
+from forgetmap.nll import TorchScorer
 from forgetmap.data.batches import IGNORE, collate, planned_steps, task_batches
 from forgetmap.data.chat import Encoded
 from forgetmap.train import finetune, lr_at, train

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from examples import example_config
-from helpers import REPO, by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config
+from helpers import by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 

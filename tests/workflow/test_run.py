@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forgetmap import forkserver
 from forgetmap.matrix import ForgettingMatrix
 from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
@@ -156,22 +155,11 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 
-def test_the_local_run_forks_its_jobs_from_one_warm_server_and_stops_it(finished):
-    if forkserver.gpu_present():
-        pytest.skip("no warm start where a GPU could be used")
-    log = (finished / ".snakemake/forgetmap-server.log").read_text()
-    for command in ("forgetmap finetune", "forgetmap score", "forgetmap forgetting-matrix"):
-        assert command in log, log
-    assert log.rstrip().endswith("stopped")
-
-
-def test_discarded_checkpoints_and_cold_processes_give_the_same_matrix_bit_for_bit(finished, tmp_path):
-    """Same config and seeds, fresh directory, every job a fresh process (no warm start): identical
-    matrix; temp checkpoints are gone after scoring."""
-    cfg = edited(tiny_config(), lambda c: c.update(keep_checkpoints=False, warm_start=False))
+def test_discarded_checkpoints_and_a_second_run_give_the_same_matrix_bit_for_bit(finished, tmp_path):
+    """Same config and seeds, fresh directory: an identical matrix; temp checkpoints are gone after scoring."""
+    cfg = edited(tiny_config(), lambda c: c.update(keep_checkpoints=False))
     workdir = make_workdir(tmp_path / "wf", cfg)
-    snakemake(workdir)
-    assert not (workdir / ".snakemake/forgetmap-server.log").exists()
+    snakemake(workdir, MATRIX)  # the matrix alone: its base, fine-tunes and scores
     assert not (workdir / "results/tiny/checkpoints/city_qa").exists()
     a, b = ForgettingMatrix.read(finished / MATRIX), ForgettingMatrix.read(workdir / MATRIX)
     assert a.values.tobytes() == b.values.tobytes() and a.base_nll.tobytes() == b.base_nll.tobytes()

@@ -17,7 +17,7 @@ from .data.chat import Encoded, chat_pieces, encode_examples
 from .io import atomic_path
 from .models import build_demo_model, n_parameters, pick_device, set_threads, train_demo_tokenizer, write_pointer
 from .data.batches import task_batches
-from .score import TorchScorer
+from .nll import TorchScorer
 from .train import train
 
 

@@ -4,9 +4,7 @@ This module parses and dispatches; the stages own the behaviour. Each command is
 its name, the `module:function` it calls with the parsed arguments as keyword arguments, and those
 arguments. Settings arrive as JSON (what forgetmap.plan gives the rule), so a rule's `params` are
 exactly what its command sees and Snakemake reruns a job when they change. Nothing heavy is imported
-before a command is chosen: `forgetmap --help` stays instant. Inside a local workflow run a command is
-first offered to the warm-start server (forgetmap.forkserver), which runs it in a child that has torch
-imported already; where none answers it runs here.
+before a command is chosen: `forgetmap --help` stays instant.
 """
 
 from __future__ import annotations
@@ -55,10 +53,6 @@ LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure"
 
 # name, help, "module:function", arguments, uses transformers
 COMMANDS = [
-    ("serve", "warm start: run forgetmap commands in children of one process that has imported torch "
-     "(the Snakefile starts it on a local run)", "forkserver:serve_command",
-     [arg("--socket", dest="socket_path", required=True, help="the Unix socket to listen on"),
-      arg("--parent", type=int, default=None, help="stop when this process (the Snakemake run) is gone")], False),
     ("schema", "print the config JSON schema (YAML) generated from forgetmap.config", "config:schema_command",
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
     ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
@@ -140,12 +134,12 @@ COMMANDS = [
      [arg("--metrics", nargs="+", required=True), OUT, arg("--figure", required=True),
       arg("--binary", action="store_true", help="the metrics of the 1->0 matrix Y's prediction")], False),
     ("transitions", "correctness transitions base -> each task: matrices Y and Y_BT, rates, figures",
-     "transitions:transitions_command",
+     "correctness.transitions:transitions_command",
      [SETTINGS, SHARDS, *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True)
                           for name in ("transitions", "forgetting", "backward_transfer", "rates", "rates_figure",
                                        "heatmap")]], False),
     ("lowrank-binary", "logistic MF of Y by rank beside the SVD R² of Z; point-biserial r(Z, Y)",
-     "lowrank_binary:lowrank_binary_command",
+     "correctness.lowrank:lowrank_binary_command",
      [arg("--matrix", default=None, help="Z (none for an imported binary matrix)"),
       arg("--forgetting", required=True, help="the 1->0 matrix Y (transitions' output, or imported)"),
       *[arg(f"--{name.replace('_', '-')}", dest=f"output_{name}", required=True)
@@ -190,19 +184,8 @@ def _call(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `forgetmap` command: run by the workflow's warm-start server where one answers, else here."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if os.environ.get("FORGETMAP_FORKSERVER") and argv[:1] != ["serve"]:
-        from .forkserver import request
-
-        status = request(argv)
-        if status is not None:
-            return status
-    return dispatch(argv)
-
-
-def dispatch(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    """The `forgetmap` command: parse, claim the job's GPUs, run the command, print its summary as JSON."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:

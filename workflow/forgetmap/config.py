@@ -389,10 +389,6 @@ SCHEMA = _obj({
     "shard_size": _int(10000, "upstream examples per scoring job", 1),
     "keep_checkpoints": {"type": "boolean", "default": True,
                          "description": "false: fine-tuned checkpoints are temp() and deleted after scoring"},
-    "warm_start": {"type": "boolean", "default": True,
-                   "description": "on a local run on a machine without GPUs, jobs run in processes forked from one "
-                                  "that imported torch and transformers once (forgetmap.forkserver), instead of "
-                                  "each importing them (about 4 s a job); false: every job is a fresh process"},
     "upstream": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
                  "additionalProperties": CORPUS, "description": "upstream corpora by name"},
     "categories": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},

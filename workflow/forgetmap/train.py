@@ -180,7 +180,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
                   replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
-    from .mitigation.tokens import training_examples
+    from .data.tasks import training_examples
     from .data.chat import truncation
     from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
                          tokenizer_choices, write_pointer)

@@ -72,6 +72,16 @@ def _read_user_file(path: str, spec: dict) -> pd.DataFrame:
     return frame
 
 
+def training_examples(tokenizer, task: str, chat_template: str, max_length: int):
+    """A task file's training split encoded as fine-tuning encodes it (what every fine-tune trains on, and
+    what token masks and example weights are computed over)."""
+    from .chat import encode_chat
+
+    frame = pd.read_parquet(task)
+    frame = frame[frame["split"] == "train"]
+    return encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(), chat_template, max_length)
+
+
 def task_command(settings: dict, out: str) -> dict:
     """`forgetmap prepare-task` (settings: name, spec, seed, demo_seed)."""
     return write_task(settings["name"], settings["spec"], settings["seed"], settings["demo_seed"], out)

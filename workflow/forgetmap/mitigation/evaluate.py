@@ -21,7 +21,7 @@ def validation_nll(model_dir: str, task: str, settings: dict, threads: int) -> f
 
     from ..data.chat import encode_chat
     from ..models import load_model, load_tokenizer, pick_device, set_threads
-    from ..score import TorchScorer
+    from ..nll import TorchScorer
 
     frame = pd.read_parquet(task)
     frame = frame[frame["split"] == "validation"]

@@ -37,7 +37,7 @@ class OnlineReplay:
         from ..matrix import ForgettingMatrix
         from ..predict.protocol import prepare_split
         from ..predict.registry import make_method, parameters
-        from ..score import TorchScorer
+        from ..nll import TorchScorer
 
         arm = settings["arm"]
         self.model, self.tokenizer, self.settings, self.arm = model, tokenizer, settings, arm

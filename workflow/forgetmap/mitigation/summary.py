@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..errors import DataError
 from ..matrix import ForgettingMatrix, forgotten
-from .stats import paired_test, rate_differences
+from ..stats import paired_test, rate_differences
 
 NO_ARM = "none"
 
@@ -35,7 +35,7 @@ def heldout_transitions(scores: str, before: pd.Series, margin: float | None) ->
     correctness (0 / 1) by example id of every item."""
     import pyarrow.parquet as pq
 
-    from ..transitions import known
+    from ..correctness.transitions import known
 
     if "correct" not in pq.read_schema(scores).names:
         raise DataError(f"{scores}: no column 'correct': the arm was scored before correctness was; rescore it")

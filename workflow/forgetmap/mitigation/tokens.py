@@ -72,26 +72,16 @@ def weighted(examples: list[Encoded], weights: np.ndarray) -> list[Encoded]:
     return [replace(e, weight=float(w)) for e, w in zip(examples, weights)]
 
 
-def training_examples(tokenizer, task: str, chat_template: str, max_length: int) -> list[Encoded]:
-    """A task's training split encoded exactly as fine-tuning encodes it."""
-    import pandas as pd
-
-    from ..data.chat import encode_chat
-
-    frame = pd.read_parquet(task)
-    frame = frame[frame["split"] == "train"]
-    return encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(), chat_template, max_length)
-
-
 def token_losses_command(base: str, task: str, settings: dict, threads: int, out: str) -> dict:
     """`forgetmap token-losses`: the base model's NLL of every training target token of a task, per
     example in training order (the same tokenisation as fine-tuning), computed once per (model, task)."""
     import pyarrow as pa
     import torch
 
+    from ..data.tasks import training_examples
     from ..io import write_table
     from ..models import load_model, load_tokenizer, pick_device, set_threads
-    from ..score import TorchScorer
+    from ..nll import TorchScorer
 
     set_threads(threads)
     tokenizer = load_tokenizer(base)

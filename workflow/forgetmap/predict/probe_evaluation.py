@@ -71,7 +71,7 @@ def evaluate_probes(z: np.ndarray, tasks: list[str], train: list[str], test: lis
 def compare(values: pd.DataFrame, reference_k: int) -> pd.DataFrame:
     """Per (strategy, k, metric): the mean over test tasks, the paired difference to random probes at
     the same k (Wilcoxon over tasks), and each strategy's smallest k matching random at `reference_k`."""
-    from ..mitigation.stats import wilcoxon
+    from ..stats import wilcoxon
 
     rows = []
     wide = values.pivot_table(index=["metric", "k", "task"], columns="strategy", values="value")

@@ -19,9 +19,9 @@ import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 
-from .lowrank import r2_by_rank
-from .matrix import ForgettingMatrix
-from .predict.metrics import roc_auc
+from ..lowrank import r2_by_rank
+from ..matrix import ForgettingMatrix
+from ..predict.metrics import roc_auc
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,8 @@ def analyse(z: ForgettingMatrix | None, y: ForgettingMatrix,
 def lowrank_binary_command(matrix: str | None, forgetting: str, outputs: dict) -> dict:
     """`forgetmap lowrank-binary`: the rank table, the point-biserial table and their figure (`matrix`
     None: a model without Z)."""
-    from . import plots
-    from .io import atomic_path
+    from .. import plots
+    from ..io import atomic_path
 
     z, y = None if matrix is None else ForgettingMatrix.read(matrix), ForgettingMatrix.read(forgetting)
     table, correlation = analyse(z, y)

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from .errors import DataError
-from .matrix import ForgettingMatrix
+from ..errors import DataError
+from ..matrix import ForgettingMatrix
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +190,8 @@ def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dic
     """`forgetmap transitions`: the settings name every run's score files (forgetmap.plan)."""
     import pyarrow as pa
 
-    from . import plots
-    from .io import atomic_path
+    from .. import plots
+    from ..io import atomic_path
 
     tasks = settings["tasks"]
     codes, y, y_bt, k, table = build(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},

@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .data.chat import Encoded, chat_pieces
-from .data.upstream import present, scorable
-from .score import TorchScorer, length_batches
+from ..data.chat import Encoded, chat_pieces
+from ..data.upstream import present, scorable
+from ..nll import TorchScorer, length_batches
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +338,7 @@ def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataF
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from .score import nll_from_prompt_logprobs
+    from ..nll import nll_from_prompt_logprobs
 
     requests, owner = [], []
     for i, item in enumerate(items):

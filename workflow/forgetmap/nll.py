@@ -1,0 +1,272 @@
+"""Per-example NLL: mean of -log p(x_t | x_<t) over each example's scored span (the primitive every
+stage that scores uses: the score command, correctness, mitigation, the demo's pretraining log).
+
+Backends write the same contract (`example_id`, `nll` float32, `n_tokens` int32):
+- `torch` (default, CPU and GPU): examples sorted by length and packed into batches under a token
+  budget; the transformer body runs once per batch and only the scored positions go through the
+  output head, in chunks, so the full-vocabulary logits of a whole batch never exist at once.
+- `vllm` (optional GPU extra): `prompt_logprobs=0` on the same token ids, as the paper scores.
+NaN appears only where an example's span is empty, and is counted in the log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .data.batches import pad
+from .data.chat import Encoded
+
+
+HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
+
+
+def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 0.0) -> list[np.ndarray]:
+    """Indices grouped longest-first: (batch size x longest length) stays within the budget, and a
+    batch closes before padding would exceed `max_padding` of its tokens (padding is wasted work)."""
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, longest, total = [], [], 0, 0
+    for i in order:
+        length = int(lengths[i])
+        if current:
+            width = longest * (len(current) + 1)
+            if width > token_budget or 1 - (total + length) / width > max_padding:
+                batches.append(np.asarray(current))
+                current, total = [], 0
+        if not current:
+            longest = length
+        current.append(i)
+        total += length
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
+def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, position predicting the target, target position) for every scored token of a batch."""
+    counts = np.array([e.n_scored for e in encoded])
+    rows = np.repeat(np.arange(len(encoded)), counts)
+    starts = np.repeat(np.array([e.target_start for e in encoded]), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    targets = starts + offsets
+    return rows, targets - 1, targets
+
+
+def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor,
+                           argmax: list | None = None) -> torch.Tensor:
+    """-log p(target) for rows of hidden states, through the output head in bounded chunks; with a
+    list `argmax`, whether each target is the argmax is appended to it (one bool tensor)."""
+    vocab = head.weight.shape[0]
+    chunk = max(1, HEAD_CHUNK_ELEMENTS // vocab)
+    out, hits = [], []
+    for s in range(0, hidden.shape[0], chunk):
+        logits = head(hidden[s:s + chunk]).float()
+        out.append(F.cross_entropy(logits, targets[s:s + chunk], reduction="none"))
+        if argmax is not None:
+            hits.append(logits.argmax(-1) == targets[s:s + chunk])
+    if argmax is not None:
+        argmax.append(torch.cat(hits) if hits else targets.new_zeros(0, dtype=torch.bool))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+def transformer_body(model):
+    """The transformer without its output head. A peft model's `base_model` is the LoRA wrapper, not the
+    body: the body is that of the model it wraps, whose layers carry the adapters in place."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.base_model
+
+
+class TorchScorer:
+    """Scores encoded examples with a causal LM already on its device."""
+
+    def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None):
+        self.model = model
+        self.pad_id = pad_id
+        self.token_budget = token_budget
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        # CPU: pad-free batches of equal length run attention's causal fast path, no mask (~1.2x);
+        # GPU: fuller batches matter more than a little padding
+        self.max_padding = (0.0 if self.device.type == "cpu" else 0.1) if max_padding is None else max_padding
+        self.head = model.get_output_embeddings()
+        self.body = transformer_body(model)
+        self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
+
+    def _hidden_path_is_exact(self, ids) -> bool:
+        ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(self.device)
+        logits = self.model(input_ids=ids).logits[0].float()
+        hidden = self.body(input_ids=ids).last_hidden_state[0]
+        via_head = self.head(hidden).float()
+        tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
+        return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
+
+    def token_nll(self, ids: torch.Tensor, rows: torch.Tensor, predict_at: torch.Tensor, targets: torch.Tensor,
+                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                  argmax: list | None = None, parts: tuple[int, ...] = ()) -> torch.Tensor:
+        """-log p(targets) at (rows, predict_at) of one forward pass over `ids` (float32, one per target);
+        with a list `argmax`, whether each target is the model's argmax is appended to it. `parts`: the
+        boundaries of target groups that go through the output head separately (a group's NLL then does
+        not depend on the others' presence)."""
+        if self.use_hidden is None:
+            self.use_hidden = self._hidden_path_is_exact(ids[0, :int(predict_at.max()) + 2])
+        bounds = [0, *parts, len(targets)]
+        groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+        hits = [] if argmax is not None else None
+        if self.use_hidden:
+            hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+            out = [_token_nll_from_hidden(hidden[rows[g], predict_at[g]], self.head, targets[g], hits) for g in groups]
+        else:
+            logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            out = []
+            for g in groups:
+                chosen = logits[rows[g], predict_at[g]].float()
+                out.append(F.cross_entropy(chosen, targets[g], reduction="none"))
+                if hits is not None:
+                    hits.append(chosen.argmax(-1) == targets[g])
+        if argmax is not None:
+            argmax.append(torch.cat(hits))
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+    def _token_nll(self, encoded: list[Encoded], argmax: list | None = None):
+        """For each length batch: (its example indices, the row of each scored token, the tokens' NLL).
+        With a list `argmax`, (rows, hits) is appended to it per batch: whether each scored token, and
+        the token right after each span, is the model's argmax (its NLL is not part of the span's)."""
+        lengths = np.array([len(e.ids) for e in encoded])
+        for batch in length_batches(lengths, self.token_budget, self.max_padding):
+            members = [encoded[i] for i in batch]
+            ids, mask = pad(members, self.pad_id)
+            ids = ids.to(self.device)
+            # a batch of equal lengths needs no mask: attention takes its causal fast path
+            mask = None if bool(mask.all()) else mask.to(self.device)
+            rows, pred_pos, target_pos = _span_positions(members)
+            if len(rows) == 0:
+                continue
+            n_span = len(rows)
+            if argmax is not None:  # the token after each span: does the model stop (EOS) where the span does?
+                after = np.array([j for j, e in enumerate(members) if e.n_scored and e.score_end < len(e.ids)],
+                                 dtype=np.int64)
+                ends = np.array([members[j].score_end for j in after], dtype=np.int64)
+                rows, pred_pos, target_pos = (np.r_[rows, after], np.r_[pred_pos, ends - 1], np.r_[target_pos, ends])
+            rows_t = torch.from_numpy(rows).to(self.device)
+            targets = ids[rows_t, torch.from_numpy(target_pos).to(self.device)]
+            pred_t = torch.from_numpy(pred_pos).to(self.device)
+            hits = [] if argmax is not None else None
+            token_nll = self.token_nll(ids, rows_t, pred_t, targets, attention_mask=mask, argmax=hits,
+                                       parts=(n_span,) if argmax is not None else ())
+            if argmax is not None:
+                argmax.append((rows_t, hits[0]))
+            yield batch, rows_t[:n_span], token_nll[:n_span]
+
+    def _sums(self, encoded: list[Encoded], greedy: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Summed NLL per example (float64; 0 where the span is empty) and, with `greedy`, whether every
+        token of its scored span and the token after it are the model's argmax (the span, then that
+        token, is what greedy decoding from the span's prefix writes)."""
+        sums = np.zeros(len(encoded), dtype=np.float64)
+        misses = np.zeros(len(encoded), dtype=np.int64) if greedy else None
+        argmax = [] if greedy else None
+        for batch, rows_t, token_nll in self._token_nll(encoded, argmax):
+            per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
+            per_row.index_add_(0, rows_t, token_nll.double())
+            sums[batch] = per_row.cpu().numpy()
+            if greedy:
+                hit_rows, hits = argmax.pop()
+                missed = torch.zeros(len(batch), dtype=torch.long, device=self.device)
+                missed.index_add_(0, hit_rows, (~hits).long())
+                misses[batch] = missed.cpu().numpy()
+        return sums, None if misses is None else misses == 0
+
+    @torch.inference_mode()
+    def sum_nll(self, encoded: list[Encoded]) -> np.ndarray:
+        """Summed NLL over each example's scored span (float64; 0 where the span is empty)."""
+        return self._sums(encoded, False)[0]
+
+    @torch.inference_mode()
+    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
+        nll, n_tokens, _ = self._score(encoded, greedy=False)
+        return nll, n_tokens
+
+    @torch.inference_mode()
+    def score_greedy(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As `score`, and whether each span and the token after it are the greedy continuation (_sums)."""
+        return self._score(encoded, greedy=True)
+
+    def _score(self, encoded: list[Encoded], greedy: bool):
+        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+        sums, is_greedy = self._sums(encoded, greedy)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
+        return nll, n_tokens, is_greedy
+
+    @torch.inference_mode()
+    def score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
+        """Each example's per-token NLL over its scored span [target_start, score_end), float32."""
+        out: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in encoded]
+        for batch, rows_t, token_nll in self._token_nll(encoded):
+            values = token_nll.float().cpu().numpy()
+            bounds = np.cumsum([0] + [encoded[i].n_scored for i in batch])
+            for j, i in enumerate(batch):
+                out[i] = values[bounds[j]:bounds[j + 1]]
+        return out
+
+
+@torch.inference_mode()
+def score_naive(model, encoded: list[Encoded]) -> np.ndarray:
+    """The reference: one example at a time, full logits, log-softmax, gather. Slow; for checks."""
+    device = next(model.parameters()).device
+    out = np.full(len(encoded), np.nan, dtype=np.float32)
+    for i, e in enumerate(encoded):
+        if e.n_scored == 0:
+            continue
+        ids = torch.from_numpy(e.ids[None]).to(device)
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        t = torch.arange(e.target_start, e.score_end, device=device)
+        out[i] = float(-logp[t - 1, ids[0, t]].mean())
+    return out
+
+
+def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs: list, target_start: int,
+                             score_end: int) -> float:
+    """Mean NLL over [target_start, score_end) from vLLM's `prompt_logprobs` (entry 0 is None).
+
+    Each entry t >= 1 maps token ids to objects with a `logprob` attribute (or plain floats); the
+    actual prompt token ids[t] is always among them.
+    """
+    if score_end <= target_start:
+        return float("nan")
+    total = 0.0
+    for t in range(target_start, score_end):
+        entry = prompt_logprobs[t][ids[t]]
+        total -= float(getattr(entry, "logprob", entry))
+    return total / (score_end - target_start)
+
+
+def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: no cover - needs the gpu extra
+    """A vLLM engine on the model's weights (GPU only; `pip install forgetmap[gpu]`)."""
+    try:
+        from vllm import LLM
+    except ImportError as exc:
+        raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
+    from .models import read_pointer
+
+    if (Path(model_dir) / "adapter_config.json").exists():
+        raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
+    pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
+    # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
+    source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
+    return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
+               max_model_len=max_model_len, enforce_eager=False)
+
+
+def score_with_vllm(llm, encoded: list[Encoded]) -> np.ndarray:  # pragma: no cover - needs the gpu extra
+    """Score through vLLM: `prompt_logprobs=0` on the same token ids, as the paper scores."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], params)
+    return np.array([nll_from_prompt_logprobs(e.ids.tolist(), o.prompt_logprobs, e.target_start, e.score_end)
+                     for e, o in zip(encoded, outputs)], dtype=np.float32)
