@@ -51,6 +51,23 @@ def test_packed_option_scoring_matches_a_naive_per_option_loop(model):
         np.testing.assert_allclose(b, c, atol=2e-4)
 
 
+def test_a_flash_attention_model_scores_options_as_separate_sequences_without_trying_a_4d_mask(model, monkeypatch):
+    items = random_items(6)
+    model.config._attn_implementation = "flash_attention_2"  # as a GPU with flash-attn installed loads it
+    try:
+        scorer = OptionScorer(TorchScorer(model, 0, token_budget=200))
+    finally:
+        model.config._attn_implementation = "sdpa"  # this CPU cannot run the kernel: score with sdpa below
+    assert scorer.packed is False  # decided before any forward pass: the packed check would crash under FA2
+
+    def packed(*args):
+        raise AssertionError("a 4D block-causal mask reached a flash-attention model")
+
+    monkeypatch.setattr(scorer, "_packed_loglik", packed)
+    for a, b in zip(scorer.loglik(items), loglik_naive(model, items)):
+        np.testing.assert_allclose(a, b, atol=2e-4)
+
+
 def test_acc_takes_the_summed_loglik_and_acc_norm_the_per_character_one_ties_to_the_first():
     loglik = np.array([-4.0, -3.0, -6.0])
     texts = ["ab", "a", "abcdef"]

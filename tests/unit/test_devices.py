@@ -22,9 +22,11 @@ time.sleep(float(sys.argv[2]))
 """
 
 
-def _jobs(tmp_path, specs, count=4):
+def _jobs(tmp_path, specs, count=4, visible=None):
     env = {**os.environ, "FORGETMAP_GPU_COUNT": str(count), "FORGETMAP_GPU_LOCK_DIR": str(tmp_path)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
     procs = []
     for gpus, hold, delay in specs:
         time.sleep(delay)
@@ -60,3 +62,20 @@ def test_more_gpus_than_the_machine_has_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("FORGETMAP_GPU_COUNT", "1")
     with pytest.raises(ForgetmapError, match="needs 2 GPU.*has 1"):
         claim_gpus(2)
+
+
+def test_jobs_inside_a_preset_device_list_share_it_without_colliding(tmp_path):
+    # an `srun --gpus=4` shell: CUDA_VISIBLE_DEVICES=4,5,6,7 is set, and the local jobs split those four
+    out = _jobs(tmp_path, [(1, 1.5, 0.0)] * 4, count=8, visible="4,5,6,7")
+    assert sorted(o["visible"] for o in out) == ["4", "5", "6", "7"]
+
+
+def test_a_job_without_a_gpu_resource_sees_no_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    claim_gpus(0)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    from forgetmap.models import pick_device
+
+    assert pick_device("auto").type == "cpu"
+    with pytest.raises(ForgetmapError, match="no GPU is visible to this job"):
+        pick_device("cuda")

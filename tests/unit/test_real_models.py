@@ -243,3 +243,25 @@ def test_reduction_is_undefined_where_plain_finetuning_forgot_nothing(tmp_path):
     frame = per_run(matrix, runs).set_index(["arm", "task"])
     assert np.isnan(frame.loc[("r", "t"), "reduction"])  # F_none = -0.1: nothing to reduce
     assert frame.loc[("r", "u"), "reduction"] == pytest.approx(1 - 0.2 / 0.5)
+
+
+@pytest.mark.parametrize("architecture", ["gpt_neox", "olmo", "olmo2"])
+def test_greedy_answers_of_real_architectures_match_a_full_logits_loop(architecture):
+    """Left-padded, cached, next-token-logits-only decoding (free-form items) against the plain loop."""
+    from forgetmap.correctness.items import generate_greedy
+    from standins import build_model, train_tokenizer
+
+    tok = train_tokenizer(architecture)
+    model = build_model(architecture, tok)
+    contexts = [np.array([5, 6, 7, 8]), np.array([9, 10])]
+    out = generate_greedy(model, contexts, 1, tok.eos_token_id, 5, 512)
+    for context, got in zip(contexts, out):
+        ids, expected = list(context), []
+        with torch.no_grad():
+            for _ in range(5):
+                token = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+                if token == tok.eos_token_id:
+                    break
+                expected.append(token)
+                ids.append(token)
+        assert got.tolist() == expected

@@ -74,3 +74,37 @@ def test_vllm_prompt_logprobs_parse_to_the_mean_span_nll():
     assert nll_from_prompt_logprobs(ids, recorded, 1, 4) == pytest.approx((0.5 + 1.5 + 2.0) / 3)
     assert nll_from_prompt_logprobs(ids, recorded, 2, 3) == pytest.approx(1.5)
     assert np.isnan(nll_from_prompt_logprobs(ids, recorded, 3, 3))
+
+
+def test_vllm_flat_prompt_logprobs_parse_as_the_list_form_does():
+    ids = [11, 12, 13, 14]
+    # FlatLogprobs' columns: position 0 has no entries; position 2 lists a top candidate before the prompt token
+    flat = SimpleNamespace(start_indices=[0, 0, 1, 3], end_indices=[0, 1, 3, 4], token_ids=[12, 99, 13, 14],
+                           logprobs=[-0.5, -0.1, -1.5, -2.0])
+    assert nll_from_prompt_logprobs(ids, flat, 1, 4) == pytest.approx((0.5 + 1.5 + 2.0) / 3)
+    assert nll_from_prompt_logprobs(ids, flat, 2, 3) == pytest.approx(1.5)
+    assert np.isnan(nll_from_prompt_logprobs(ids, flat, 3, 3))
+
+
+def test_vllm_lengths_fit_a_2048_position_model():
+    from forgetmap.nll import vllm_lengths
+
+    # documents cut to max_length 2048 on a 2048-position model: 2048 + 1 would be refused, and so would a
+    # 2048-token prompt at 2048 (prompt and one output token must fit): prompts of 2047 tokens fit
+    assert vllm_lengths([2048, 100], 2048) == (2048, 2047)
+    assert vllm_lengths([2000, 100], 2048) == (2001, 2000)  # the paper's Pile documents: nothing is cut
+    assert vllm_lengths([50], None) == (51, 50)
+
+
+def test_model_positions_follow_pointers_to_the_base_files(tmp_path):
+    import json
+
+    from forgetmap.models import write_pointer
+    from forgetmap.nll import model_positions
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    write_pointer(tmp_path / "base", "org/model", local=str(tmp_path / "real"))
+    (tmp_path / "neox").mkdir()
+    (tmp_path / "neox" / "config.json").write_text(json.dumps({"n_positions": 1024}))
+    assert model_positions(str(tmp_path / "base")) == 2048 and model_positions(str(tmp_path / "neox")) == 1024

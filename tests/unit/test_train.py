@@ -107,8 +107,9 @@ def test_failing_finetune_leaves_no_partial_checkpoint(tmp_path, base_dir, task_
 
 
 def test_two_fsdp_processes_train_as_one_process_with_the_same_global_batch(tmp_path, base_dir, task_path):
-    """The distributed path (torchrun, FSDP, gloo on CPU) on the tiny model: 2 processes x 1 micro-batch
-    per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint."""
+    """The distributed path (torchrun, FSDP, gloo on CPU) on the tiny model: rank 0 reads the weights, rank 1
+    builds on the meta device and receives its shards; gradients reduce once per step. 2 processes x 1
+    micro-batch per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint."""
     single = finetune(str(base_dir), str(task_path), {**SETTINGS, "grad_accum": 2}, 1, str(tmp_path / "one"))
     double = finetune(str(base_dir), str(task_path), {**SETTINGS, "processes": 2}, 2, str(tmp_path / "two"))
     assert double["processes"] == 2 and double["steps"] == single["steps"] == 3
@@ -169,3 +170,35 @@ def test_training_only_draws_from_its_batch_source(tmp_path):
     train(one, iter(steps), 2, SETTINGS, tok.pad_token_id, None)
     train(two, iter(steps + [[examples[::-1]]]), 2, SETTINGS, tok.pad_token_id, None)
     assert all(torch.equal(p, q) for p, q in zip(one.parameters(), two.parameters()))
+
+
+def test_the_loss_over_kept_positions_only_equals_the_full_logits_loss_with_its_gradients():
+    from forgetmap.train import batch_loss, kept_loss
+
+    tok = tiny_tokenizer()
+    frame = demo.task_examples("city_qa", 6, 1234, 0.0)
+    examples = encode_chat(tok, frame["prompt"].tolist(), frame["response"].tolist(), "olmo", 48)
+    examples[1] = Encoded(examples[1].ids, examples[1].target_start, examples[1].score_end, weight=2.0)
+    batch = collate(examples, tok.pad_token_id)
+    losses, grads = [], []
+    for kept in (False, True):
+        model = tiny_model(tok)
+        if kept:
+            loss = kept_loss(model, batch, 50)
+        else:
+            loss = batch_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                              batch, 50)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_a_steps_micro_batches_are_grouped_by_length_and_hold_the_same_examples():
+    examples = [Encoded(np.arange(n), 1, n) for n in (5, 30, 6, 28, 7, 29, 4, 31)]
+    grouped = next(task_batches(examples, 2, 4, 0))
+    plain = next(task_batches(examples, 8, 1, 0))[0]
+    assert sorted(len(e.ids) for mb in grouped for e in mb) == sorted(len(e.ids) for e in plain)
+    widths = [max(len(e.ids) for e in mb) for mb in grouped]
+    assert widths == sorted(widths) and sum(w * 2 for w in widths) < 31 * 8  # padding only within a group

@@ -34,9 +34,9 @@ def arg(*flags, **options):
 
 OUT = arg("--out", required=True)
 THREADS = arg("--threads", type=int, default=1, help="torch threads (the rule's threads)")
-GPUS = arg("--gpus", type=int, default=0, help="GPUs this job claims before CUDA starts (the rule's `gpu` "
-                                                "resource): free devices by lock file on a workstation, or those "
-                                                "SLURM gave it")
+GPUS = arg("--gpus", type=int, default=None, help="GPUs this job claims before CUDA starts (the rule's `gpu` "
+                                                   "resource): free devices by lock file on a workstation, or those "
+                                                   "SLURM gave it; 0: the job sees no GPU; absent: as visible")
 SETTINGS = arg("--settings", type=_json, required=True, help="the job's settings from forgetmap.plan (JSON)")
 MATRIX = arg("--matrix", required=True, help="a forgetting.parquet")
 SHARDS = arg("--shards", nargs="+", required=True, help="the upstream shards, in corpus order")
@@ -189,12 +189,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
-        if getattr(args, "gpus", 0):
+        if getattr(args, "gpus", None) is not None:  # claim the job's GPUs (0: it sees none)
             from .devices import claim_gpus
 
             claim = claim_gpus(args.gpus)  # held until this process exits
-            log.info("CUDA_VISIBLE_DEVICES=%s (%s)", os.environ["CUDA_VISIBLE_DEVICES"],
-                     "claimed by lock file" if claim.devices else "set by the scheduler")
+            if args.gpus:
+                log.info("CUDA_VISIBLE_DEVICES=%s (%s)", os.environ["CUDA_VISIBLE_DEVICES"],
+                         "claimed by lock file" if claim.devices else "its own, set by the scheduler")
         if args.transformers:
             _quiet_transformers()
         summary = _call(args)

@@ -1,4 +1,4 @@
-"""Claim GPUs for one job on a workstation.
+"""Claim GPUs for one job on a workstation (or inside one allocation of a cluster).
 
 Snakemake's `--resources gpu=N` bounds how many GPUs the running jobs ask for together, but a local run
 never sets CUDA_VISIBLE_DEVICES (snakemake issue #281), so four jobs on a four-GPU machine would all
@@ -6,8 +6,12 @@ land on device 0. Each GPU job therefore claims free devices itself: one lock fi
 with `flock` (released by the kernel when the job exits, even if it crashes), and exports
 CUDA_VISIBLE_DEVICES before anything touches CUDA.
 
-Where a scheduler has already chosen the devices (SLURM sets CUDA_VISIBLE_DEVICES for `--gpus`), or the
-user has, that choice stands and nothing is locked.
+The devices claimed from are those the job may see: CUDA_VISIBLE_DEVICES where it is already set (an
+`srun --gpus=4` shell running Snakemake locally: four devices shared by its jobs), else every device of
+the machine. Where the job sees exactly as many devices as it needs (SLURM's `--gpus` for a cluster job),
+they are its own and nothing is locked. Locks are per user and, inside a SLURM allocation, per
+allocation (device numbers restart in each). A job that needs no GPU sees none (`hide_gpus`), so its
+`device: auto` is the CPU.
 
 Environment:
 - FORGETMAP_GPU_COUNT: the number of devices to share (default: `nvidia-smi -L`, else 0). Tests set
@@ -42,7 +46,8 @@ def device_count() -> int:
 
 
 def lock_dir() -> Path:
-    default = Path(tempfile.gettempdir()) / f"forgetmap-gpu-locks-{os.getuid()}"
+    allocation = f"-slurm{os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else ""
+    default = Path(tempfile.gettempdir()) / f"forgetmap-gpu-locks-{os.getuid()}{allocation}"
     path = Path(os.environ.get("FORGETMAP_GPU_LOCK_DIR", default))
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -51,7 +56,7 @@ def lock_dir() -> Path:
 class GpuClaim:
     """The devices one job holds; `release()` (or process exit) frees them."""
 
-    def __init__(self, devices: list[int], handles: list):
+    def __init__(self, devices: list[str], handles: list):
         self.devices = devices
         self._handles = handles
 
@@ -68,45 +73,60 @@ class GpuClaim:
         self.release()
 
 
-def _try_claim(count: int, total: int, directory: Path) -> GpuClaim | None:
-    devices, handles = [], []
-    for device in range(total):
+def _try_claim(count: int, devices: list[str], directory: Path) -> GpuClaim | None:
+    claimed, handles = [], []
+    for device in devices:
         handle = open(directory / f"gpu{device}.lock", "a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
             continue
-        devices.append(device)
+        claimed.append(device)
         handles.append(handle)
-        if len(devices) == count:
-            return GpuClaim(devices, handles)
-    GpuClaim(devices, handles).release()  # not enough free devices: take none, try again later
+        if len(claimed) == count:
+            return GpuClaim(claimed, handles)
+    GpuClaim(claimed, handles).release()  # not enough free devices: take none, try again later
     return None
 
 
+def visible_devices() -> list[str] | None:
+    """The devices CUDA_VISIBLE_DEVICES lets this process see (None where it is unset)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or not value.strip():
+        return None if value is None else []
+    return [d.strip() for d in value.split(",") if d.strip()]
+
+
+def hide_gpus() -> None:
+    """A job without a `gpu` resource sees no GPU: its `device: auto` is the CPU, never an unclaimed GPU."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 def claim_gpus(count: int, timeout_s: float = 3600.0, poll_s: float = 1.0) -> GpuClaim:
-    """Claim `count` free devices and export CUDA_VISIBLE_DEVICES; waits while they are all taken."""
+    """Claim `count` free devices among those this job may see and export CUDA_VISIBLE_DEVICES; waits
+    while they are all taken."""
     if count <= 0:
+        hide_gpus()
         return GpuClaim([], [])
-    if os.environ.get("CUDA_VISIBLE_DEVICES"):  # chosen by the scheduler or the user: keep it
-        visible = [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
-        if len(visible) < count:
-            raise ForgetmapError(f"the job needs {count} GPU(s) but CUDA_VISIBLE_DEVICES="
-                                 f"{os.environ['CUDA_VISIBLE_DEVICES']} names {len(visible)}")
+    visible = visible_devices()
+    if visible is not None and len(visible) < count:
+        raise ForgetmapError(f"the job needs {count} GPU(s) but CUDA_VISIBLE_DEVICES="
+                             f"{os.environ['CUDA_VISIBLE_DEVICES']} names {len(visible)}")
+    if visible is not None and len(visible) == count:  # exactly its own (a scheduler's choice): nothing to share
         return GpuClaim([], [])
-    total = device_count()
-    if total < count:
-        raise ForgetmapError(f"the job needs {count} GPU(s) but this machine has {total} "
+    candidates = visible if visible is not None else [str(d) for d in range(device_count())]
+    if len(candidates) < count:
+        raise ForgetmapError(f"the job needs {count} GPU(s) but this machine has {len(candidates)} "
                              "(set the rule's `gpu` resource to 0 to run on the CPU)")
     directory = lock_dir()
     deadline = time.monotonic() + timeout_s
     while True:
-        claim = _try_claim(count, total, directory)
+        claim = _try_claim(count, candidates, directory)
         if claim is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, claim.devices))
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(claim.devices)
             return claim
         if time.monotonic() > deadline:
-            raise ForgetmapError(f"no {count} free GPU(s) among {total} after {timeout_s:.0f} s "
-                                 f"(lock files in {directory}); run with --resources gpu={total}")
+            raise ForgetmapError(f"no {count} free GPU(s) among {len(candidates)} after {timeout_s:.0f} s "
+                                 f"(lock files in {directory}); run with --resources gpu={len(candidates)}")
         time.sleep(poll_s)

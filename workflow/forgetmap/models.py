@@ -28,8 +28,15 @@ def set_threads(threads: int) -> None:
 
 
 def pick_device(requested: str = "auto") -> torch.device:
+    """`auto`: a GPU this job may use, else the CPU. A job whose `gpu` resource is 0 sees no GPU (the CLI
+    hides them), so `auto` never lands on a device no lock or scheduler gave it."""
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        from .errors import ForgetmapError
+
+        raise ForgetmapError(f"device {requested!r} requested, but no GPU is visible to this job: give its rule a "
+                             f"`gpu` resource (models.<model>.resources.<stage>.gpu) or use device auto or cpu")
     return torch.device(requested)
 
 
@@ -42,13 +49,43 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 
 def pick_attention(requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """flash_attention_2 on CUDA in half precision when flash-attn is installed, else sdpa."""
+    """flash_attention_2 on CUDA in half precision when flash-attn is installed and loads, else sdpa."""
     if requested != "auto":
         return requested
-    has_flash = importlib.util.find_spec("flash_attn") is not None
-    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and has_flash:
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and flash_attn_usable():
         return "flash_attention_2"
     return "sdpa"
+
+
+def flash_attn_usable() -> bool:
+    """flash-attn is installed *and* loads: one built against another torch than the one installed (vLLM
+    moves torch to its pin) is found by find_spec, then fails with an undefined symbol; sdpa then."""
+    if importlib.util.find_spec("flash_attn") is None:
+        return False
+    try:
+        import flash_attn  # noqa: F401
+    except (ImportError, OSError) as exc:
+        import logging
+
+        logging.getLogger(__name__).warning("flash-attn is installed but does not load (%s): using sdpa; rebuild it "
+                                            "against this torch: pip install --no-build-isolation flash-attn", exc)
+        return False
+    return True
+
+
+def is_flash(model) -> bool:
+    """Does the model run a flash-attention kernel (which takes no arbitrary 4D attention mask)?"""
+    return "flash" in str(getattr(model.config, "_attn_implementation", "") or "")
+
+
+def autocast_for(device: torch.device, bf16: bool = True):
+    """bf16 autocast on a CUDA device that supports it (training's mixed precision, and any scoring of the
+    model being trained: its weights stay fp32, and flash-attention takes only half precision); else none."""
+    from contextlib import nullcontext
+
+    if device.type == "cuda" and bf16 and torch.cuda.is_bf16_supported():
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def read_pointer(model_dir: str | Path) -> dict | None:
@@ -62,7 +99,7 @@ def write_pointer(model_dir: str | Path, source: str, revision: str | None = Non
     (Path(model_dir) / POINTER).write_text(json.dumps({"path": source, "revision": revision, **facts}, indent=1))
 
 
-def _source(model_dir: str | Path) -> tuple[str, dict]:
+def model_source(model_dir: str | Path) -> tuple[str, dict]:
     """Where weights and tokenizer live: the directory itself, or the local files its pointer names (the
     directory planning found for a local path or a cached Hugging Face id: no hub lookups in jobs)."""
     pointer = read_pointer(model_dir)
@@ -82,7 +119,7 @@ def load_tokenizer(model_dir: str | Path):
     its vocabulary, else EOS: padded positions are masked, so the choice never changes a number)."""
     from transformers import AutoTokenizer
 
-    source, kwargs = _source(model_dir)
+    source, kwargs = model_source(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     check_tokenizer(tokenizer, source)
     pad_source = "tokenizer"
@@ -133,7 +170,7 @@ def load_model(model_dir: str | Path, device: torch.device, dtype: torch.dtype, 
         base = _load_base_for_adapter(model_dir, device, dtype, attention)
         model = PeftModel.from_pretrained(base, str(model_dir)).merge_and_unload()
     else:
-        source, kwargs = _source(model_dir)
+        source, kwargs = model_source(model_dir)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn, **kwargs)
     return model.to(device).eval()
 

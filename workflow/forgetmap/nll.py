@@ -79,6 +79,18 @@ def transformer_body(model):
     return inner.base_model
 
 
+@torch.no_grad()
+def head_reproduces_logits(model, ids) -> bool:
+    """Do the transformer body and the output head alone give the model's logits on `ids`? (False for a
+    model whose forward scales or caps its logits: then only the full forward is right.)"""
+    device = next(model.parameters()).device
+    ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(device)
+    logits = model(input_ids=ids).logits[0].float()
+    via_head = model.get_output_embeddings()(transformer_body(model)(input_ids=ids).last_hidden_state[0]).float()
+    tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
+    return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
+
+
 class TorchScorer:
     """Scores encoded examples with a causal LM already on its device."""
 
@@ -95,14 +107,6 @@ class TorchScorer:
         self.body = transformer_body(model)
         self.use_hidden = None  # decided on the first batch: does body + head reproduce the logits?
 
-    def _hidden_path_is_exact(self, ids) -> bool:
-        ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(self.device)
-        logits = self.model(input_ids=ids).logits[0].float()
-        hidden = self.body(input_ids=ids).last_hidden_state[0]
-        via_head = self.head(hidden).float()
-        tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
-        return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
-
     def token_nll(self, ids: torch.Tensor, rows: torch.Tensor, predict_at: torch.Tensor, targets: torch.Tensor,
                   attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                   argmax: list | None = None, parts: tuple[int, ...] = ()) -> torch.Tensor:
@@ -111,7 +115,7 @@ class TorchScorer:
         boundaries of target groups that go through the output head separately (a group's NLL then does
         not depend on the others' presence)."""
         if self.use_hidden is None:
-            self.use_hidden = self._hidden_path_is_exact(ids[0, :int(predict_at.max()) + 2])
+            self.use_hidden = head_reproduces_logits(self.model, ids[0, :int(predict_at.max()) + 2])
         bounds = [0, *parts, len(targets)]
         groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
         hits = [] if argmax is not None else None
@@ -228,15 +232,29 @@ def score_naive(model, encoded: list[Encoded]) -> np.ndarray:
     return out
 
 
-def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs: list, target_start: int,
-                             score_end: int) -> float:
-    """Mean NLL over [target_start, score_end) from vLLM's `prompt_logprobs` (entry 0 is None).
+def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs, target_start: int, score_end: int) -> float:
+    """Mean NLL over [target_start, score_end) from vLLM's `prompt_logprobs` (position 0 has none).
 
-    Each entry t >= 1 maps token ids to objects with a `logprob` attribute (or plain floats); the
-    actual prompt token ids[t] is always among them.
-    """
+    Two structures, as vLLM returns them: a list whose entry t >= 1 maps token ids to objects with a
+    `logprob` attribute (or plain floats), or, with `flat_logprobs=True`, a FlatLogprobs whose columns
+    `start_indices`, `end_indices`, `token_ids`, `logprobs` hold every position's entries flat (no Python
+    object per token: read with numpy). The actual prompt token ids[t] is always among position t's."""
     if score_end <= target_start:
         return float("nan")
+    if hasattr(prompt_logprobs, "start_indices"):
+        starts = np.asarray(prompt_logprobs.start_indices[target_start:score_end], dtype=np.int64)
+        ends = np.asarray(prompt_logprobs.end_indices[target_start:score_end], dtype=np.int64)
+        tokens = np.asarray(prompt_logprobs.token_ids, dtype=np.int64)
+        values = np.asarray(prompt_logprobs.logprobs, dtype=np.float64)
+        wanted = np.asarray(ids[target_start:score_end], dtype=np.int64)
+        counts = ends - starts
+        position = np.repeat(np.arange(len(starts)), counts)
+        entries = np.repeat(starts, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        hit = tokens[entries] == wanted[position]
+        found, first = np.unique(position[hit], return_index=True)  # each position's first matching entry
+        if len(found) != len(starts):
+            raise ValueError("a prompt token is missing from vLLM's prompt log-probs")
+        return float(-values[entries[hit][first]].mean())
     total = 0.0
     for t in range(target_start, score_end):
         entry = prompt_logprobs[t][ids[t]]
@@ -244,8 +262,41 @@ def nll_from_prompt_logprobs(ids: list[int], prompt_logprobs: list, target_start
     return total / (score_end - target_start)
 
 
+def model_positions(model_dir: str) -> int | None:
+    """The context length a checkpoint (or the base its pointer or adapter names) was built for."""
+    import json
+
+    from .models import read_pointer
+
+    directory = Path(model_dir)
+    for _ in range(3):  # adapter -> base pointer -> its files
+        if (directory / "config.json").exists():
+            break
+        pointer = read_pointer(directory)
+        if pointer is None:
+            return None
+        directory = Path(pointer.get("local") or pointer["path"])
+    if not (directory / "config.json").exists():
+        return None
+    config = json.loads((directory / "config.json").read_text())
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def vllm_lengths(lengths: list[int], positions: int | None) -> tuple[int, int]:
+    """(max_model_len, the longest prompt vLLM may score). vLLM needs room for the prompt and one output
+    token, and refuses a max_model_len above the model's positions: prompts of up to positions - 1 fit."""
+    longest = max(lengths, default=1)
+    if positions is None:
+        return longest + 1, longest
+    return min(longest + 1, positions), min(longest, positions - 1)
+
+
 def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: no cover - needs the gpu extra
-    """A vLLM engine on the model's weights (GPU only; `pip install forgetmap[gpu]`)."""
+    """A vLLM engine on the model's weights (GPU only; `pip install forgetmap[gpu]`). Scoring is prefill
+    only: eager mode skips the CUDA-graph capture that would otherwise start every shard job."""
     try:
         from vllm import LLM
     except ImportError as exc:
@@ -258,15 +309,23 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: 
     # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
     source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
     return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
-               max_model_len=max_model_len, enforce_eager=False)
+               max_model_len=max_model_len, enforce_eager=True)
+
+
+def prompt_logprob_params():  # pragma: no cover - needs the gpu extra
+    """Prompt log-probs only: no detokenisation, flat columns instead of a Python object per token."""
+    from vllm import SamplingParams
+
+    try:
+        return SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False, flat_logprobs=True)
+    except TypeError:  # a vLLM before FlatLogprobs: the list form, parsed alike
+        return SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
 
 
 def score_with_vllm(llm, encoded: list[Encoded]) -> np.ndarray:  # pragma: no cover - needs the gpu extra
     """Score through vLLM: `prompt_logprobs=0` on the same token ids, as the paper scores."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(max_tokens=1, prompt_logprobs=0)
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], params)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], prompt_logprob_params())
     return np.array([nll_from_prompt_logprobs(e.ids.tolist(), o.prompt_logprobs, e.target_start, e.score_end)
                      for e, o in zip(encoded, outputs)], dtype=np.float32)

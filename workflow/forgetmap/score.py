@@ -25,19 +25,28 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     from .data.chat import encode_examples, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
-    from .nll import TorchScorer, score_with_vllm, vllm_engine
+    from .nll import TorchScorer, model_positions, score_with_vllm, vllm_engine, vllm_lengths
 
     set_threads(threads)
     frame = pd.read_parquet(shard)
     tokenizer = load_tokenizer(model_dir)
-    encoded = encode_examples(tokenizer, frame, settings["chat_template"], settings["max_length"])
+    max_length = settings["max_length"]
+    encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
     item_settings = {**settings["correctness"], "chat_template": settings["chat_template"],
                      "max_length": settings["max_length"], "token_budget": settings["token_budget"]}
     rows, items = correctness.encode_items(tokenizer, frame, item_settings)
     start = time.perf_counter()
     if settings["backend"] == "vllm":
-        longest = max([len(e.ids) for e in encoded] + [len(it.context) + item_settings["max_new_tokens"] for it in items])
-        llm = vllm_engine(model_dir, longest + 1, settings)
+        lengths = [len(e.ids) for e in encoded] + [len(it.context) + item_settings["max_new_tokens"] for it in items]
+        max_model_len, fits = vllm_lengths(lengths, model_positions(model_dir))
+        if max(lengths) > fits:  # a prompt must leave room for one output token within the model's positions
+            log.warning("the vllm backend scores at most %d tokens on this %d-position model: longer examples are "
+                        "cut as max_length cuts them", fits, max_model_len)
+            max_length = min(max_length, fits)
+            encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
+            item_settings["max_length"] = max_length
+            rows, items = correctness.encode_items(tokenizer, frame, item_settings)
+        llm = vllm_engine(model_dir, max_model_len, settings)
         nll = score_with_vllm(llm, encoded)
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
         scored = time.perf_counter()
@@ -69,10 +78,10 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     if items:
         summary.update(items=len(items), items_correct=int(record["correct"].sum()),
                        correctness_seconds=round(finished - scored, 3))
-    summary.update(**truncation(encoded, settings["max_length"]), **tokenizer_choices(tokenizer, settings["chat_template"]))
+    summary.update(**truncation(encoded, max_length), **tokenizer_choices(tokenizer, settings["chat_template"]))
     if summary["truncated"]:
         log.warning("%d of %d examples were longer than max_length %d and lost %d tokens (at most %d in one)",
-                    summary["truncated"], len(frame), settings["max_length"], summary["truncated_tokens"],
+                    summary["truncated"], len(frame), max_length, summary["truncated_tokens"],
                     summary["truncated_tokens_max"])
     if summary["nan"]:
         log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))

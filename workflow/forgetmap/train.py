@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
+from .models import autocast_for
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,21 @@ def batch_loss(logits: torch.Tensor, batch: dict, n_targets: int) -> torch.Tenso
     return loss / max(1, n_targets)
 
 
+def kept_loss(model, batch: dict, n_targets: int) -> torch.Tensor:
+    """`batch_loss` with only the positions that predict a kept label through the output head: the same
+    loss without the full-vocabulary logits of every position (a prompt's, padding's), in fp32."""
+    from .nll import transformer_body
+
+    labels = batch["labels"][:, 1:]
+    rows, cols = (labels != IGNORE).nonzero(as_tuple=True)
+    hidden = transformer_body(model)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = model.get_output_embeddings()(hidden.last_hidden_state[rows, cols]).float()
+    per_token = F.cross_entropy(logits, labels[rows, cols], reduction="none")
+    if batch["weights"] is not None:
+        per_token = per_token * batch["weights"][:, 1:][rows, cols]
+    return per_token.sum() / max(1, n_targets)
+
+
 def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: dict, pad_id: int,
           log_path: Path | None, on_step: Callable[[int], dict] | None = None) -> dict:
     """Train `model` in place for `total` steps drawn from `batches` (each step: its micro-batches);
@@ -71,56 +86,104 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.999),
                                   weight_decay=settings["weight_decay"],
                                   fused=device.type == "cuda")
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-                if device.type == "cuda" and settings.get("bf16", True) and torch.cuda.is_bf16_supported()
-                else nullcontext())
-    if settings.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable()
+    autocast = autocast_for(device, settings.get("bf16", True))
+    if settings.get("gradient_checkpointing"):  # non-reentrant: works with LoRA's frozen inputs, any transformers
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # on a GPU, one process: only the kept positions meet the output head, where the body and head alone
+    # reproduce the model's logits (under FSDP the root's hooks must run: the full forward)
+    kept_only = device.type == "cuda" and world == 1 and _head_reproduces(model)
     model.train()
     started = time.perf_counter()
-    last, sum_tokens = {}, 0
-    with open(log_path, "w") if log_path is not None else nullcontext() as sink:
-        for step in range(total):
-            t0 = time.perf_counter()
-            lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            micro = next(batches)
-            n_targets = sum(e.n_targets for mb in micro for e in mb)
-            tokens = sum(len(e.ids) for mb in micro for e in mb)
-            sum_tokens += tokens
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-            for mb in micro[rank::world]:
-                batch = {k: v.to(device) if v is not None else None for k, v in collate(mb, pad_id).items()}
-                with autocast:
-                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-                loss = batch_loss(logits, batch, n_targets)
-                (loss * world).backward()
-                loss_sum += loss.detach()
-            if world > 1:
-                dist.all_reduce(loss_sum)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
-            if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
-                grad_norm = grad_norm.full_tensor()
-            loss_sum = float(loss_sum)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - t0
-            last = {"step": step + 1, "loss": round(loss_sum, 6), "lr": lr, "grad_norm": round(float(grad_norm), 6),
-                    "tokens": tokens, "targets": n_targets, "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
-                    "elapsed_s": round(time.perf_counter() - started, 3)}
-            if on_step is not None:
-                last.update(on_step(step + 1))
-            if sink is not None:
-                sink.write(json.dumps(last) + "\n")
-                sink.flush()
+    log = StepLog(log_path)
+    sum_tokens = 0
+    for step in range(total):
+        lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        micro = next(batches)
+        n_targets = sum(e.n_targets for mb in micro for e in mb)
+        tokens = sum(len(e.ids) for mb in micro for e in mb)
+        sum_tokens += tokens
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        mine = micro[rank::world]
+        for i, mb in enumerate(mine):
+            if world > 1:  # FSDP reduces gradients once per step, after its last micro-batch
+                model.set_requires_gradient_sync(i == len(mine) - 1)
+            batch = {k: v.to(device) if v is not None else None for k, v in collate(mb, pad_id).items()}
+            with autocast:
+                if kept_only:
+                    loss = kept_loss(model, batch, n_targets)
+                else:
+                    loss = batch_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                                      batch, n_targets)
+            (loss * world).backward()
+            loss_sum += loss.detach()
+        if world > 1:
+            dist.all_reduce(loss_sum)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
+            grad_norm = grad_norm.full_tensor()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        line = {"step": step + 1, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens": tokens,
+                "targets": n_targets, "tokens_per_s": None, "elapsed_s": round(time.perf_counter() - started, 3)}
+        if on_step is not None:
+            line.update(on_step(step + 1))
+        log.add(line)
+    last = log.close()
     model.eval()
     if not math.isfinite(last.get("loss", 0.0)):
         raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
     return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3),
             "tokens": sum_tokens}
+
+
+class StepLog:
+    """One JSON line per optimizer step, written in groups: a step's loss and gradient norm stay on the
+    device until its group is written, so training never waits on the host (one sync per group);
+    `tokens_per_s` is the group's rate. Only rank 0 writes (`path` None elsewhere)."""
+
+    EVERY = 10
+
+    def __init__(self, path: Path | None):
+        self.sink = open(path, "w") if path is not None else None
+        self.pending: list[dict] = []
+        self.started, self.tokens, self.last = time.perf_counter(), 0, {}
+
+    def add(self, line: dict) -> None:
+        self.pending.append(line)
+        self.tokens += line["tokens"]
+        if len(self.pending) == self.EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        values = torch.stack([torch.stack([line["loss"].double(), torch.as_tensor(line["grad_norm"]).double().to(
+            line["loss"].device)]) for line in self.pending]).cpu().tolist()  # the group's one host sync
+        rate = round(self.tokens / max(time.perf_counter() - self.started, 1e-9), 1)
+        for line, (loss, norm) in zip(self.pending, values):
+            line.update(loss=round(loss, 6), grad_norm=round(norm, 6), tokens_per_s=rate)
+            if self.sink is not None:
+                self.sink.write(json.dumps(line) + "\n")
+        if self.sink is not None:
+            self.sink.flush()
+        self.last = self.pending[-1]
+        self.pending, self.started, self.tokens = [], time.perf_counter(), 0
+
+    def close(self) -> dict:
+        """Write what is pending; the last step's line."""
+        self.flush()
+        if self.sink is not None:
+            self.sink.close()
+        return self.last
+
+
+def _head_reproduces(model) -> bool:
+    """Does body + head give the model's logits (checked once, on a short prefix of the first example)?"""
+    from .nll import head_reproduces_logits
+
+    return head_reproduces_logits(model, torch.arange(1, 9) % 4 + 1)
 
 
 def attach_lora(model, lora: dict, seed: int):
@@ -176,6 +239,35 @@ def _shard(model) -> None:
     fully_shard(model)
 
 
+def load_sharded(base_dir: str, device: torch.device, attention: str, rank: int):
+    """The base model sharded over the ranks (full fine-tuning under FSDP), read from disk once: rank 0 loads
+    the weights on the CPU, every rank builds the architecture on the meta device (no memory), shards it,
+    allocates its shards on its device, and receives them from rank 0's copy, tensor by tensor. Buffers
+    (rotary frequencies) are not sharded: rank 0's are broadcast. Returns (model, parameters, class name)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .models import load_model, model_source, n_parameters
+
+    full = load_model(base_dir, torch.device("cpu"), torch.float32, attention) if rank == 0 else None
+    source, kwargs = model_source(base_dir)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, **kwargs),
+                                                 attn_implementation=attention, dtype=torch.float32)
+    parameters, architecture = n_parameters(model), type(model).__name__
+    _shard(model)
+    model.to_empty(device=device)
+    state = full.state_dict() if full is not None else {}
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    buffers = dict(full.named_buffers()) if full is not None else {}
+    for name, buffer in model.named_buffers():
+        if full is not None:
+            buffer.copy_(buffers[name])
+        dist.broadcast(buffer, src=0)
+    del full, state
+    return model, parameters, architecture
+
+
 def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
                   replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
@@ -198,13 +290,14 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     # and flash-attention 2 (which needs half precision) runs inside that autocast
     compute_dtype = torch.bfloat16 if device.type == "cuda" and settings.get("bf16", True) else torch.float32
     attention = pick_attention(settings["attention"], device, compute_dtype)
-    model = load_model(base_dir, device, torch.float32, attention)
     examples = training_examples(tokenizer, task_path, settings["chat_template"], settings["max_length"])
-    if settings["method"] == "lora":
-        model = attach_lora(model, settings["lora"], settings["seed"])
-    parameters, architecture = n_parameters(model), type(model).__name__
     if world > 1:
-        _shard(model)
+        model, parameters, architecture = load_sharded(base_dir, device, attention, rank)
+    else:
+        model = load_model(base_dir, device, torch.float32, attention)
+        if settings["method"] == "lora":
+            model = attach_lora(model, settings["lora"], settings["seed"])
+        parameters, architecture = n_parameters(model), type(model).__name__
     batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
                                               online)
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,

@@ -151,9 +151,15 @@ class OptionScorer:
     """Summed log-likelihood of every option of every multiple-choice item, batched under a token budget."""
 
     def __init__(self, scorer: TorchScorer, packed: bool | None = None, max_padding: float = 0.1):
+        from ..models import is_flash
+
         self.scorer = scorer
         self.max_padding = max_padding  # a masked batch gains nothing from equal lengths: a little padding
         self.packed = packed  # None: decided on the first batch (does packing reproduce separate sequences?)
+        if packed is None and is_flash(scorer.model):  # its kernels take no 4D mask: checking would crash
+            log.info("%s attention takes no block-causal mask: options are scored as separate sequences",
+                     scorer.model.config._attn_implementation)
+            self.packed = False
 
     def loglik(self, items: list[Item]) -> list[np.ndarray]:
         out = [np.zeros(len(item.options)) for item in items]
@@ -259,7 +265,7 @@ def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int 
         for _ in range(max_new_tokens):
             positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
             result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                           past_key_values=cache, use_cache=True)
+                           past_key_values=cache, use_cache=True, logits_to_keep=1)  # the next token's only
             cache = result.past_key_values
             token = result.logits[:, -1].float().argmax(-1)
             token = torch.where(done, torch.full_like(token, pad_id), token)
@@ -338,7 +344,7 @@ def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataF
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from ..nll import nll_from_prompt_logprobs
+    from ..nll import nll_from_prompt_logprobs, prompt_logprob_params
 
     requests, owner = [], []
     for i, item in enumerate(items):
@@ -347,8 +353,7 @@ def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataF
             owner.append((i, j, len(item.context)))
     logliks = [np.zeros(len(it.options)) for it in items]
     if requests:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=r.tolist()) for r in requests],
-                               SamplingParams(max_tokens=1, prompt_logprobs=0))
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=r.tolist()) for r in requests], prompt_logprob_params())
         for (i, j, start), ids, o in zip(owner, requests, outputs):
             n = len(ids) - start
             logliks[i][j] = -n * nll_from_prompt_logprobs(ids.tolist(), o.prompt_logprobs, start, len(ids))

@@ -61,7 +61,11 @@ def example_order(n: int, seed: int) -> Iterator[int]:
 
 def task_batches(examples: list[Encoded], batch_size: int, micro_batches: int, seed: int) -> Iterator[list[list[Encoded]]]:
     """The plain batch source: every step, `micro_batches` micro-batches of `batch_size` examples,
-    drawn in a seeded order that reshuffles every epoch."""
+    drawn in a seeded order that reshuffles every epoch. A step's examples are grouped by length into its
+    micro-batches (less padding; the step's gradient is the same sum over the same examples)."""
     order = example_order(len(examples), seed)
     while True:
-        yield [[examples[next(order)] for _ in range(batch_size)] for _ in range(micro_batches)]
+        step = [examples[next(order)] for _ in range(batch_size * micro_batches)]
+        if micro_batches > 1:
+            step = sorted(step, key=lambda e: len(e.ids))  # stable: equal lengths keep their drawn order
+        yield [step[i * batch_size:(i + 1) * batch_size] for i in range(micro_batches)]

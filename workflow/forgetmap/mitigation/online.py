@@ -89,9 +89,14 @@ class OnlineReplay:
         self.facts["setup_seconds"] = round(time.perf_counter() - started, 3)
 
     def _probe_nll(self) -> np.ndarray:
+        """The probes' NLL under the weights being trained, in training's precision (fp32 weights under bf16
+        autocast on a GPU: a flash-attention kernel refuses fp32 outside it)."""
+        from ..models import autocast_for
+
         training = self.model.training
         self.model.eval()
-        nll, _ = self.scorer.score(self.probe_examples)
+        with autocast_for(self.scorer.device, self.settings.get("bf16", True)):
+            nll, _ = self.scorer.score(self.probe_examples)
         self.model.train(training)
         return nll.astype(np.float64)
 
