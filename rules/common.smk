@@ -7,11 +7,14 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
+from forgetmap import config as fm_config
 from forgetmap import plan as fm_plan
 from forgetmap import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError
 
 try:
+    for path in workflow.configfiles:  # one key given twice in a mapping: YAML keeps the last, silently
+        fm_config.check_duplicate_keys(path)
     PLAN = fm_plan.Plan(config)
     if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
         fm_preflight.check(PLAN)

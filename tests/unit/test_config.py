@@ -80,15 +80,27 @@ def test_task_overrides_apply_to_that_task_only():
      "config key mitigation.arms.s.q: value 1.5 is invalid"),
     (lambda c: c.update(mitigation=mitigation(arms={"o": {"replay": "online", "method": "mf",
                                                           "statistic": "forgotten_1to0"}})),
-     "config key mitigation.arms.o.statistic: forgotten_1to0 scores predicted or ground_truth replay, not 'online'"),
+     "config key mitigation.arms.o.statistic: not used by this arm (replay: online, tokens: none, weights: none); "
+     "it applies to predicted, ground_truth"),
+    (lambda c: c.update(mitigation=mitigation(arms={"r": {"replay": "random", "temperature": 0.5}})),
+     "config key mitigation.arms.r.temperature: not used by this arm (replay: random"),
+    (lambda c: c.update(mitigation=mitigation(arms={"f": {"weights": "flow", "tau": 2.0}})),
+     "config key mitigation.arms.f.tau: not used by this arm"),
+    (lambda c: c["prediction"].update(k=3000),
+     "config key prediction.k: value 3000 known examples leave nothing to predict: model 'm' has 2400 upstream examples"),
     (lambda c: c.update(mitigation=mitigation(arms={"p": {"replay": "predicted", "method": "mf",
                                                           "statistic": "forgotten_1to0"}})),
      "config key mitigation.arms.p.method: value 'mf' is not a configured predictor of Y; allowed "
      "(correctness.methods): logistic_mf"),
-    (lambda c: c.update(mitigation=mitigation(arms={"g": {"replay": "ground_truth", "statistic": "forgotten_1to0"}},
-                                              heldout=2), upstream={"demo": {"format": "demo", "n_examples": 6}}),
+    (lambda c: (c.update(mitigation=mitigation(arms={"g": {"replay": "ground_truth", "statistic": "forgotten_1to0"}},
+                                               heldout=2), upstream={"demo": {"format": "demo", "n_examples": 6}}),
+                c["prediction"].update(k=2)),
      "config key mitigation.arms.g.statistic: forgotten_1to0 needs upstream items with an answer"),
     (lambda c: c.update(mitigation=mitigation(arms={"r": {"replay": "random", "risk": 1.0}})),
+     "config key mitigation.arms.r.risk: not used by this arm (replay: random, tokens: none, weights: none); it "
+     "applies to predicted"),
+    (lambda c: c.update(mitigation=mitigation(arms={"r": {"replay": "predicted", "method": "knn", "risk": 1.0,
+                                                          "statistic": "forgotten_1to0"}})),
      "config key mitigation.arms.r.risk: risk-aware replay needs replay: predicted on the loss statistic"),
     (lambda c: c.update(mitigation=mitigation(arms={"p": {"replay": "predicted", "method": "mf", "risk": 1.0,
                                                           "risk_level": 0.95}})),
@@ -160,3 +172,13 @@ def test_schema_file_is_generated_from_the_definition(tmp_path):
     main(["schema", "--out", str(tmp_path / "schema.yaml")])
     assert (tmp_path / "schema.yaml").read_text() == (REPO / "config/schema.yaml").read_text(), \
         "config/schema.yaml is stale: run `forgetmap schema --out config/schema.yaml`"
+
+
+def test_a_key_given_twice_in_one_mapping_is_an_error_naming_both_lines(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("models:\n  m:\n    upstream: demo\n    finetune: {lr: 1.0e-4}\n    finetune: {steps: 5}\n")
+    with pytest.raises(ConfigError, match=r"config.yaml: line 5: key 'finetune' is given twice in one mapping "
+                                          r"\(first at line 4\)"):
+        fm_config.check_duplicate_keys(str(path))
+    (tmp_path / "ok.yaml").write_text("a: &x {b: 1}\nc: {<<: *x, d: 2}\n")  # merge keys are not duplicates
+    fm_config.check_duplicate_keys(str(tmp_path / "ok.yaml"))

@@ -126,6 +126,7 @@ def test_items_are_encoded_from_their_prompt_with_each_option_as_the_continuatio
     ("choices", ["Rome"], "row 0, column 'choices': 1 option(s)"),
     ("choices", "Rome, Oslo", "row 0, column 'choices': str 'Rome, Oslo' is not a list"),
     ("answer", " ", "row 0, column 'answer': empty answer"),
+    ("choices", ["Rome", "Oslo", "Rome"], "row 0, column 'choices': option 'Rome' is listed twice"),
 ])
 def test_bad_items_are_refused_naming_the_row_and_column(column, value, message):
     frame = pd.DataFrame({"example_id": ["x"], "source": ["s"], "kind": ["chat"], "prompt": ["Capital?"],

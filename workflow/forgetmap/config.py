@@ -455,6 +455,8 @@ def resolve(config: dict) -> dict:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))
     if error is not None:
         raise ConfigError(_explain(error))
+    for name, arm in ((config.get("mitigation") or {}).get("arms") or {}).items():
+        _check_arm_keys(name, arm)
     cfg = _fill_defaults(SCHEMA, config)
     for model in cfg["models"].values():
         if model["imported"] is not None:
@@ -462,6 +464,76 @@ def resolve(config: dict) -> dict:
     cfg["tasks"] = expand_families(cfg["tasks"])
     _check_references(cfg)
     return cfg
+
+
+# the arm keys each part of an arm reads: a key given for a part the arm does not have is a mistake
+ARM_KEYS = {
+    "replay": {"ratio"},
+    "weighted": {"temperature", "selection"},  # every replay drawn by scores (not random)
+    "predicted": {"method", "split", "prediction_seed", "statistic", "risk", "risk_level"},
+    "ground_truth": {"statistic"},
+    "online": {"method", "split", "probes", "probe_selection", "warmup"},
+    "stm": {"stm_mode", "tau", "q"},
+}
+
+
+def _check_arm_keys(name: str, arm: dict) -> None:
+    """Every key an arm's config gives is one its replay, token and weight settings read (silently
+    ignoring, say, `temperature` on random replay or `tau` without STM hides a mistake)."""
+    if not isinstance(arm, dict):
+        return  # the schema says what is wrong
+    replay = arm.get("replay", "none")
+    read = {"replay", "tokens", "weights"}
+    if replay != "none":
+        read |= ARM_KEYS["replay"] | ARM_KEYS.get(replay, set())
+        if replay != "random":
+            read |= ARM_KEYS["weighted"]
+    if arm.get("tokens", "none") != "none":
+        read |= ARM_KEYS["stm"]
+    for key in arm:
+        if key not in read:
+            users = [part for part, keys in ARM_KEYS.items() if key in keys]
+            raise ConfigError(f"config key mitigation.arms.{name}.{key}: not used by this arm (replay: {replay}, "
+                              f"tokens: {arm.get('tokens', 'none')}, weights: {arm.get('weights', 'none')}); it "
+                              f"applies to {', '.join(users) or 'no arm'}")
+
+
+def check_known_counts(cfg: dict, model: str, n_examples: int) -> None:
+    """The known examples of a test task (`prediction.k`, `correctness.k`, the probe evaluation's reference
+    k) must leave something to predict among the model's upstream examples: a config error before any job,
+    not a failing predict job beside probe tables written anyway."""
+    prediction = cfg["prediction"]
+    counts = {"prediction.k": prediction["k"], "correctness.k": cfg["correctness"]["k"],
+              "prediction.probe_evaluation.reference_k": prediction["probe_evaluation"]["reference_k"]}
+    for key, k in counts.items():
+        if k is not None and k >= n_examples:
+            raise ConfigError(f"config key {key}: value {k} known examples leave nothing to predict: model {model!r} "
+                              f"has {n_examples} upstream examples")
+
+
+def check_duplicate_keys(path: str) -> None:
+    """A YAML mapping that names one key twice keeps only the last value (PyYAML, and so Snakemake, say
+    nothing): an error naming the file, the key and both lines."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; it names no key
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is given twice in one "
+                                  f"mapping (first at line {seen[key] + 1}); YAML would keep only the last")
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    with open(path) as handle:
+        yaml.load(handle, Loader=Strict)
 
 
 def expand_families(tasks: dict) -> dict:

@@ -102,6 +102,9 @@ class Plan:
                 local = pretrained.locate(base["path"], base["revision"], f"models.{model}.base.path")
                 self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
         self._splits = {model: self._model_splits(model) for model in self.models}
+        for model in self.computed:
+            if self._splits[model]:  # a model without splits predicts nothing: k is never used
+                fm_config.check_known_counts(cfg, model, sum(s["count"] for s in self.shards[self.corpus(model)]))
         self._mitigation = {model: self._mitigation_tasks(model) for model in self.computed}
         for model in self.computed:
             for task in self.tasks[model]:

@@ -128,6 +128,10 @@ def validate_items(frame: pd.DataFrame, where: str) -> None:
                             f"needs at least 2")
         if not all(isinstance(o, str) and o.strip() for o in options):
             raise DataError(f"{where}: row {row}, column 'choices': every option must be non-empty text")
+        if len(set(options)) != len(options):
+            repeated = next(o for o in options if options.count(o) > 1)
+            raise DataError(f"{where}: row {row}, column 'choices': option {repeated!r} is listed twice; an item's "
+                            f"options must differ (its margin and acc would compare an option with itself)")
         if answer not in options:
             raise DataError(f"{where}: row {row}, column 'answer': {answer!r} is not one of its choices "
                             f"{options!r}")

@@ -107,6 +107,10 @@ def probe_evaluation_command(matrix: str, split: str, settings: dict, out: str, 
 
     forgetting = ForgettingMatrix.read(matrix)
     definition = json.loads(Path(split).read_text())
+    # the k random probes are compared at is the protocol's own: with nothing left to predict there, the
+    # predict job fails, and so does this one, before writing tables
+    prepare_split(forgetting.values, forgetting.tasks, definition["train_tasks"], definition["test_tasks"],
+                  settings["reference_k"], definition["name"])
     options = {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}
     values, coverage = evaluate_probes(forgetting.values, forgetting.tasks, definition["train_tasks"],
                                        definition["test_tasks"], settings["method"], settings["params"], settings["ks"],
