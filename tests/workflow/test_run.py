@@ -164,15 +164,16 @@ def test_discarded_checkpoints_and_a_second_run_give_the_same_matrix_bit_for_bit
     a, b = ForgettingMatrix.read(finished / MATRIX), ForgettingMatrix.read(workdir / MATRIX)
     assert a.values.tobytes() == b.values.tobytes() and a.base_nll.tobytes() == b.base_nll.tobytes()
 
-    # with checkpoints discarded, adding a task or changing one still reruns only that task's chain
+    # with checkpoints discarded, adding a task or changing one still reruns only that task's chain (the
+    # matrix's; the arms are not part of this run)
     write_config(workdir, edited(cfg, lambda c: c["tasks"].update(json_profile={"category": "world", "n_examples": 24})))
-    assert jobs_of(planned_jobs(workdir), "finetune") == [(("model", "tiny"), ("task", "json_profile"))]
+    assert jobs_of(planned_jobs(workdir, MATRIX), "finetune") == [(("model", "tiny"), ("task", "json_profile"))]
     write_config(workdir, edited(cfg, lambda c: c["tasks"]["city_qa"].update(finetune={"steps": 2})))
-    assert jobs_of(planned_jobs(workdir), "finetune") == [(("model", "tiny"), ("task", "city_qa"))]
+    assert jobs_of(planned_jobs(workdir, MATRIX), "finetune") == [(("model", "tiny"), ("task", "city_qa"))]
     # new upstream shards need the fine-tuned weights: discarded checkpoints are trained again (and,
     # being new files, rescored); the base model is kept, so its scores only gain the new shard
     write_config(workdir, edited(cfg, lambda c: c["upstream"]["demo"].update(n_examples=175)))
-    jobs = planned_jobs(workdir)
+    jobs = planned_jobs(workdir, MATRIX)
     assert by_rule(jobs)["finetune"] == 3 and "base_model" not in by_rule(jobs)
     assert {w["shard"] for r, w in jobs if r == "score" and w["run"] == "base"} == {"2"}
 
