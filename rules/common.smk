@@ -38,6 +38,22 @@ def as_json(value):
     return json.dumps(value, sort_keys=True)
 
 
+def optional_inputs(*keys):
+    """The one way rules pass the optional inputs a job has to its command, as `--key path` (several
+    paths after one flag) for each of `keys` present in the job's input."""
+
+    def options(wc, input):
+        parts = []
+        for key in keys:
+            paths = input[key] if key in input.keys() else []
+            paths = paths if isinstance(paths, list) else [paths]
+            if paths:
+                parts.append(f"--{key.replace('_', '-')} " + " ".join(shlex.quote(str(p)) for p in paths))
+        return " ".join(parts)
+
+    return options
+
+
 def get_settings(kind):
     """The JSON settings a job's command reads (and Snakemake reruns the job when they change)."""
     settings = {
@@ -171,10 +187,6 @@ def get_replay_inputs(wc):
     return {**inputs, **PLAN.replay_inputs(wc.model, wc.arm, wc.task)}
 
 
-def get_replay_score_options(wc, input):
-    return " ".join(f"--{key} {shlex.quote(input[key])}" for key in ("prediction", "matrix") if key in input.keys())
-
-
 def get_arm_inputs(wc):
     spec = PLAN.arms()[wc.arm]
     inputs = {"base": fm_plan.BASE.format(model=wc.model), "task": fm_plan.TASK.format(task=wc.task)}
@@ -185,21 +197,8 @@ def get_arm_inputs(wc):
     return {**inputs, **PLAN.online_inputs(wc.model, wc.arm, wc.task)}
 
 
-def get_arm_options(wc, input):
-    """--replay, --token-losses and an online arm's --matrix, --split, --heldout, --shards."""
-    keys = [k for k in ("replay", "token_losses", "matrix", "split", "heldout", "shards") if k in input.keys()]
-    return " ".join(f"--{key.replace('_', '-')} " + " ".join(shlex.quote(p) for p in
-                                                            (input[key] if key == "shards" else [input[key]]))
-                    for key in keys)
-
-
 def get_mitigation_summary_inputs(wc):
     return PLAN.mitigation_summary_inputs(wc.model)
-
-
-def get_transitions_option(wc, input):
-    """--transitions where the held-out items' correctness is compared with the base model's."""
-    return f"--transitions {shlex.quote(input.transitions)}" if "transitions" in input.keys() else ""
 
 
 def get_arm_checkpoint(wc):
@@ -234,11 +233,6 @@ def get_lowrank_binary_inputs(wc):
     if wc.model in PLAN.z_models:
         inputs["matrix"] = fm_plan.MATRIX.format(model=wc.model)
     return inputs
-
-
-def get_matrix_option(wc, input):
-    """--matrix where a rule's optional input Z is there."""
-    return f"--matrix {shlex.quote(input.matrix)}" if "matrix" in input.keys() else ""
 
 
 def get_binary_prediction_metrics(wc):

@@ -38,7 +38,7 @@ rule lowrank_binary:
     wildcard_constraints:
         model=Y_MODELS,
     params:
-        matrix=get_matrix_option,
+        matrix=optional_inputs("matrix"),
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),
@@ -65,7 +65,7 @@ rule predict_binary:
         model=Y_MODELS,
     params:
         settings=get_settings("predict_binary"),
-        matrix=get_matrix_option,
+        matrix=optional_inputs("matrix"),
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),

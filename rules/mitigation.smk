@@ -57,7 +57,7 @@ rule replay_selection:
         arm=REPLAY_ARMS,
     params:
         settings=get_settings("replay_selection"),
-        scores=get_replay_score_options,
+        scores=optional_inputs("prediction", "matrix"),
     log:
         "results/logs/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.log",
     benchmark:
@@ -78,7 +78,7 @@ rule arm_finetune:
         model=COMPUTED,
     params:
         settings=get_settings("arm_finetune"),
-        options=get_arm_options,
+        options=optional_inputs("replay", "token_losses", "matrix", "split", "heldout", "shards"),
     threads: get_resource("finetune", "threads")
     resources:
         gpu=get_resource("finetune", "gpu"),
@@ -139,7 +139,7 @@ rule mitigation_summary:
         model=COMPUTED,
     params:
         settings=get_settings("mitigation_summary"),
-        transitions=get_transitions_option,
+        transitions=optional_inputs("transitions"),
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),

@@ -28,7 +28,7 @@ rule predict:
         metrics=fm_plan.PREDICTION_METRICS,
     params:
         settings=get_settings("predict"),
-        similarity=lambda wc, input: [f"--similarity={p}" for p in input.similarity],
+        similarity=optional_inputs("similarity"),
     threads: get_resource("analysis", "threads")
     resources:
         mem_mb=get_resource("analysis", "mem_mb"),
@@ -42,7 +42,7 @@ rule predict:
     shell:
         "OMP_NUM_THREADS={threads} OPENBLAS_NUM_THREADS={threads} forgetmap predict --matrix {input.matrix:q} "
         "--split {input.split:q} --settings {params.settings:q} --out {output.predictions:q} "
-        "--metrics {output.metrics:q} {params.similarity:q} > {log:q} 2>&1"
+        "--metrics {output.metrics:q} {params.similarity} > {log:q} 2>&1"
 
 
 rule prediction_scores:
