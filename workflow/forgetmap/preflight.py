@@ -51,12 +51,15 @@ def check_base(plan, model: str, directory: Path) -> None:
     except Exception as exc:  # a template that fails to render or hides the response: the job would fail alike
         raise ConfigError(f"config key models.{model}.chat_template: the tokenizer's chat template "
                           f"({template_in_use(tokenizer, template)}) cannot render a prompt and response: {exc}") from None
+    checked: dict[tuple, tuple] = {}  # the architecture is built once per distinct target list, not per task
     for task in plan.tasks[model]:
         settings = plan.finetune_settings(model, task)
         if settings["method"] != "lora":
             continue
-        targets = settings["lora"]["target_modules"]
-        missing, linear = target_modules_missing(directory, targets)
+        targets = tuple(settings["lora"]["target_modules"])
+        if targets not in checked:
+            checked[targets] = target_modules_missing(directory, list(targets))
+        missing, linear = checked[targets]
         if missing:
             overridden = "lora" in (plan.cfg["tasks"][task]["finetune"] or {})
             where = f"tasks.{task}.finetune" if overridden else f"models.{model}.finetune"
