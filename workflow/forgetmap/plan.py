@@ -95,7 +95,6 @@ class Plan:
         # pretrained bases: their local files (a directory, or a cached HF id) and identity, found now so a
         # model that is not there fails before any job, and a changed one reruns what depends on it
         self.base_files = {}
-        self._fingerprints: dict[str, str] = {}  # hf tasks' datasets, read once per planning
         for model in self.computed:
             base = cfg["models"][model]["base"]
             if base["kind"] == "pretrained":
@@ -166,7 +165,7 @@ class Plan:
         if spec["format"] == "hf":
             from .data import hf
 
-            spec["fingerprint"] = self._fingerprints.setdefault(task, hf.fingerprint(spec))
+            spec["fingerprint"] = hf.fingerprint(spec)  # the dataset is loaded once per process (hf.load)
         return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
 
     def base_settings(self, model: str) -> dict:

@@ -78,11 +78,8 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     if items:
         summary.update(items=len(items), items_correct=int(record["correct"].sum()),
                        correctness_seconds=round(finished - scored, 3))
-    summary.update(**truncation(encoded, max_length), **tokenizer_choices(tokenizer, settings["chat_template"]))
-    if summary["truncated"]:
-        log.warning("%d of %d examples were longer than max_length %d and lost %d tokens (at most %d in one)",
-                    summary["truncated"], len(frame), max_length, summary["truncated_tokens"],
-                    summary["truncated_tokens_max"])
+    summary.update(**truncation(encoded, max_length, "upstream examples"),
+                   **tokenizer_choices(tokenizer, settings["chat_template"]))
     if summary["nan"]:
         log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))
     return summary

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 from .models import autocast_for
+from .nll import head_reproduces_logits
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,10 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # on a GPU, one process: only the kept positions meet the output head, where the body and head alone
     # reproduce the model's logits (under FSDP the root's hooks must run: the full forward)
-    kept_only = device.type == "cuda" and world == 1 and _head_reproduces(model)
+    kept_only = device.type == "cuda" and world == 1 and head_reproduces_logits(model, torch.arange(1, 9) % 4 + 1)
     model.train()
     started = time.perf_counter()
-    log = StepLog(log_path)
+    step_log = StepLog(log_path)
     sum_tokens = 0
     for step in range(total):
         lr = lr_at(step, settings["lr"], settings["warmup_steps"], total)
@@ -129,8 +130,8 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
                 "targets": n_targets, "tokens_per_s": None, "elapsed_s": round(time.perf_counter() - started, 3)}
         if on_step is not None:
             line.update(on_step(step + 1))
-        log.add(line)
-    last = log.close()
+        step_log.add(line)
+    last = step_log.close()
     model.eval()
     if not math.isfinite(last.get("loss", 0.0)):
         raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
@@ -159,8 +160,8 @@ class StepLog:
     def flush(self) -> None:
         if not self.pending:
             return
-        values = torch.stack([torch.stack([line["loss"].double(), torch.as_tensor(line["grad_norm"]).double().to(
-            line["loss"].device)]) for line in self.pending]).cpu().tolist()  # the group's one host sync
+        values = torch.stack([torch.stack([line["loss"].double(), line["grad_norm"].double()])
+                              for line in self.pending]).cpu().tolist()  # the group's one host sync
         rate = round(self.tokens / max(time.perf_counter() - self.started, 1e-9), 1)
         for line, (loss, norm) in zip(self.pending, values):
             line.update(loss=round(loss, 6), grad_norm=round(norm, 6), tokens_per_s=rate)
@@ -177,13 +178,6 @@ class StepLog:
         if self.sink is not None:
             self.sink.close()
         return self.last
-
-
-def _head_reproduces(model) -> bool:
-    """Does body + head give the model's logits (checked once, on a short prefix of the first example)?"""
-    from .nll import head_reproduces_logits
-
-    return head_reproduces_logits(model, torch.arange(1, 9) % 4 + 1)
 
 
 def attach_lora(model, lora: dict, seed: int):
@@ -317,12 +311,8 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
             write_pointer(into, str(base_dir))
         tokenizer.save_pretrained(into)
         summary.update(examples=len(examples), parameters=parameters, device=str(device), processes=world,
-                       **truncation(examples, settings["max_length"]),
+                       **truncation(examples, settings["max_length"], "training examples"),
                        **tokenizer_choices(tokenizer, settings["chat_template"]))
-        if summary["truncated"]:
-            log.warning("%d of %d training examples were longer than max_length %d and lost %d tokens from their "
-                        "start (at most %d in one)", summary["truncated"], len(examples), settings["max_length"],
-                        summary["truncated_tokens"], summary["truncated_tokens_max"])
         (into / "train_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

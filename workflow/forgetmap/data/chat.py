@@ -110,11 +110,19 @@ def encode_chat(tokenizer, prompts: list[str], responses: list[str], template: s
     return out
 
 
-def truncation(encoded: list[Encoded], max_length: int) -> dict:
-    """How much truncation at `max_length` cut: examples cut, their tokens removed (total and largest)."""
+def truncation(encoded: list[Encoded], max_length: int, what: str = "examples") -> dict:
+    """How much truncation at `max_length` cut: examples cut, their tokens removed (total and largest);
+    a job's log says so whenever it cut anything."""
     cuts = np.array([e.cut for e in encoded], dtype=np.int64)
-    return {"max_length": max_length, "truncated": int(np.count_nonzero(cuts)),
-            "truncated_tokens": int(cuts.sum()), "truncated_tokens_max": int(cuts.max(initial=0))}
+    report = {"max_length": max_length, "truncated": int(np.count_nonzero(cuts)),
+              "truncated_tokens": int(cuts.sum()), "truncated_tokens_max": int(cuts.max(initial=0))}
+    if report["truncated"]:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "%d of %d %s were longer than max_length %d and lost %d tokens (at most %d in one)", report["truncated"],
+            len(encoded), what, max_length, report["truncated_tokens"], report["truncated_tokens_max"])
+    return report
 
 
 def encode_examples(tokenizer, frame, template: str, max_length: int) -> list[Encoded]:

@@ -45,15 +45,15 @@ def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
     from . import hf
 
     frame, _ = hf.frame(spec, [*COLUMNS, "choices", "answer"])
+    name = spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
     if "kind" not in frame:
         frame["kind"] = spec.get("kind") or "lm"
     if "response" not in frame and "answer" in frame:  # an item's scored response is its answer (MMLU)
         frame["response"] = frame["answer"]
     if "source" not in frame:
-        frame["source"] = spec.get("source") or spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+        frame["source"] = spec.get("source") or name
     if "example_id" not in frame:
-        prefix = spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
-        frame.insert(0, "example_id", [f"{prefix}-{i}" for i in range(len(frame))])
+        frame.insert(0, "example_id", [f"{name}-{i}" for i in range(len(frame))])
     frame["example_id"] = frame["example_id"].astype(str)
     return frame if columns is None else frame[[c for c in columns if c in frame]]
 
