@@ -1,22 +1,25 @@
 # Sample-wise correctness (1->0 forgetting, 0->1 backward transfer) of the upstream items with an answer:
 # the score jobs already stored each run's correctness; these rules compare the runs, analyse and predict Y.
 
+correctness_report = analysis_report(fm_plan.CORRECTNESS, "Sample-wise correctness")
+CORRECTNESS_SHOWN = ("rates", "rates_figure", "heatmap")  # the transitions outputs in the report
+
 
 rule transitions:
     input:
-        shards=get_shards,
-        scores=get_matrix_scores,
+        shards=job(PLAN.shard_paths),
+        scores=job(PLAN.all_scores),
     output:
         **{key: correctness_report(name, f"correctness_{key}") if key in CORRECTNESS_SHOWN
            else fm_plan.CORRECTNESS.replace("{name}", name) for key, name in fm_plan.TRANSITION_OUTPUTS.items()},
     wildcard_constraints:
         model=ITEM_MODELS,
     params:
-        settings=get_settings("transitions"),
-    threads: get_resource("analysis", "threads")
+        settings=settings(PLAN.correctness.transitions_settings),
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/transitions.log",
     benchmark:
@@ -32,17 +35,17 @@ rule transitions:
 
 rule lowrank_binary:
     input:
-        unpack(get_lowrank_binary_inputs),
+        unpack(job(PLAN.correctness.lowrank_inputs)),
     output:
         **{key: correctness_report(name, f"correctness_{key}") for key, name in fm_plan.BINARY_LOWRANK_OUTPUTS.items()},
     wildcard_constraints:
         model=Y_MODELS,
     params:
         matrix=optional_inputs("matrix"),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/lowrank_binary.log",
     benchmark:
@@ -57,19 +60,19 @@ rule lowrank_binary:
 
 rule predict_binary:
     input:
-        unpack(get_binary_prediction_inputs),
+        unpack(job(PLAN.correctness.predict_inputs)),
     output:
         predictions=directory(fm_plan.BINARY_PREDICTIONS),
         metrics=fm_plan.BINARY_PREDICTION_METRICS,
     wildcard_constraints:
         model=Y_MODELS,
     params:
-        settings=get_settings("predict_binary"),
+        settings=settings(PLAN.correctness.predict_settings),
         matrix=optional_inputs("matrix"),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/predict_binary/{split}/{binary_method}.log",
     benchmark:
@@ -84,7 +87,7 @@ rule predict_binary:
 
 rule binary_prediction_scores:
     input:
-        get_binary_prediction_metrics,
+        job(PLAN.correctness.metrics),
     output:
         table=report(
             fm_plan.BINARY_PREDICTION_SCORES,

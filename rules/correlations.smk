@@ -1,5 +1,7 @@
 # How forgetting relates to semantic similarity, gradient similarity, and between tasks (paper §4).
 
+correlation_report = analysis_report(fm_plan.CORRELATION, "Correlations")
+
 
 rule cross_task:
     input:
@@ -8,10 +10,10 @@ rule cross_task:
         pairs=correlation_report("cross_task.tsv", "cross_task"),
         summary=correlation_report("cross_task_summary.tsv", "cross_task_summary"),
         figure=correlation_report("cross_task.png", "cross_task_figure"),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/cross_task.log",
     benchmark:
@@ -26,8 +28,8 @@ rule cross_task:
 rule semantic_similarity:
     input:
         matrix=fm_plan.MATRIX,
-        shards=get_shards,
-        tasks=get_task_files,
+        shards=job(PLAN.shard_paths),
+        tasks=job(PLAN.task_files),
     output:
         table=correlation_report("semantic.tsv", "semantic"),
         figure=correlation_report("semantic.png", "semantic_figure"),
@@ -35,13 +37,13 @@ rule semantic_similarity:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("correlations"),
-        tasks=get_task_args,
-    threads: get_resource("semantic", "threads")
+        settings=settings(PLAN.correlation_settings),
+        tasks=job(PLAN.task_args),
+    threads: resource("semantic", "threads")
     resources:
-        gpu=get_resource("semantic", "gpu"),
-        mem_mb=get_resource("semantic", "mem_mb"),
-        runtime=get_resource("semantic", "runtime"),
+        gpu=resource("semantic", "gpu"),
+        mem_mb=resource("semantic", "mem_mb"),
+        runtime=resource("semantic", "runtime"),
     log:
         "results/logs/{model}/semantic_similarity.log",
     benchmark:
@@ -59,21 +61,21 @@ rule gradient_similarity:
     input:
         base=fm_plan.BASE,
         matrix=fm_plan.MATRIX,
-        shards=get_shards,
-        tasks=get_task_files,
+        shards=job(PLAN.shard_paths),
+        tasks=job(PLAN.task_files),
     output:
         table=correlation_report("gradient.tsv", "gradient"),
         figure=correlation_report("gradient.png", "gradient_figure"),
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("correlations"),
-        tasks=get_task_args,
-    threads: get_resource("gradient", "threads")
+        settings=settings(PLAN.correlation_settings),
+        tasks=job(PLAN.task_args),
+    threads: resource("gradient", "threads")
     resources:
-        gpu=get_resource("gradient", "gpu"),
-        mem_mb=get_resource("gradient", "mem_mb"),
-        runtime=get_resource("gradient", "runtime"),
+        gpu=resource("gradient", "gpu"),
+        mem_mb=resource("gradient", "mem_mb"),
+        runtime=resource("gradient", "runtime"),
     log:
         "results/logs/{model}/gradient_similarity.log",
     benchmark:

@@ -3,11 +3,11 @@
 
 rule shard_upstream:
     input:
-        get_corpus_file,
+        lambda wc: [ancient(p) for p in PLAN.corpus_file(wc.corpus)],
     output:
         fm_plan.SHARD,
     params:
-        settings=get_settings("shard_upstream"),
+        settings=settings(PLAN.shard_settings),
     log:
         "results/logs/data/upstream/{corpus}/shard-{shard}.log",
     benchmark:
@@ -20,11 +20,11 @@ rule shard_upstream:
 
 rule prepare_task:
     input:
-        get_task_inputs,
+        job(PLAN.task_inputs),
     output:
         fm_plan.TASK,
     params:
-        settings=get_settings("prepare_task"),
+        settings=settings(PLAN.task_settings),
     log:
         "results/logs/data/tasks/{task}.log",
     benchmark:

@@ -5,17 +5,17 @@
 
 rule import_matrix:
     input:
-        get_imported_inputs,
+        job(PLAN.imported_inputs),
     output:
         fm_plan.MATRIX,
     wildcard_constraints:
         model=Z_IMPORTED,
     params:
-        options=get_import_options,
-    threads: get_resource("analysis", "threads")
+        options=arguments(PLAN.import_options),
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/import_matrix.log",
     benchmark:
@@ -28,17 +28,17 @@ rule import_matrix:
 
 rule import_binary:
     input:
-        get_imported_inputs,
+        job(PLAN.imported_inputs),
     output:
         fm_plan.CORRECTNESS.replace("{name}", fm_plan.TRANSITION_OUTPUTS["forgetting"]),
     wildcard_constraints:
         model=BINARY_IMPORTED,
     params:
-        options=get_import_options,
-    threads: get_resource("analysis", "threads")
+        options=arguments(PLAN.import_options),
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/import_binary.log",
     benchmark:
@@ -51,14 +51,14 @@ rule import_binary:
 
 rule import_split:
     input:
-        matrix=get_imported_matrix,
-        split=get_released_split,
+        matrix=job(PLAN.imported_matrix),
+        split=job(PLAN.prediction.released_split),
     output:
         fm_plan.SPLIT,
     wildcard_constraints:
         model=IMPORTED,
     params:
-        options=get_import_options,
+        options=arguments(PLAN.import_options),
     log:
         "results/logs/{model}/import_split/{split}.log",
     benchmark:

@@ -1,5 +1,7 @@
 # Low-rank structure of each model's forgetting matrix, and the cross-model R² table.
 
+lowrank_report = analysis_report(fm_plan.LOWRANK, "Low-rank structure")
+
 
 rule lowrank:
     input:
@@ -14,10 +16,10 @@ rule lowrank:
         summary=fm_plan.LOWRANK.replace("{name}", "summary.json"),
     params:
         tasks=lambda wc: as_json(PLAN.tasks[wc.model]),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/lowrank.log",
     benchmark:
@@ -33,7 +35,7 @@ rule lowrank:
 
 rule lowrank_summary:
     input:
-        lambda wc: list(get_lowrank_tables(wc).values()),
+        lambda wc: list(PLAN.lowrank_tables().values()),
     output:
         report(
             fm_plan.LOWRANK_SUMMARY,
@@ -41,7 +43,7 @@ rule lowrank_summary:
             category="Low-rank structure",
         ),
     params:
-        tables=lambda wc: [f"{m}={path}" for m, path in get_lowrank_tables(wc).items()],
+        tables=lambda wc: [f"{m}={path}" for m, path in PLAN.lowrank_tables().items()],
     log:
         "results/logs/lowrank_summary.log",
     benchmark:

@@ -1,16 +1,18 @@
 # Forgetting less (paper §6): arms fine-tuned on the test tasks with replay, token masks or example
 # weights, each judged on held-out upstream examples that no arm ever replays, then paired tests.
 
+mitigation_report = analysis_report(fm_plan.MITIGATION, "Forgetting less")
+
 
 rule heldout_set:
     input:
-        get_shards,
+        job(PLAN.shard_paths),
     output:
         fm_plan.HELDOUT,
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("heldout_set"),
+        settings=settings(PLAN.mitigation.heldout_settings),
     log:
         "results/logs/{model}/mitigation/heldout_set.log",
     benchmark:
@@ -30,12 +32,12 @@ rule token_losses:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("token_losses"),
-    threads: get_resource("score", "threads")
+        settings=settings(PLAN.mitigation.token_loss_settings),
+    threads: resource("score", "threads")
     resources:
-        gpu=get_resource("score", "gpu"),
-        mem_mb=get_resource("score", "mem_mb"),
-        runtime=get_resource("score", "runtime"),
+        gpu=resource("score", "gpu"),
+        mem_mb=resource("score", "mem_mb"),
+        runtime=resource("score", "runtime"),
     log:
         "results/logs/{model}/mitigation/token_losses/{task}.log",
     benchmark:
@@ -49,14 +51,14 @@ rule token_losses:
 
 rule replay_selection:
     input:
-        unpack(get_replay_inputs),
+        unpack(job(PLAN.mitigation.replay_inputs)),
     output:
         fm_plan.REPLAY,
     wildcard_constraints:
         model=COMPUTED,
         arm=REPLAY_ARMS,
     params:
-        settings=get_settings("replay_selection"),
+        settings=settings(PLAN.mitigation.replay_settings),
         scores=optional_inputs("prediction", "matrix"),
     log:
         "results/logs/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.log",
@@ -71,19 +73,19 @@ rule replay_selection:
 
 rule arm_finetune:
     input:
-        unpack(get_arm_inputs),
+        unpack(job(PLAN.mitigation.arm_inputs)),
     output:
         checkpoint_output(fm_plan.ARM_CHECKPOINT),
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("arm_finetune"),
+        settings=settings(PLAN.mitigation.arm_settings),
         options=optional_inputs("replay", "token_losses", "matrix", "split", "heldout", "shards"),
-    threads: get_resource("finetune", "threads")
+    threads: resource("finetune", "threads")
     resources:
-        gpu=get_resource("finetune", "gpu"),
-        mem_mb=get_resource("finetune", "mem_mb"),
-        runtime=get_resource("finetune", "runtime"),
+        gpu=resource("finetune", "gpu"),
+        mem_mb=resource("finetune", "mem_mb"),
+        runtime=resource("finetune", "runtime"),
     log:
         "results/logs/{model}/mitigation/{arm}/seed-{seed}/finetune/{task}.log",
     benchmark:
@@ -97,21 +99,19 @@ rule arm_finetune:
 
 rule arm_scores:
     input:
-        model=get_arm_checkpoint,
-        heldout=fm_plan.HELDOUT,
-        task=fm_plan.TASK,
+        unpack(job(PLAN.mitigation.arm_scores_inputs)),
     output:
         scores=fm_plan.ARM_SCORES,
         summary=fm_plan.ARM_SCORES.replace(".parquet", ".json"),
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("score"),
-    threads: get_resource("score", "threads")
+        settings=settings(PLAN.score_settings),
+    threads: resource("score", "threads")
     resources:
-        gpu=get_resource("score", "gpu"),
-        mem_mb=get_resource("score", "mem_mb"),
-        runtime=get_resource("score", "runtime"),
+        gpu=resource("score", "gpu"),
+        mem_mb=resource("score", "mem_mb"),
+        runtime=resource("score", "runtime"),
     log:
         "results/logs/{model}/mitigation/{arm}/seed-{seed}/scores/{task}.log",
     benchmark:
@@ -126,8 +126,7 @@ rule arm_scores:
 
 rule mitigation_summary:
     input:
-        unpack(get_mitigation_summary_inputs),
-        scores=get_arm_scores,
+        unpack(job(PLAN.mitigation.summary_inputs)),
     output:
         summary=mitigation_report("summary.tsv", "mitigation_summary"),
         tests=mitigation_report("tests.tsv", "mitigation_tests"),
@@ -138,12 +137,12 @@ rule mitigation_summary:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("mitigation_summary"),
+        settings=settings(PLAN.mitigation.summary_settings),
         transitions=optional_inputs("transitions"),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/mitigation/summary.log",
     benchmark:

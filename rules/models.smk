@@ -7,12 +7,12 @@ rule base_model:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("base_model"),
-    threads: get_resource("base", "threads")
+        settings=settings(PLAN.base_settings),
+    threads: resource("base", "threads")
     resources:
-        gpu=get_resource("base", "gpu"),
-        mem_mb=get_resource("base", "mem_mb"),
-        runtime=get_resource("base", "runtime"),
+        gpu=resource("base", "gpu"),
+        mem_mb=resource("base", "mem_mb"),
+        runtime=resource("base", "runtime"),
     log:
         "results/logs/{model}/base_model.log",
     benchmark:
@@ -33,12 +33,12 @@ rule finetune:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("finetune"),
-    threads: get_resource("finetune", "threads")
+        settings=settings(PLAN.finetune_settings),
+    threads: resource("finetune", "threads")
     resources:
-        gpu=get_resource("finetune", "gpu"),
-        mem_mb=get_resource("finetune", "mem_mb"),
-        runtime=get_resource("finetune", "runtime"),
+        gpu=resource("finetune", "gpu"),
+        mem_mb=resource("finetune", "mem_mb"),
+        runtime=resource("finetune", "runtime"),
     log:
         "results/logs/{model}/finetune/{task}.log",
     benchmark:

@@ -7,7 +7,7 @@ rule split_definition:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        split=get_settings("split_definition"),
+        split=settings(PLAN.prediction.split_settings),
     log:
         "results/logs/{model}/split_definition/{split}.log",
     benchmark:
@@ -22,17 +22,17 @@ rule predict:
     input:
         matrix=fm_plan.MATRIX,
         split=fm_plan.SPLIT,
-        similarity=get_similarity,
+        similarity=job(PLAN.prediction.predict_similarity),
     output:
         predictions=directory(fm_plan.PREDICTIONS),
         metrics=fm_plan.PREDICTION_METRICS,
     params:
-        settings=get_settings("predict"),
+        settings=settings(PLAN.prediction.predict_settings),
         similarity=optional_inputs("similarity"),
-    threads: get_resource("analysis", "threads")
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/predict/{split}/{method}.log",
     benchmark:
@@ -47,7 +47,7 @@ rule predict:
 
 rule prediction_scores:
     input:
-        get_prediction_metrics,
+        job(PLAN.prediction.metrics),
     output:
         table=report(
             fm_plan.PREDICTION_SCORES,
@@ -91,11 +91,11 @@ rule probe_evaluation:
             subcategory="{model}",
         ),
     params:
-        settings=get_settings("probe_evaluation"),
-    threads: get_resource("analysis", "threads")
+        settings=settings(PLAN.prediction.probe_evaluation_settings),
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/probe_evaluation/{split}.log",
     benchmark:

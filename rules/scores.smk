@@ -3,19 +3,19 @@
 
 rule score:
     input:
-        model=get_checkpoint,
-        shard=get_shard,
+        model=job(PLAN.checkpoint),
+        shard=job(PLAN.shard_path),
     output:
         fm_plan.SCORES,
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("score"),
-    threads: get_resource("score", "threads")
+        settings=settings(PLAN.score_settings),
+    threads: resource("score", "threads")
     resources:
-        gpu=get_resource("score", "gpu"),
-        mem_mb=get_resource("score", "mem_mb"),
-        runtime=get_resource("score", "runtime"),
+        gpu=resource("score", "gpu"),
+        mem_mb=resource("score", "mem_mb"),
+        runtime=resource("score", "runtime"),
     log:
         "results/logs/{model}/score/{run}/shard-{shard}.log",
     benchmark:
@@ -29,18 +29,18 @@ rule score:
 
 rule forgetting_matrix:
     input:
-        shards=get_shards,
-        scores=get_matrix_scores,
+        shards=job(PLAN.shard_paths),
+        scores=job(PLAN.all_scores),
     output:
         fm_plan.MATRIX,
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=get_settings("forgetting_matrix"),
-    threads: get_resource("analysis", "threads")
+        settings=settings(PLAN.matrix_settings),
+    threads: resource("analysis", "threads")
     resources:
-        mem_mb=get_resource("analysis", "mem_mb"),
-        runtime=get_resource("analysis", "runtime"),
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
     log:
         "results/logs/{model}/forgetting_matrix.log",
     benchmark:

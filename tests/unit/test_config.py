@@ -134,18 +134,18 @@ def test_replay_by_the_chance_of_1to0_reads_y_or_its_prediction():
            "correctness": {"methods": ["logistic_mf", "knn"]}}
     raw["tasks"]["job_qa"] = {"category": "w"}
     plan = Plan(raw)
-    assert plan.replay_inputs("m", "p", "city_qa") == {"prediction": "results/m/correctness/prediction/s/knn"}
-    assert plan.replay_inputs("m", "g", "city_qa") == {"matrix": "results/m/correctness/forgetting_1to0.parquet"}
-    assert plan.replay_inputs("m", "z", "city_qa") == {"matrix": "results/m/forgetting.parquet"}
-    assert plan.replay_settings("m", "p", 0, "city_qa")["statistic"] == "forgotten_1to0"
-    assert plan.mitigation_summary_inputs("m")["transitions"] == "results/m/correctness/transitions.parquet"
+    assert plan.mitigation.replay_inputs("m", "p", "city_qa")["prediction"] == "results/m/correctness/prediction/s/knn"
+    assert plan.mitigation.replay_inputs("m", "g", "city_qa")["matrix"] == "results/m/correctness/forgetting_1to0.parquet"
+    assert plan.mitigation.replay_inputs("m", "z", "city_qa")["matrix"] == "results/m/forgetting.parquet"
+    assert plan.mitigation.replay_settings("m", "p", 0, "city_qa")["statistic"] == "forgotten_1to0"
+    assert plan.mitigation.summary_inputs("m")["transitions"] == "results/m/correctness/transitions.parquet"
 
 
 def test_method_hyperparameters_come_from_the_config():
     raw = {**minimal(), "prediction": {"methods": {"mf": {"rank": 2, "reg": 0.5}, "knn": None}}}
     plan = Plan(raw)
-    assert plan.prediction_settings("mf")["params"] == {"rank": 2, "reg": 0.5}
-    assert plan.prediction_settings("knn")["params"] == {}
+    assert plan.prediction.predict_settings("mf")["params"] == {"rank": 2, "reg": 0.5}
+    assert plan.prediction.predict_settings("knn")["params"] == {}
     assert Plan(minimal()).cfg["prediction"]["methods"]["logistic_mf"] == {}  # the default list, as a mapping
 
 
@@ -182,3 +182,19 @@ def test_a_key_given_twice_in_one_mapping_is_an_error_naming_both_lines(tmp_path
         fm_config.check_duplicate_keys(str(path))
     (tmp_path / "ok.yaml").write_text("a: &x {b: 1}\nc: {<<: *x, d: 2}\n")  # merge keys are not duplicates
     fm_config.check_duplicate_keys(str(tmp_path / "ok.yaml"))
+
+
+def test_every_config_error_is_raised_from_the_config_package():
+    """One home for config checks: the plan derives, the stages read settings; only forgetmap.config
+    raises ConfigError (a check elsewhere would be a second place to look for what a key allows)."""
+    import ast
+
+    package = REPO / "workflow" / "forgetmap"
+    raisers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                call = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                if getattr(call, "id", getattr(call, "attr", None)) == "ConfigError":
+                    raisers.add(path.relative_to(package).parts[0])
+    assert raisers == {"config"}

@@ -49,7 +49,7 @@ def task_spec(**spec) -> dict:
     """A task entry with the schema's defaults filled, as the plan hands it to prepare-task."""
     raw = {"upstream": {}, "categories": {"c": {"group": "in_domain"}}, "tasks": {"t": {"category": "c", **spec}},
            "models": {"m": {"imported": {"matrix": "unused.npy"}}}}
-    return fm_config._fill_defaults(fm_config.SCHEMA, raw)["tasks"]["t"]
+    return fm_config.with_defaults(fm_config.SCHEMA, raw)["tasks"]["t"]
 
 
 def test_tulu_messages_give_the_first_turn_or_all_turns_filtered_by_a_glob(tmp_path):
@@ -81,7 +81,7 @@ def test_one_task_per_dolly_category_each_named_by_its_value(tmp_path):
            "tasks": {"dolly": {"category": "dolly", "format": "hf", "dataset": "json", "data_files": files,
                                "each": "category", "columns": {"prompt": "instruction", "context": "context"}}},
            "models": {"m": {"imported": {"matrix": "unused.npy"}}}}
-    tasks = fm_config._fill_defaults(fm_config.SCHEMA, raw)["tasks"]
+    tasks = fm_config.with_defaults(fm_config.SCHEMA, raw)["tasks"]
     expanded = fm_config.expand_families(tasks)
     assert list(expanded) == ["summarization", "brainstorming", "closed_qa"]
     assert all(spec["category"] == "dolly" and spec["family"] == "dolly" for spec in expanded.values())
@@ -110,7 +110,7 @@ def test_mmlu_items_become_a_corpus_with_their_answer_texts(tmp_path):
     files = jsonl(tmp_path / "mmlu.jsonl", MMLU)
     spec = {"format": "hf", "dataset": "json", "data_files": files, "split": "train", "kind": "chat",
             "columns": {"prompt": "{question}\nAnswer:", "source": "subject"}}
-    spec = {**fm_config._fill_defaults(fm_config.CORPUS, spec), "seed": 0}
+    spec = {**fm_config.with_defaults(fm_config.schema.CORPUS, spec), "seed": 0}
     corpus = read_corpus(spec)
     assert corpus["answer"].tolist() == ["4", "Paris"] and corpus["prompt"][1] == "Capital of France?\nAnswer:"
     assert corpus["response"].tolist() == ["4", "Paris"] and corpus["kind"].tolist() == ["chat", "chat"]

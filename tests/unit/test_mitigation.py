@@ -142,7 +142,7 @@ def test_an_arm_without_replay_tokens_or_weights_is_plain_finetuning():
     from forgetmap.mitigation.arms import arm_batches
 
     examples, _ = encoded_examples()
-    settings = {"batch_size": 2, "grad_accum": 1, "seed": 3, "steps": 4, "max_epochs": None,
+    settings = {"batch_size": 2, "grad_accum": 1, "processes": 1, "seed": 3, "steps": 4, "max_epochs": None,
                 "chat_template": "olmo", "max_length": 32, "arm": {"name": "none", "replay": "none",
                                                                       "tokens": "none", "weights": "none"}}
     batches, steps, summary = arm_batches(settings, None, examples, 1)

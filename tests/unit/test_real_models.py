@@ -34,9 +34,10 @@ def plain_nll(model, ids: list[int], start: int, end: int) -> float:
 
 
 def score_settings(**overrides) -> dict:
-    from forgetmap.config import SCORE, _fill_defaults
+    from forgetmap.config import with_defaults
+    from forgetmap.config.schema import SCORE
 
-    return {**_fill_defaults(SCORE, {"device": "cpu", "token_budget": 256, "max_length": 24}),
+    return {**with_defaults(SCORE, {"device": "cpu", "token_budget": 256, "max_length": 24}),
             "chat_template": "auto", **overrides}
 
 
@@ -118,7 +119,7 @@ def plan_with(config: dict) -> Plan:
 
 
 def test_preflight_refuses_a_base_without_tokenizer_naming_the_key(data_dir):
-    from forgetmap import preflight
+    from forgetmap.config import preflight
 
     save_standin(data_dir / "model", "gpt_neox", tokenizer=False)
     plan = plan_with(pretrained_config(str(data_dir / "model")))
@@ -127,7 +128,7 @@ def test_preflight_refuses_a_base_without_tokenizer_naming_the_key(data_dir):
 
 
 def test_preflight_refuses_lora_targets_the_architecture_lacks(data_dir):
-    from forgetmap import preflight
+    from forgetmap.config import preflight
 
     save_standin(data_dir / "model", "gpt_neox")  # GPTNeoX has query_key_value, not q_proj / v_proj
     plan = plan_with(pretrained_config(str(data_dir / "model"), finetune={"method": "lora"}))
@@ -139,7 +140,7 @@ def test_preflight_refuses_lora_targets_the_architecture_lacks(data_dir):
 
 
 def test_preflight_refuses_the_tokenizer_template_where_there_is_none(data_dir):
-    from forgetmap import preflight
+    from forgetmap.config import preflight
 
     save_standin(data_dir / "model", "gpt_neox")
     plan = plan_with(pretrained_config(str(data_dir / "model"), chat_template="tokenizer"))
@@ -149,7 +150,7 @@ def test_preflight_refuses_the_tokenizer_template_where_there_is_none(data_dir):
 
 
 def test_preflight_refuses_gpu_resources_above_the_machine_on_a_local_run(data_dir, monkeypatch):
-    from forgetmap import preflight
+    from forgetmap.config import preflight
 
     monkeypatch.setenv("FORGETMAP_GPU_COUNT", "0")
     save_standin(data_dir / "model", "gpt_neox")

@@ -17,7 +17,7 @@ from helpers import tiny_model, tiny_tokenizer
 
 SETTINGS = {"method": "full", "steps": 3, "batch_size": 4, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 1,
             "weight_decay": 0.0, "max_grad_norm": 1.0, "max_epochs": None, "max_length": 48, "seed": 0,
-            "gradient_checkpointing": False, "bf16": True, "device": "cpu", "attention": "sdpa",
+            "gradient_checkpointing": False, "bf16": True, "processes": 1, "device": "cpu", "attention": "sdpa",
             "chat_template": "olmo", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
 
 

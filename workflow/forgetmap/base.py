@@ -61,8 +61,10 @@ def pretrain_demo(settings: dict, out: str, threads: int) -> dict:
     planned = settings["steps"]
     initial = evaluate(0)["upstream_nll"] if settings["eval_every"] else None
     with atomic_path(out, directory=True) as tmp:
+        # the demo base trains as fine-tuning does by default: bf16 autocast on CUDA, no checkpointing
         summary = train(model, task_batches(examples, settings["batch_size"], 1, settings["seed"]), planned,
-                        settings, tokenizer.pad_token_id, tmp / "pretrain_log.jsonl", on_step=evaluate)
+                        {**settings, "bf16": True, "gradient_checkpointing": False}, tokenizer.pad_token_id,
+                        tmp / "pretrain_log.jsonl", on_step=evaluate)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         final = evaluate(planned)["upstream_nll"]
@@ -76,8 +78,7 @@ def base_command(settings: dict, threads: int, out: str) -> dict:
     """`forgetmap base-model`: pretrain the demo base, or point to real weights."""
     if settings["kind"] == "demo":
         return pretrain_demo(settings, out, threads)
-    return link_pretrained(settings["path"], out, settings.get("revision"), settings.get("local"),
-                           settings.get("identity"))
+    return link_pretrained(settings["path"], out, settings["revision"], settings.get("local"), settings.get("identity"))
 
 
 def link_pretrained(source: str, out: str, revision: str | None = None, local: str | None = None,

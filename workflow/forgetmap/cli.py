@@ -53,7 +53,7 @@ LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure"
 
 # name, help, "module:function", arguments, uses transformers
 COMMANDS = [
-    ("schema", "print the config JSON schema (YAML) generated from forgetmap.config", "config:schema_command",
+    ("schema", "print the config JSON schema (YAML) generated from forgetmap.config.schema", "config.schema:schema_command",
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
     ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
      [SETTINGS, OUT], False),

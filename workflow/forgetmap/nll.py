@@ -308,7 +308,7 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: 
     pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
     # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
     source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
-    return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings.get("gpu_memory_utilization", 0.85),
+    return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings["gpu_memory_utilization"],
                max_model_len=max_model_len, enforce_eager=True)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .errors import ConfigError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx")
 LARGE = 64 * 2**20  # other files above this size count by name and size too
@@ -31,14 +30,15 @@ def looks_local(path: str) -> bool:
     return Path(path).expanduser().exists() or path.startswith(("/", ".", "~"))
 
 
-def locate(path: str, revision: str | None, key: str) -> Path:
-    """The local directory holding the model `path` names (a directory, or an id in the HF cache)."""
+def locate(path: str, revision: str | None) -> Path:
+    """The local directory holding the model `path` names (a directory, or an id in the HF cache); a
+    FileNotFoundError says what is missing and how to make it available."""
     if looks_local(path):
         directory = Path(path).expanduser()
         if not directory.is_dir():
-            raise ConfigError(f"config key {key}: {path!r} is not a directory")
+            raise FileNotFoundError(f"{path!r} is not a directory")
         if not (directory / "config.json").exists():
-            raise ConfigError(f"config key {key}: {path!r} has no config.json (a `save_pretrained` model "
+            raise FileNotFoundError(f"{path!r} has no config.json (a `save_pretrained` model "
                               f"directory is expected)")
         return directory.resolve()
     from huggingface_hub import snapshot_download
@@ -48,14 +48,14 @@ def locate(path: str, revision: str | None, key: str) -> Path:
         directory = Path(snapshot_download(path, revision=revision, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError) as exc:
         at = f" at revision {revision!r}" if revision else ""
-        raise ConfigError(
-            f"config key {key}: the Hugging Face model {path!r}{at} is not in the local cache, and forgetmap never "
+        raise FileNotFoundError(
+            f"the Hugging Face model {path!r}{at} is not in the local cache, and forgetmap never "
             f"downloads (each job would otherwise spend its hub retries, then fail). Make it available with "
             f"`hf download {path}{' --revision ' + revision if revision else ''}` on a machine that has network access "
-            f"(HF_HOME / HF_HUB_CACHE shared with the jobs), or set {key} to a local model directory "
+            f"(HF_HOME / HF_HUB_CACHE shared with the jobs), or give a local model directory instead "
             f"({type(exc).__name__})") from None
     if not (directory / "config.json").exists():
-        raise ConfigError(f"config key {key}: the cached {path!r} ({directory}) has no config.json")
+        raise FileNotFoundError(f"the cached {path!r} ({directory}) has no config.json")
     return directory
 
 

@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .config import with_defaults
+from .config.schema import FINETUNE
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 from .models import autocast_for
@@ -87,8 +89,8 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.999),
                                   weight_decay=settings["weight_decay"],
                                   fused=device.type == "cuda")
-    autocast = autocast_for(device, settings.get("bf16", True))
-    if settings.get("gradient_checkpointing"):  # non-reentrant: works with LoRA's frozen inputs, any transformers
+    autocast = autocast_for(device, settings["bf16"])
+    if settings["gradient_checkpointing"]:  # non-reentrant: works with LoRA's frozen inputs, any transformers
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # on a GPU, one process: only the kept positions meet the output head, where the body and head alone
     # reproduce the model's logits (under FSDP the root's hooks must run: the full forward)
@@ -198,7 +200,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
     arm (`settings["arm"]`) adds its replayed examples and the base model's token losses."""
     from .io import atomic_path
 
-    processes = settings.get("processes", 1)
+    settings = with_defaults(FINETUNE, settings)  # a partial dict (a direct call) gets the config's defaults
+    processes = settings["processes"]
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
             online = {"matrix": matrix, "split": split, "heldout": heldout, "shards": shards} if matrix else None
@@ -282,7 +285,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     tokenizer = load_tokenizer(base_dir)
     # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs,
     # and flash-attention 2 (which needs half precision) runs inside that autocast
-    compute_dtype = torch.bfloat16 if device.type == "cuda" and settings.get("bf16", True) else torch.float32
+    compute_dtype = torch.bfloat16 if device.type == "cuda" and settings["bf16"] else torch.float32
     attention = pick_attention(settings["attention"], device, compute_dtype)
     examples = training_examples(tokenizer, task_path, settings["chat_template"], settings["max_length"])
     if world > 1:

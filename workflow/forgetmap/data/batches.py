@@ -47,8 +47,8 @@ def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor | No
 
 def planned_steps(settings: dict, n_examples: int) -> int:
     """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
-    effective = settings["batch_size"] * settings["grad_accum"] * settings.get("processes", 1)
-    cap = settings["max_epochs"] * n_examples // effective if settings.get("max_epochs") else settings["steps"]
+    effective = settings["batch_size"] * settings["grad_accum"] * settings["processes"]
+    cap = settings["max_epochs"] * n_examples // effective if settings["max_epochs"] else settings["steps"]
     return max(1, min(settings["steps"], cap))
 
 

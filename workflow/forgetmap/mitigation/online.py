@@ -25,6 +25,8 @@ from .replay import mixture_batches, read_ids, read_rows, select_replay
 
 log = logging.getLogger(__name__)
 
+PROBE_SEED = 1  # the draw of an arm's probes (random, or the seed of a design's tie-breaks): fixed, as the matrix's k
+
 
 class OnlineReplay:
     """A batch source: phase A's mixture, then — once, at `switch_step` — the measured, completed and
@@ -70,14 +72,14 @@ class OnlineReplay:
         count = min(arm["probes"], len(probe_candidates))
         strategy = arm["probe_selection"]
         if strategy == "random":
-            rng = np.random.default_rng(arm.get("probe_seed", 1))
+            rng = np.random.default_rng(PROBE_SEED)
             self.probes = np.sort(rng.choice(probe_candidates, count, replace=False))
         else:
             from ..predict.probes import choose_probes, design
 
             phi, ridge, noise = design(train_z)  # over the usable columns, from the split's train rows
             positions = np.flatnonzero(np.isin(usable, probe_candidates))
-            chosen = choose_probes(strategy, len(positions), count, arm.get("probe_seed", 1), phi[positions], ridge,
+            chosen = choose_probes(strategy, len(positions), count, PROBE_SEED, phi[positions], ridge,
                                    noise[positions])
             self.probes = np.sort(usable[positions[chosen]])
         self.facts["probe_selection"] = strategy
@@ -95,7 +97,7 @@ class OnlineReplay:
 
         training = self.model.training
         self.model.eval()
-        with autocast_for(self.scorer.device, self.settings.get("bf16", True)):
+        with autocast_for(self.scorer.device, self.settings["bf16"]):
             nll, _ = self.scorer.score(self.probe_examples)
         self.model.train(training)
         return nll.astype(np.float64)

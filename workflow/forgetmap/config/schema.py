@@ -1,9 +1,8 @@
-"""The workflow config: one definition gives the JSON schema, its defaults and its checks.
+"""The config's schema: one definition gives the JSON schema, its defaults and the settings' types.
 
-`SCHEMA` below is the single source: `config/schema.yaml` is generated from it (`forgetmap schema`),
-and `resolve()` validates a config against it, fills every default, and checks the references
-between sections (a task's category, a model's upstream corpus and task list). Every error names
-the key, the value and what is allowed, before any DAG is built.
+`SCHEMA` is the single source: `config/schema.yaml` is generated from it (`forgetmap schema`), the
+config is validated against it, and `with_defaults(SECTION, settings)` fills a job's settings from the
+same defaults, so no default is repeated in the code that reads them.
 """
 
 from __future__ import annotations
@@ -11,11 +10,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .errors import ConfigError
-from .predict.registry import DEFAULT_METHODS, METHODS
+from ..predict.registry import DEFAULT_METHODS, METHODS
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
 
 
 def _obj(properties: dict, required: tuple = (), description: str = "", **extra) -> dict:
@@ -407,7 +404,8 @@ SCHEMA = _obj({
     **{"$schema": "https://json-schema.org/draft/2020-12/schema"})
 
 
-def _fill_defaults(schema: dict, value: Any) -> Any:
+def with_defaults(schema: dict, value: Any) -> Any:
+    """`value` with every default of `schema` filled in, nested objects too (a copy; given keys win)."""
     if not isinstance(value, dict) or schema.get("type") != "object":
         return value
     out = dict(value)
@@ -415,12 +413,12 @@ def _fill_defaults(schema: dict, value: Any) -> Any:
         if key not in out and "default" in sub:
             out[key] = copy.deepcopy(sub["default"])
         if key in out:
-            out[key] = _fill_defaults(sub, out[key])
+            out[key] = with_defaults(sub, out[key])
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict):
         for key in out:
             if key not in schema.get("properties", {}):
-                out[key] = _fill_defaults(extra, out[key])
+                out[key] = with_defaults(extra, out[key])
     return out
 
 
@@ -428,7 +426,8 @@ def _key(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _explain(error) -> str:
+def explain(error) -> str:
+    """A schema violation as a message naming the key, the value and what is allowed."""
     where = _key(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -446,238 +445,6 @@ def _explain(error) -> str:
     return f"config key {where}: value {error.instance!r} is invalid: {error.message}"
 
 
-def resolve(config: dict) -> dict:
-    """Validate `config`, fill defaults, check cross-references; raise ConfigError naming the key."""
-    import jsonschema
-
-    if not isinstance(config, dict) or not config:
-        raise ConfigError("the config is empty: give --configfile or config/config.yaml")
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(SCHEMA).iter_errors(config))
-    if error is not None:
-        raise ConfigError(_explain(error))
-    for name, arm in ((config.get("mitigation") or {}).get("arms") or {}).items():
-        _check_arm_keys(name, arm)
-    cfg = _fill_defaults(SCHEMA, config)
-    for model in cfg["models"].values():
-        if model["imported"] is not None:
-            model["imported"] = _fill_defaults(IMPORTED, model["imported"])
-    cfg["tasks"] = expand_families(cfg["tasks"])
-    _check_references(cfg)
-    return cfg
-
-
-# the arm keys each part of an arm reads: a key given for a part the arm does not have is a mistake
-ARM_KEYS = {
-    "replay": {"ratio"},
-    "weighted": {"temperature", "selection"},  # every replay drawn by scores (not random)
-    "predicted": {"method", "split", "prediction_seed", "statistic", "risk", "risk_level"},
-    "ground_truth": {"statistic"},
-    "online": {"method", "split", "probes", "probe_selection", "warmup"},
-    "stm": {"stm_mode", "tau", "q"},
-}
-
-
-def _check_arm_keys(name: str, arm: dict) -> None:
-    """Every key an arm's config gives is one its replay, token and weight settings read (silently
-    ignoring, say, `temperature` on random replay or `tau` without STM hides a mistake)."""
-    if not isinstance(arm, dict):
-        return  # the schema says what is wrong
-    replay = arm.get("replay", "none")
-    read = {"replay", "tokens", "weights"}
-    if replay != "none":
-        read |= ARM_KEYS["replay"] | ARM_KEYS.get(replay, set())
-        if replay != "random":
-            read |= ARM_KEYS["weighted"]
-    if arm.get("tokens", "none") != "none":
-        read |= ARM_KEYS["stm"]
-    for key in arm:
-        if key not in read:
-            users = [part for part, keys in ARM_KEYS.items() if key in keys]
-            raise ConfigError(f"config key mitigation.arms.{name}.{key}: not used by this arm (replay: {replay}, "
-                              f"tokens: {arm.get('tokens', 'none')}, weights: {arm.get('weights', 'none')}); it "
-                              f"applies to {', '.join(users) or 'no arm'}")
-
-
-def check_known_counts(cfg: dict, model: str, n_examples: int) -> None:
-    """The known examples of a test task (`prediction.k`, `correctness.k`, the probe evaluation's reference
-    k) must leave something to predict among the model's upstream examples: a config error before any job,
-    not a failing predict job beside probe tables written anyway."""
-    prediction = cfg["prediction"]
-    counts = {"prediction.k": prediction["k"], "correctness.k": cfg["correctness"]["k"],
-              "prediction.probe_evaluation.reference_k": prediction["probe_evaluation"]["reference_k"]}
-    for key, k in counts.items():
-        if k is not None and k >= n_examples:
-            raise ConfigError(f"config key {key}: value {k} known examples leave nothing to predict: model {model!r} "
-                              f"has {n_examples} upstream examples")
-
-
-def check_duplicate_keys(path: str) -> None:
-    """A YAML mapping that names one key twice keeps only the last value (PyYAML, and so Snakemake, say
-    nothing): an error naming the file, the key and both lines."""
-    import yaml
-
-    class Strict(yaml.SafeLoader):
-        pass
-
-    def mapping(loader, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; it names no key
-                continue
-            key = loader.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is given twice in one "
-                                  f"mapping (first at line {seen[key] + 1}); YAML would keep only the last")
-            seen[key] = key_node.start_mark.line
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    with open(path) as handle:
-        yaml.load(handle, Loader=Strict)
-
-
-def expand_families(tasks: dict) -> dict:
-    """Task entries that stand for many tasks, one each: a `path` with `{task}` (every matching file, named
-    by what `{task}` matched: the 66 FLAN tasks) or `each: COLUMN` of a dataset (one per distinct value:
-    Dolly's 8 categories). Other entries stay as they are; names must stay unique."""
-    out: dict = {}
-    for name, spec in tasks.items():
-        members = _file_family(name, spec) if spec["path"] and "{task}" in spec["path"] else (
-            _dataset_family(name, spec) if spec["each"] else [(name, spec)])
-        for member, member_spec in members:
-            if member in out or (member != name and member in tasks):
-                raise ConfigError(f"config key tasks.{name}: task {member!r} is defined twice (another entry or "
-                                  f"family has that name)")
-            out[member] = member_spec
-    return out
-
-
-def _member_name(name: str, value: str, key: str) -> str:
-    import re
-
-    member = re.sub(r"[^A-Za-z0-9_.-]", "_", value)
-    if not re.match(NAME, member):
-        raise ConfigError(f"config key {key}: {value!r} gives no valid task name (names match {NAME})")
-    return member
-
-
-def _file_family(name: str, spec: dict) -> list[tuple[str, dict]]:
-    import glob
-    import re
-
-    pattern = spec["path"]
-    matcher = re.compile(re.escape(pattern).replace(re.escape("{task}"), "(?P<task>[^/]+)") + "$")
-    found = sorted(p for p in glob.glob(pattern.replace("{task}", "*")) if matcher.match(p))
-    if not found:
-        raise ConfigError(f"config key tasks.{name}.path: no file matches {pattern!r}")
-    members = []
-    for path in found:
-        task = matcher.match(path).group("task")
-        member = copy.deepcopy(spec)
-        member.update(path=path, family=name)
-        if spec["validation_path"]:
-            member["validation_path"] = spec["validation_path"].replace("{task}", task)
-        members.append((_member_name(name, task, f"tasks.{name}.path"), member))
-    return members
-
-
-def _dataset_family(name: str, spec: dict) -> list[tuple[str, dict]]:
-    from .data import hf
-    from .errors import DataError
-
-    if spec["format"] != "hf":
-        raise ConfigError(f"config key tasks.{name}.each: needs format hf (a dataset column to split by)")
-    try:
-        values = hf.distinct(spec, spec["each"])
-    except DataError as exc:
-        raise ConfigError(f"config key tasks.{name}.each: {exc}") from None
-    members = []
-    for value in values:
-        literal = "".join(f"[{c}]" if c in "*?[" else c for c in value)  # the value itself, not a pattern
-        member = copy.deepcopy(spec)
-        member.update(each=None, family=name, where={**spec["where"], spec["each"]: literal})
-        members.append((_member_name(name, value, f"tasks.{name}.each"), member))
-    return members
-
-
-def _check_references(cfg: dict) -> None:
-    from .data.demo import TASKS as DEMO_TASKS
-
-    for name, corpus in cfg["upstream"].items():
-        if corpus["format"] == "hf":
-            if not corpus["dataset"]:
-                raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf'")
-            continue
-        if corpus["format"] != "demo" and not corpus["path"]:
-            raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")
-    for name, task in cfg["tasks"].items():
-        if name in RESERVED_RUNS:
-            raise ConfigError(f"config key tasks.{name}: the name {name!r} is reserved for the base model's scores")
-        if task["category"] not in cfg["categories"]:
-            raise ConfigError(f"config key tasks.{name}.category: value {task['category']!r} is not a category; "
-                              f"allowed: {', '.join(cfg['categories'])}")
-        if task["format"] == "hf":
-            if not task["dataset"]:
-                raise ConfigError(f"config key tasks.{name}.dataset: required for format 'hf'")
-            continue
-        if task["path"] is None and name not in DEMO_TASKS:
-            raise ConfigError(f"config key tasks.{name}.path: no file given and {name!r} is not a demo task; "
-                              f"demo tasks: {', '.join(sorted(DEMO_TASKS))}")
-    for name, model in cfg["models"].items():
-        if model["imported"] is not None:
-            continue
-        if model["upstream"] is None:
-            raise ConfigError(f"config key models.{name}.upstream: required unless models.{name}.imported is set")
-        if model["upstream"] not in cfg["upstream"]:
-            raise ConfigError(f"config key models.{name}.upstream: value {model['upstream']!r} is not an upstream "
-                              f"corpus; allowed: {', '.join(cfg['upstream'])}")
-        if model["tasks"] != "all":
-            unknown = [t for t in model["tasks"] if t not in cfg["tasks"]]
-            if unknown:
-                raise ConfigError(f"config key models.{name}.tasks: value {unknown[0]!r} is not a task; "
-                                  f"allowed: {', '.join(cfg['tasks'])}")
-        if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
-            raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
-        if model["score"]["backend"] == "vllm" and model["finetune"]["method"] == "lora":
-            raise ConfigError(f"config key models.{name}.score.backend: vllm scores full checkpoints, and "
-                              f"models.{name}.finetune.method is lora; use backend torch (it merges the adapter)")
-        lora_tasks = [t for t in model_tasks(cfg, name) if (cfg["tasks"][t]["finetune"] or {}).get("method") == "lora"]
-        if model["score"]["backend"] == "vllm" and lora_tasks:
-            raise ConfigError(f"config key tasks.{lora_tasks[0]}.finetune.method: lora, and models.{name}.score.backend "
-                              f"is vllm, which scores full checkpoints only; use backend torch")
-        if model["tasks"] == "all" and not cfg["tasks"]:
-            raise ConfigError(f"config key tasks: model {name!r} is fine-tuned on every task, and none is configured")
-    _check_methods(cfg["prediction"])
-
-
-def _check_methods(prediction: dict) -> None:
-    """`prediction.methods` as {name: {parameter: value}}: every parameter one the method takes."""
-    from .predict.registry import PROVIDED, parameters
-
-    methods = prediction["methods"]
-    if isinstance(methods, list):
-        methods = {name: {} for name in methods}
-    for name, params in methods.items():
-        params = methods[name] = dict(params or {})
-        allowed = parameters(name) if params else {}
-        for key in params:
-            if key in PROVIDED or key not in allowed:
-                raise ConfigError(f"config key prediction.methods.{name}.{key}: {name} has no such parameter; "
-                                  f"allowed: {', '.join(allowed) or 'none'}")
-    prediction["methods"] = methods
-    method = prediction["probe_evaluation"]["method"]
-    if method not in methods or method == "semantic":
-        raise ConfigError(f"config key prediction.probe_evaluation.method: value {method!r} is not a configured "
-                          f"prediction method without side information; allowed: "
-                          f"{', '.join(m for m in methods if m != 'semantic')}")
-
-
-def model_tasks(cfg: dict, model: str) -> list[str]:
-    """The tasks a model is fine-tuned on, in config order (the matrix's column order)."""
-    chosen = cfg["models"][model]["tasks"]
-    return list(cfg["tasks"]) if chosen == "all" else [t for t in cfg["tasks"] if t in chosen]
-
-
 def schema_command(out: str | None = None) -> None:
     """`forgetmap schema`: the JSON schema as YAML (config/schema.yaml is this output)."""
     import sys
@@ -685,7 +452,7 @@ def schema_command(out: str | None = None) -> None:
 
     import yaml
 
-    text = "# Generated by `forgetmap schema` from forgetmap/config.py: edit that, not this file.\n"
+    text = "# Generated by `forgetmap schema` from forgetmap/config/schema.py: edit that, not this file.\n"
     text += yaml.safe_dump(SCHEMA, sort_keys=False, width=110)
     if out:
         Path(out).write_text(text)

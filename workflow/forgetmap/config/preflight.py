@@ -1,7 +1,6 @@
 """Before any job runs: can what the config points at serve the run? Each failure names the config key.
 
-`forgetmap.config` checks the config itself and `forgetmap.plan` finds the base model's files; this
-checks what only loading them shows, once, in the Snakemake process that plans the run:
+`resolve` checks the config itself and the plan finds the base model's files; this checks what only loading them shows, once, in the Snakemake process that plans the run:
 - a pretrained base's tokenizer is usable (a real vocabulary and an EOS; transformers builds a
   two-token tokenizer for a directory without tokenizer files, and fine-tunes on it learn only EOS);
 - the chat template exists where the config asks for the tokenizer's own, and renders a response
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import ConfigError, ForgetmapError
+from ..errors import ConfigError, ForgetmapError
 
 GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
 
@@ -27,9 +26,9 @@ def check(plan) -> None:
 
 
 def check_base(plan, model: str, directory: Path) -> None:
-    from .data.chat import chat_pieces, template_in_use
-    from .models import check_tokenizer
-    from .pretrained import has_tokenizer_files, target_modules_missing
+    from ..data.chat import chat_pieces, template_in_use
+    from ..models import check_tokenizer
+    from ..pretrained import has_tokenizer_files, target_modules_missing
 
     spec = plan.cfg["models"][model]
     key = f"models.{model}.base.path"
@@ -87,7 +86,7 @@ def type_name(directory: Path) -> str:
 
 def check_gpus(plan) -> None:
     """No rule of a local run asks for more GPUs than the machine has (forgetmap.devices counts them)."""
-    from .devices import device_count
+    from ..devices import device_count
 
     available = device_count()
     for model in plan.computed:

@@ -1,0 +1,306 @@
+"""Every check of a config, section by section; each error names the key, the value and what is allowed.
+
+`resolve` (the package) runs the checks a config alone decides. A few need facts read from the data
+(the corpus's size, whether its examples carry answers, a model's splits): the plan reads those and
+calls the checks here, so a bad config still fails before any job, and from one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ..errors import ConfigError, ForgetmapError
+from .views import finetune_settings, model_tasks
+
+RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
+
+
+@contextlib.contextmanager
+def about(key: str):
+    """Reading what `key` points at: a missing or unreadable file becomes a ConfigError naming the key."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (ForgetmapError, OSError, ValueError) as exc:
+        raise ConfigError(f"config key {key}: {exc}") from None
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+def check_duplicate_keys(path: str) -> None:
+    """A YAML mapping that names one key twice keeps only the last value (PyYAML, and so Snakemake, say
+    nothing): an error naming the file, the key and both lines."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; it names no key
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is given twice in one "
+                                  f"mapping (first at line {seen[key] + 1}); YAML would keep only the last")
+            seen[key] = key_node.start_mark.line
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    with open(path) as handle:
+        yaml.load(handle, Loader=Strict)
+
+
+# --- upstream, tasks, models -------------------------------------------------------------------------
+
+def check_upstream(cfg: dict) -> None:
+    """Each corpus names its source."""
+    for name, corpus in cfg["upstream"].items():
+        if corpus["format"] == "hf":
+            if not corpus["dataset"]:
+                raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf'")
+            continue
+        if corpus["format"] != "demo" and not corpus["path"]:
+            raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")
+
+
+def check_tasks(cfg: dict) -> None:
+    """Each task has a usable name, a configured category and a source."""
+    from ..data.demo import TASKS as DEMO_TASKS
+
+    for name, task in cfg["tasks"].items():
+        if name in RESERVED_RUNS:
+            raise ConfigError(f"config key tasks.{name}: the name {name!r} is reserved for the base model's scores")
+        if task["category"] not in cfg["categories"]:
+            raise ConfigError(f"config key tasks.{name}.category: value {task['category']!r} is not a category; "
+                              f"allowed: {', '.join(cfg['categories'])}")
+        if task["format"] == "hf":
+            if not task["dataset"]:
+                raise ConfigError(f"config key tasks.{name}.dataset: required for format 'hf'")
+            continue
+        if task["path"] is None and name not in DEMO_TASKS:
+            raise ConfigError(f"config key tasks.{name}.path: no file given and {name!r} is not a demo task; "
+                              f"demo tasks: {', '.join(sorted(DEMO_TASKS))}")
+
+
+def check_models(cfg: dict) -> None:
+    """Each computed model names a corpus, configured tasks, a base, and a scorer that fits its fine-tuning
+    method; its fine-tuning processes fit the method and the GPUs."""
+    for name, model in cfg["models"].items():
+        if model["imported"] is not None:
+            continue
+        if model["upstream"] is None:
+            raise ConfigError(f"config key models.{name}.upstream: required unless models.{name}.imported is set")
+        if model["upstream"] not in cfg["upstream"]:
+            raise ConfigError(f"config key models.{name}.upstream: value {model['upstream']!r} is not an upstream "
+                              f"corpus; allowed: {', '.join(cfg['upstream'])}")
+        if model["tasks"] != "all":
+            unknown = [t for t in model["tasks"] if t not in cfg["tasks"]]
+            if unknown:
+                raise ConfigError(f"config key models.{name}.tasks: value {unknown[0]!r} is not a task; "
+                                  f"allowed: {', '.join(cfg['tasks'])}")
+        if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
+            raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
+        if model["score"]["backend"] == "vllm" and model["finetune"]["method"] == "lora":
+            raise ConfigError(f"config key models.{name}.score.backend: vllm scores full checkpoints, and "
+                              f"models.{name}.finetune.method is lora; use backend torch (it merges the adapter)")
+        lora_tasks = [t for t in model_tasks(cfg, name) if (cfg["tasks"][t]["finetune"] or {}).get("method") == "lora"]
+        if model["score"]["backend"] == "vllm" and lora_tasks:
+            raise ConfigError(f"config key tasks.{lora_tasks[0]}.finetune.method: lora, and models.{name}.score.backend "
+                              f"is vllm, which scores full checkpoints only; use backend torch")
+        if model["tasks"] == "all" and not cfg["tasks"]:
+            raise ConfigError(f"config key tasks: model {name!r} is fine-tuned on every task, and none is configured")
+        for task in model_tasks(cfg, name):
+            check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
+                            f"models.{name} / tasks.{task}")
+
+
+def check_processes(settings: dict, gpus: int, where: str) -> None:
+    """Several training processes shard full fine-tuning (FSDP), one per GPU."""
+    processes = settings["processes"]
+    if processes > 1 and settings["method"] != "full":
+        raise ConfigError(f"config key finetune.processes ({where}): value {processes} needs method 'full' "
+                          f"(FSDP shards full fine-tuning); a {settings['method']} run fits one device")
+    if gpus and gpus != processes:
+        raise ConfigError(f"config key resources.finetune.gpu ({where}): value {gpus} must equal finetune.processes "
+                          f"({processes}): each training process drives one GPU")
+
+
+# --- prediction ---------------------------------------------------------------------------------------
+
+def check_methods(prediction: dict) -> None:
+    """Every parameter under `prediction.methods.NAME` is one the method takes; the probe evaluation's
+    method is a configured one without side information."""
+    from ..predict.registry import PROVIDED, parameters
+
+    methods = prediction["methods"]
+    for name, params in methods.items():
+        allowed = parameters(name) if params else {}
+        for key in params:
+            if key in PROVIDED or key not in allowed:
+                raise ConfigError(f"config key prediction.methods.{name}.{key}: {name} has no such parameter; "
+                                  f"allowed: {', '.join(allowed) or 'none'}")
+    method = prediction["probe_evaluation"]["method"]
+    if method not in methods or method == "semantic":
+        raise ConfigError(f"config key prediction.probe_evaluation.method: value {method!r} is not a configured "
+                          f"prediction method without side information; allowed: "
+                          f"{', '.join(m for m in methods if m != 'semantic')}")
+
+
+def check_splits(cfg: dict) -> None:
+    """Each split is in-domain (`test` tasks) or out-of-domain (`test_category` and an in-domain
+    `train_split`), naming tasks, categories and splits that exist."""
+    splits = cfg["prediction"]["splits"]
+    for name, split in splits.items():
+        key = f"config key prediction.splits.{name}"
+        if split["test"] is not None:
+            unknown = [t for t in split["test"] if t not in cfg["tasks"]]
+            if unknown:
+                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+            continue
+        if split["test_category"] is None or split["train_split"] is None:
+            raise ConfigError(f"{key}: give `test` (in-domain) or `test_category` and `train_split` (out-of-domain)")
+        if split["test_category"] not in cfg["categories"]:
+            raise ConfigError(f"{key}.test_category: value {split['test_category']!r} is not a category; "
+                              f"allowed: {', '.join(cfg['categories'])}")
+        in_domain = [s for s, spec in splits.items() if spec["test"] is not None]
+        if split["train_split"] not in in_domain:
+            raise ConfigError(f"{key}.train_split: value {split['train_split']!r} is not an in-domain split; "
+                              f"allowed: {', '.join(in_domain) or 'none'}")
+
+
+def check_known_counts(cfg: dict, model: str, n_examples: int) -> None:
+    """The known examples of a test task (`prediction.k`, `correctness.k`, the probe evaluation's reference
+    k) must leave something to predict among the model's upstream examples: a config error before any job,
+    not a failing predict job beside probe tables written anyway."""
+    prediction = cfg["prediction"]
+    counts = {"prediction.k": prediction["k"], "correctness.k": cfg["correctness"]["k"],
+              "prediction.probe_evaluation.reference_k": prediction["probe_evaluation"]["reference_k"]}
+    for key, k in counts.items():
+        if k is not None and k >= n_examples:
+            raise ConfigError(f"config key {key}: value {k} known examples leave nothing to predict: model {model!r} "
+                              f"has {n_examples} upstream examples")
+
+
+# --- mitigation ---------------------------------------------------------------------------------------
+
+# the arm keys each part of an arm reads: a key given for a part the arm does not have is a mistake
+ARM_KEYS = {
+    "replay": {"ratio"},
+    "weighted": {"temperature", "selection"},  # every replay drawn by scores (not random)
+    "predicted": {"method", "split", "prediction_seed", "statistic", "risk", "risk_level"},
+    "ground_truth": {"statistic"},
+    "online": {"method", "split", "probes", "probe_selection", "warmup"},
+    "stm": {"stm_mode", "tau", "q"},
+}
+
+
+def check_arm_keys(name: str, arm: dict) -> None:
+    """Every key an arm's config gives is one its replay, token and weight settings read (silently
+    ignoring, say, `temperature` on random replay or `tau` without STM hides a mistake)."""
+    if not isinstance(arm, dict):
+        return  # the schema says what is wrong
+    replay = arm.get("replay", "none")
+    read = {"replay", "tokens", "weights"}
+    if replay != "none":
+        read |= ARM_KEYS["replay"] | ARM_KEYS.get(replay, set())
+        if replay != "random":
+            read |= ARM_KEYS["weighted"]
+    if arm.get("tokens", "none") != "none":
+        read |= ARM_KEYS["stm"]
+    for key in arm:
+        if key not in read:
+            users = [part for part, keys in ARM_KEYS.items() if key in keys]
+            raise ConfigError(f"config key mitigation.arms.{name}.{key}: not used by this arm (replay: {replay}, "
+                              f"tokens: {arm.get('tokens', 'none')}, weights: {arm.get('weights', 'none')}); it "
+                              f"applies to {', '.join(users) or 'no arm'}")
+
+
+def check_mitigation_tasks(cfg: dict, model: str, splits: dict) -> None:
+    """`mitigation.tasks` names a prediction split of the model, or tasks the model is fine-tuned on."""
+    tasks = cfg["mitigation"]["tasks"]
+    if isinstance(tasks, dict):
+        if tasks["split"] not in splits:
+            raise ConfigError(f"config key mitigation.tasks.split: value {tasks['split']!r} is not a prediction split; "
+                              f"allowed: {', '.join(splits) or 'none'}")
+    elif tasks is not None:
+        own = model_tasks(cfg, model)
+        unknown = [t for t in tasks if t not in own]
+        if unknown:
+            raise ConfigError(f"config key mitigation.tasks: value {unknown[0]!r} is not a task of model {model!r}; "
+                              f"allowed: {', '.join(own)}")
+
+
+def check_heldout(cfg: dict, model: str, n_upstream: int) -> None:
+    """The held-out set is a count or a share below 1 that leaves a replay pool."""
+    size = cfg["mitigation"]["heldout"]
+    if size >= 1 and size != int(size):
+        raise ConfigError(f"config key mitigation.heldout: value {size} is neither a count nor a share below 1")
+    count = int(round(size * n_upstream)) if size < 1 else int(size)
+    if count >= n_upstream:
+        raise ConfigError(f"config key mitigation.heldout: value {size} leaves no replay pool: the upstream "
+                          f"corpus of model {model!r} has {n_upstream} examples")
+
+
+def check_arms(cfg: dict, model: str, splits: dict, arm_splits: dict, has_items: bool) -> None:
+    """Each arm can run on the model: what it reads exists (a configured method, a split predicting each
+    of its tasks, Y where it replays by P(Y = 1), intervals where it is risk-aware). `arm_splits` maps
+    (arm, task) to the split whose prediction the arm reads for the task (None: no split predicts it)."""
+    for arm, spec in cfg["mitigation"]["arms"].items():
+        key = f"config key mitigation.arms.{arm}"
+        processes = cfg["models"][model]["finetune"]["processes"]
+        if spec["replay"] == "online" and processes > 1:
+            raise ConfigError(f"{key}.replay: online replay measures the model inside one training process; "
+                              f"models.{model}.finetune.processes is {processes}")
+        if spec["statistic"] == "forgotten_1to0":
+            _check_binary_arm(cfg, model, key, spec, has_items)
+        if spec["risk"]:
+            _check_risk_arm(cfg, key, spec)
+        if spec["replay"] not in ("predicted", "online"):
+            continue
+        if spec["statistic"] == "loss" and spec["method"] not in cfg["prediction"]["methods"]:
+            raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured prediction method; "
+                              f"allowed: {', '.join(cfg['prediction']['methods'])}")
+        if spec["split"] is not None and spec["split"] not in splits:
+            raise ConfigError(f"{key}.split: value {spec['split']!r} is not a prediction split; allowed: "
+                              f"{', '.join(splits) or 'none'}")
+        outside = [task for (name, task), split in arm_splits.items() if name == arm and split is None]
+        if outside:
+            where = f"split {spec['split']!r}" if spec["split"] else "any prediction split"
+            raise ConfigError(f"{key}: task {outside[0]!r} is not a test task of {where}: its forgetting "
+                              f"was never predicted")
+        if spec["prediction_seed"] >= cfg["prediction"]["seeds"]:
+            raise ConfigError(f"{key}.prediction_seed: value {spec['prediction_seed']} is not below "
+                              f"prediction.seeds ({cfg['prediction']['seeds']})")
+
+
+def _check_binary_arm(cfg: dict, model: str, key: str, spec: dict, has_items: bool) -> None:
+    """An arm replaying by P(Y = 1) needs Y (items with an answer) and, predicted, a Y predictor."""
+    if spec["replay"] not in ("predicted", "ground_truth"):
+        raise ConfigError(f"{key}.statistic: forgotten_1to0 scores predicted or ground_truth replay, not "
+                          f"{spec['replay']!r}")
+    if not has_items:
+        raise ConfigError(f"{key}.statistic: forgotten_1to0 needs upstream items with an answer; the upstream "
+                          f"corpus of model {model!r} has none")
+    methods = cfg["correctness"]["methods"]
+    if spec["replay"] == "predicted" and spec["method"] not in methods:
+        raise ConfigError(f"{key}.method: value {spec['method']!r} is not a configured predictor of Y; allowed "
+                          f"(correctness.methods): {', '.join(methods)}")
+
+
+def _check_risk_arm(cfg: dict, key: str, spec: dict) -> None:
+    """Risk-aware replay reads the conformal half-widths a regression method's prediction wrote."""
+    from ..predict.registry import method_class
+
+    if spec["replay"] != "predicted" or spec["statistic"] != "loss":
+        raise ConfigError(f"{key}.risk: risk-aware replay needs replay: predicted on the loss statistic")
+    levels = cfg["prediction"]["intervals"]
+    if spec["risk_level"] not in levels:
+        raise ConfigError(f"{key}.risk_level: value {spec['risk_level']} is not one of prediction.intervals "
+                          f"({', '.join(map(str, levels)) or 'none'})")
+    if spec["method"] in cfg["prediction"]["methods"] and (
+            not getattr(method_class(spec["method"]), "regression", True) or spec["method"] == "semantic"):
+        raise ConfigError(f"{key}.method: {spec['method']!r} writes no intervals (a ranking score or side "
+                          f"information); risk-aware replay needs mean, additive, knn or mf")

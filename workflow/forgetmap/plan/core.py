@@ -1,0 +1,247 @@
+"""The core plan: a config's models, their runs, shards and tasks, and the jobs that measure forgetting.
+
+`Plan(config)` resolves the config (`forgetmap.config` checks it), reads what the DAG's shape depends
+on (the upstream corpora's example ids, an imported matrix's task names, a pretrained base's files)
+and answers what each rule's job gets: its inputs, settings and resources, by the rule's wildcards. A
+*run* is anything that yields a checkpoint to score: `base`, or a task fine-tuned from it. `runs()`,
+`checkpoint()` and `scores()` are the one definition of which runs a model has and where their files
+live. The later stages plan their own jobs beside this one: `plan.prediction`, `plan.mitigation`,
+`plan.correctness`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .. import config as fm_config
+from .. import pretrained
+from .correctness import CorrectnessPlan
+from .mitigation import MitigationPlan
+from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, SCORES,
+                    SHARD, SIMILARITY, TASK, alternatives)
+from .prediction import PredictionPlan
+
+
+class Plan:
+    """The resolved config plus everything the DAG's shape is read from."""
+
+    def __init__(self, config: dict):
+        from ..data.upstream import example_ids, has_items, shard_plan
+        from ..released import released_tasks
+
+        self.cfg = cfg = fm_config.resolve(config)
+        self.models = list(cfg["models"])
+        self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
+        self.computed = [m for m in self.models if m not in self.imported]
+        # shard plans come from the corpora's ids (and content digests): bad ids fail before any job
+        self.shards = {}
+        for name, spec in cfg["upstream"].items():
+            if any(cfg["models"][m]["upstream"] == name for m in self.computed):
+                spec = {**spec, "seed": cfg["demo_seed"]}
+                with fm_config.about(f"upstream.{name}"):
+                    self.shards[name] = shard_plan(example_ids(spec), cfg["shard_size"], spec)
+        # models whose corpus has items with an answer: their runs are also scored for correctness
+        self.item_models = [m for m in self.computed
+                            if has_items({**cfg["upstream"][cfg["models"][m]["upstream"]], "seed": cfg["demo_seed"]})]
+        # imported models whose released matrix is the binary Y (the paper's exact-match setup), not Z
+        self.binary_imported = [m for m in self.imported if cfg["models"][m]["imported"]["statistic"] == "forgotten_1to0"]
+        self.y_models = self.item_models + self.binary_imported  # models with a 1->0 matrix Y
+        self.z_models = [m for m in self.models if m not in self.binary_imported]  # models with a forgetting matrix Z
+        self.tasks: dict[str, list[str]] = {}
+        for model in self.models:
+            spec = cfg["models"][model]["imported"]
+            if spec is None:
+                self.tasks[model] = fm_config.model_tasks(cfg, model)
+                continue
+            with fm_config.about(f"models.{model}.imported.matrix"):
+                self.tasks[model] = released_tasks(spec["matrix"], spec["meta"])
+        # pretrained bases: their local files (a directory, or a cached HF id) and identity, found now so a
+        # model that is not there fails before any job, and a changed one reruns what depends on it
+        self.base_files = {}
+        for model in self.computed:
+            base = cfg["models"][model]["base"]
+            if base["kind"] == "pretrained":
+                with fm_config.about(f"models.{model}.base.path"):
+                    local = pretrained.locate(base["path"], base["revision"])
+                self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
+        self.prediction = PredictionPlan(self)
+        self.mitigation = MitigationPlan(self)
+        self.correctness = CorrectnessPlan(self)
+
+    # --- wildcards -----------------------------------------------------------------------------------
+
+    def wildcard_constraints(self) -> dict[str, str]:
+        computed_tasks = {t for m in self.computed for t in self.tasks[m]}
+        return {"model": alternatives(self.models), "computed": alternatives(self.computed),
+                "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
+                "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
+                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
+                "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
+                "method": alternatives(self.cfg["prediction"]["methods"]),
+                "binary_method": alternatives(self.cfg["correctness"]["methods"])}
+
+    # --- runs and their files ------------------------------------------------------------------------
+
+    def runs(self, model: str) -> list[str]:
+        """Every run of a computed model whose checkpoint is scored: the base, then each task."""
+        return [BASE_RUN, *self.tasks[model]]
+
+    def checkpoint(self, model: str, run: str) -> str:
+        return BASE.format(model=model) if run == BASE_RUN else CHECKPOINT.format(model=model, task=run)
+
+    def corpus(self, model: str) -> str:
+        return self.cfg["models"][model]["upstream"]
+
+    def n_upstream(self, model: str) -> int:
+        """How many upstream examples a computed model is scored on."""
+        return sum(s["count"] for s in self.shards[self.corpus(model)])
+
+    def shard_paths(self, model: str) -> list[str]:
+        corpus = self.corpus(model)
+        return [SHARD.format(corpus=corpus, shard=k) for k in range(len(self.shards[corpus]))]
+
+    def shard_path(self, model: str, shard: str) -> str:
+        return SHARD.format(corpus=self.corpus(model), shard=shard)
+
+    def scores(self, model: str, run: str) -> list[str]:
+        """The score files of one run: one per upstream shard, in corpus order."""
+        return [SCORES.format(model=model, run=run, shard=k) for k in range(len(self.shards[self.corpus(model)]))]
+
+    def all_scores(self, model: str) -> list[str]:
+        """Every score file the matrix reads: each run's shards (the settings say which run is which)."""
+        return [p for run in self.runs(model) for p in self.scores(model, run)]
+
+    def task_paths(self, model: str) -> dict[str, str]:
+        return {t: TASK.format(task=t) for t in self.tasks[model]}
+
+    def task_files(self, model: str) -> list[str]:
+        return list(self.task_paths(model).values())
+
+    def task_args(self, model: str) -> list[str]:
+        """The model's tasks as `name=path` command arguments."""
+        return [f"{t}={p}" for t, p in self.task_paths(model).items()]
+
+    def similarity(self, model: str) -> str:
+        return SIMILARITY.format(model=model)
+
+    # --- the data jobs -------------------------------------------------------------------------------
+
+    def corpus_file(self, corpus: str) -> list[str]:
+        """A corpus file the shard job reads (a dataset's changes show in the shard digests instead)."""
+        spec = self.cfg["upstream"][corpus]
+        return [spec["path"]] if spec["format"] in ("parquet", "jsonl") else []
+
+    def corpus_spec(self, corpus: str) -> dict:
+        """What a shard job reads: the source, never the corpus size (growing it adds shards only)."""
+        spec = self.cfg["upstream"][corpus]
+        if spec["format"] == "demo":
+            return {"format": "demo", "seed": self.cfg["demo_seed"]}
+        if spec["format"] == "hf":  # the shard's digest covers its rows' content: a changed dataset reruns it
+            return {k: v for k, v in spec.items() if k not in ("path", "n_examples")}
+        return {"format": spec["format"], "path": spec["path"]}
+
+    def shard_settings(self, corpus: str, shard: int) -> dict:
+        return {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
+
+    def task_inputs(self, task: str) -> list[str]:
+        spec = self.cfg["tasks"][task]
+        return [p for p in (spec["path"], spec["validation_path"]) if p and spec["format"] == "file"]
+
+    def task_settings(self, task: str) -> dict:
+        """What prepare_task reads: the task's source (a dataset's fingerprint too, so a changed one reruns)."""
+        spec = {k: v for k, v in self.cfg["tasks"][task].items() if k != "finetune"}
+        if spec["format"] == "hf":
+            from ..data import hf
+
+            spec["fingerprint"] = hf.fingerprint(spec)  # the dataset is loaded once per process (hf.load)
+        return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
+
+    # --- models and scores ---------------------------------------------------------------------------
+
+    def base_settings(self, model: str) -> dict:
+        """The base's settings; a pretrained base's local files and identity (a change reruns its pointer)."""
+        return {**copy.deepcopy(self.cfg["models"][model]["base"]), "corpus_seed": self.cfg["demo_seed"],
+                **self.base_files.get(model, {})}
+
+    def finetune_settings(self, model: str, task: str) -> dict:
+        """The model's fine-tuning settings with the task's overrides, plus the chat template training renders."""
+        return {**fm_config.finetune_settings(self.cfg, model, task),
+                "chat_template": self.cfg["models"][model]["chat_template"]}
+
+    def score_settings(self, model: str) -> dict:
+        return {**self.cfg["models"][model]["score"], "chat_template": self.cfg["models"][model]["chat_template"]}
+
+    def matrix_settings(self, model: str) -> dict:
+        """The matrix's rows (tasks in config order, their categories and the categories' split groups)
+        and the score files of every run it subtracts, shard by shard."""
+        categories = {t: self.cfg["tasks"][t]["category"] for t in self.tasks[model]}
+        groups = {c: self.cfg["categories"][c]["group"] for c in sorted(set(categories.values()))}
+        return {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
+                "base_scores": self.scores(model, BASE_RUN),
+                "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
+
+    # --- imported models -----------------------------------------------------------------------------
+
+    def imported_inputs(self, model: str) -> list[str]:
+        """The released files an import reads (the optional ones where they exist)."""
+        import os
+
+        spec = self.cfg["models"][model]["imported"]
+        optional = [spec["meta"] or f"{spec['matrix']}.meta", spec["base_logprobs"], spec["sources"]]
+        return [spec["matrix"]] + [p for p in optional if p and os.path.exists(p)]
+
+    def imported_matrix(self, model: str) -> str:
+        return self.cfg["models"][model]["imported"]["matrix"]
+
+    def import_options(self, model: str) -> list[str]:
+        """The released files of an imported model and how to read them, as `forgetmap import` options."""
+        import json
+
+        spec = self.cfg["models"][model]["imported"]
+        options = []
+        for key in ("matrix", "meta", "base_logprobs", "sources"):
+            if spec[key]:
+                options += [f"--{key.replace('_', '-')}", spec[key]]
+        groups = {c: v["group"] for c, v in self.cfg["categories"].items()}
+        return options + ["--corpus", model, "--groups", json.dumps(groups, sort_keys=True),
+                          "--statistic", spec["statistic"]]
+
+    # --- analyses ------------------------------------------------------------------------------------
+
+    def correlation_settings(self, model: str) -> dict:
+        return {**self.cfg["models"][model]["correlations"], "chat_template": self.cfg["models"][model]["chat_template"]}
+
+    def lowrank_tables(self) -> dict[str, str]:
+        """Each model's rank-R² table, which the cross-model summary reads."""
+        return {m: LOWRANK.format(model=m, name="r2.tsv") for m in self.z_models}
+
+    # --- resources -----------------------------------------------------------------------------------
+
+    def resource(self, model: str, stage: str, key: str, attempt: int = 1):
+        """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time)."""
+        value = self.cfg["models"][model]["resources"][stage][key]
+        return value * attempt if key == "runtime" else value
+
+    # --- targets -------------------------------------------------------------------------------------
+
+    def correlation_targets(self, model: str) -> list[str]:
+        names = ["cross_task.tsv"]
+        if model in self.computed:
+            settings = self.cfg["models"][model]["correlations"]
+            names += ["semantic.tsv"] * settings["semantic"] + ["gradient.tsv"] * settings["gradient"]
+        return [CORRELATION.format(model=model, name=n) for n in names]
+
+    def targets(self) -> list[str]:
+        """Everything `snakemake` builds by default."""
+        out = []
+        for model in self.models:
+            out += self.prediction.split_targets(model)
+            if model in self.binary_imported:  # no Z: only what Y supports
+                out += self.correctness.targets(model)
+                continue
+            out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
+            out += self.correlation_targets(model)
+            out += self.prediction.targets(model)
+            out += self.mitigation.targets(model)
+            out += self.correctness.targets(model)
+        return out + [LOWRANK_SUMMARY] * bool(self.z_models)

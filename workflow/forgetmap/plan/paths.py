@@ -1,0 +1,50 @@
+"""Where every job's files live: path templates with Snakemake wildcards, one per kind of file.
+
+Rules use the templates as outputs and the plan's functions (which format them) as inputs, so no path
+is typed out twice.
+"""
+
+from __future__ import annotations
+
+import re
+
+SHARD = "results/data/upstream/{corpus}/shard-{shard}.parquet"
+TASK = "results/data/tasks/{task}.parquet"
+BASE = "results/{model}/base"
+CHECKPOINT = "results/{model}/checkpoints/{task}"
+SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
+MATRIX = "results/{model}/forgetting.parquet"
+SPLIT = "results/{model}/splits/{split}.json"
+PREDICTIONS = "results/{model}/prediction/{split}/{method}"
+PREDICTION_METRICS = "results/{model}/prediction/{split}/{method}.tsv"
+PREDICTION_SCORES = "results/{model}/prediction/scores.tsv"
+PROBES = "results/{model}/prediction/probes/{split}.tsv"  # probe strategies side by side (+ _coverage.tsv, .png)
+SIMILARITY = "results/{model}/correlations/semantic_similarity.npy"
+LOWRANK = "results/{model}/lowrank/{name}"
+CORRELATION = "results/{model}/correlations/{name}"
+LOWRANK_SUMMARY = "results/lowrank_summary.tsv"
+HELDOUT = "results/{model}/mitigation/heldout.parquet"
+TOKEN_LOSSES = "results/{model}/mitigation/token_losses/{task}.parquet"
+REPLAY = "results/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.parquet"
+ARM_CHECKPOINT = "results/{model}/mitigation/{arm}/seed-{seed}/checkpoints/{task}"
+ARM_SCORES = "results/{model}/mitigation/{arm}/seed-{seed}/{task}.parquet"
+MITIGATION = "results/{model}/mitigation/{name}"
+CORRECTNESS = "results/{model}/correctness/{name}"
+BINARY_PREDICTIONS = "results/{model}/correctness/prediction/{split}/{binary_method}"
+BINARY_PREDICTION_METRICS = "results/{model}/correctness/prediction/{split}/{binary_method}.tsv"
+BINARY_PREDICTION_SCORES = "results/{model}/correctness/prediction_scores.tsv"
+# the transitions job's outputs by command option, and the low-rank analysis of Y's
+TRANSITION_OUTPUTS = {"transitions": "transitions.parquet", "forgetting": "forgetting_1to0.parquet",
+                      "backward_transfer": "backward_transfer_0to1.parquet", "rates": "rates.tsv",
+                      "rates_figure": "rates.png", "heatmap": "transitions.png"}
+BINARY_LOWRANK_OUTPUTS = {"ranks": "lowrank.tsv", "point_biserial": "point_biserial.tsv", "figure": "lowrank.png"}
+
+BASE_RUN = "base"  # the run every task's scores are compared with
+NO_ARM = "none"  # plain fine-tuning: every arm's comparison
+NEVER = "(?!)"  # a wildcard constraint that matches nothing: the rule serves no model
+
+
+def alternatives(names) -> str:
+    """A wildcard constraint matching exactly these names (longest first), or nothing if none."""
+    names = sorted(set(names), key=len, reverse=True)
+    return "|".join(re.escape(n) for n in names) if names else NEVER
