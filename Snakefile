@@ -28,6 +28,7 @@ include: "rules/imported.smk"
 include: "rules/lowrank.smk"
 include: "rules/correlations.smk"
 include: "rules/prediction.smk"
+include: "rules/forecast.smk"
 include: "rules/mitigation.smk"
 include: "rules/correctness.smk"
 

@@ -59,7 +59,7 @@ rule replay_selection:
         arm=REPLAY_ARMS,
     params:
         settings=settings(PLAN.mitigation.replay_settings),
-        scores=optional_inputs("prediction", "matrix"),
+        scores=optional_inputs("prediction", "matrix", "forecast"),
     log:
         "results/logs/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.log",
     benchmark:
@@ -71,38 +71,43 @@ rule replay_selection:
         "--shards {input.shards:q} --task {input.task:q} {params.scores} --out {output:q} > {log:q} 2>&1"
 
 
-rule arm_finetune:
+rule arm_run:
     input:
         unpack(job(PLAN.mitigation.arm_inputs)),
     output:
-        checkpoint_output(fm_plan.ARM_CHECKPOINT),
+        checkpoint=checkpoint_output(fm_plan.ARM_CHECKPOINT),
+        scores=fm_plan.ARM_SCORES,
+        summary=fm_plan.ARM_SCORES.replace(".parquet", ".json"),
     wildcard_constraints:
         model=COMPUTED,
     params:
         settings=settings(PLAN.mitigation.arm_settings),
-        options=optional_inputs("replay", "token_losses", "matrix", "split", "heldout", "shards"),
+        score_settings=settings(PLAN.score_settings),
+        options=optional_inputs("replay", "token_losses", "matrix", "split", "shards"),
     threads: resource("finetune", "threads")
     resources:
         gpu=resource("finetune", "gpu"),
         mem_mb=resource("finetune", "mem_mb"),
         runtime=resource("finetune", "runtime"),
     log:
-        "results/logs/{model}/mitigation/{arm}/seed-{seed}/finetune/{task}.log",
+        "results/logs/{model}/mitigation/{arm}/seed-{seed}/{task}.log",
     benchmark:
-        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/finetune/{task}.tsv"
+        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/{task}.tsv"
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap finetune --base {input.base:q} --task {input.task:q} {params.options} "
-        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
+        "forgetmap arm --base {input.base:q} --task {input.task:q} --heldout {input.heldout:q} {params.options} "
+        "--settings {params.settings:q} --score-settings {params.score_settings:q} --threads {threads} "
+        "--gpus {resources.gpu} --out {output.checkpoint:q} --scores {output.scores:q} "
+        "--summary {output.summary:q} > {log:q} 2>&1"
 
 
-rule arm_scores:
+rule plain_scores:
     input:
-        unpack(job(PLAN.mitigation.arm_scores_inputs)),
+        unpack(job(PLAN.mitigation.plain_inputs)),
     output:
-        scores=fm_plan.ARM_SCORES,
-        summary=fm_plan.ARM_SCORES.replace(".parquet", ".json"),
+        scores=fm_plan.PLAIN_SCORES,
+        summary=fm_plan.PLAIN_SCORES.replace(".parquet", ".json"),
     wildcard_constraints:
         model=COMPUTED,
     params:
@@ -113,9 +118,9 @@ rule arm_scores:
         mem_mb=resource("score", "mem_mb"),
         runtime=resource("score", "runtime"),
     log:
-        "results/logs/{model}/mitigation/{arm}/seed-{seed}/scores/{task}.log",
+        "results/logs/{model}/mitigation/none/matrix/{task}.log",
     benchmark:
-        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/scores/{task}.tsv"
+        "results/benchmarks/{model}/mitigation/none/matrix/{task}.tsv"
     conda:
         "../envs/forgetmap.yaml"
     shell:

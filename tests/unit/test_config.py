@@ -115,6 +115,39 @@ def test_task_overrides_apply_to_that_task_only():
      "finetune.processes (models.m / tasks.city_qa): value 2 needs method 'full'"),
     (lambda c: c["models"]["m"].update(finetune={"processes": 4}, resources={"finetune": {"gpu": 2}}),
      "resources.finetune.gpu (models.m / tasks.city_qa): value 2 must equal finetune.processes (4)"),
+    # forecasting: too many probes, nothing measured to fit on, a method that cannot serve a forecast
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(forecast={"k": 2400})),
+     "config key forecast.k: value 2400 probes leave nothing to forecast: model 'm' has 2400 upstream examples"),
+    (lambda c: c["models"]["m"].update(forecast=["job_qa"]),
+     "config key models.m.forecast: model 'm' has 1 measured task(s) that are not forecast (city_qa); a forecast "
+     "is fitted on at least 2"),
+    (lambda c: c["tasks"]["job_qa"].update(forecast="check"),
+     "config key tasks.job_qa.forecast: model 'm' has 1 measured task(s)"),
+    (lambda c: c["models"]["m"].update(forecast=["add_qa"]),
+     "config key models.m.forecast: value 'add_qa' is not a task of model 'm'; allowed: city_qa, job_qa"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(forecast={"method": "semantic"})),
+     "config key forecast.method: 'semantic' cannot serve a forecast"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(forecast={"method": "random"})),
+     "config key forecast.method: 'random' cannot serve a forecast"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c["prediction"].update(methods=["mean", "knn"], probe_evaluation={"method": "knn"})),
+     "config key forecast.method: value 'mf' is not a configured prediction method; allowed: mean, knn"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(forecast={"probes": "best"})),
+     "config key forecast.probes: value 'best' is not allowed; allowed: random, dopt, medoids"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(mitigation=mitigation(tasks=["mul_qa"], arms={"p": {"replay": "predicted", "method": "knn"}}))),
+     "config key mitigation.arms.p.method: value 'knn', but task 'mul_qa' is read from its forecast, which "
+     "forecast.method ('mf') completes"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(mitigation=mitigation(tasks=["mul_qa"], arms={"g": {"replay": "ground_truth"}}))),
+     "config key mitigation.arms.g.replay: ground_truth reads the measured row, and task 'mul_qa' is only forecast"),
+    (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
+                c.update(mitigation=mitigation(tasks=["mul_qa"], arms={"o": {"replay": "online", "method": "mf"}}))),
+     "config key mitigation.arms.o: task 'mul_qa' is not a test task of any prediction split"),
 ])
 def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     raw = minimal()
@@ -198,3 +231,24 @@ def test_every_config_error_is_raised_from_the_config_package():
                 if getattr(call, "id", getattr(call, "attr", None)) == "ConfigError":
                     raisers.add(path.relative_to(package).parts[0])
     assert raisers == {"config"}
+
+
+def test_a_forecast_task_is_fine_tuned_but_not_a_row_of_the_matrix():
+    raw = minimal()
+    raw["tasks"].update(job_qa={"category": "w"}, add_qa={"category": "w", "forecast": True},
+                        mul_qa={"category": "w", "forecast": "check"})
+    raw["prediction"] = {"splits": {"s": {"test": ["city_qa"]}}}
+    raw["mitigation"] = mitigation(tasks=["city_qa", "add_qa"])
+    plan = Plan(raw)
+    assert plan.tasks["m"] == ["city_qa", "job_qa", "mul_qa"]  # measured: the matrix's rows
+    assert plan.finetuned["m"] == ["city_qa", "job_qa", "add_qa", "mul_qa"]
+    assert plan.forecast.modes("m") == {"add_qa": "forecast", "mul_qa": "check"}
+    assert plan.forecast.fit_tasks("m") == ["city_qa", "job_qa"]  # neither forecast task fits its own forecast
+    assert "results/m/scores/add_qa/shard-0.parquet" not in plan.all_scores("m")
+    assert plan.mitigation.replay_inputs("m", "p", "add_qa")["forecast"] == "results/m/forecast/forecast.parquet"
+    assert "forecast" not in plan.mitigation.replay_inputs("m", "p", "city_qa")  # a split predicts it
+    assert "results/m/forecast/summary.tsv" in plan.targets()
+    listed = minimal()
+    listed["tasks"].update(job_qa={"category": "w"}, add_qa={"category": "w"})
+    listed["models"]["m"]["forecast"] = ["add_qa"]  # the model's list marks it for that model alone
+    assert Plan(listed).forecast.modes("m") == {"add_qa": "forecast"}

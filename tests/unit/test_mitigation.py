@@ -155,7 +155,7 @@ def test_an_arm_without_replay_tokens_or_weights_is_plain_finetuning():
 def test_rows_are_read_from_the_shards_that_hold_them_in_the_order_asked(tmp_path):
     import pandas as pd
 
-    from forgetmap.mitigation.replay import read_ids, read_rows
+    from forgetmap.data.upstream import read_ids, read_rows
 
     paths = []
     for k in range(3):

@@ -16,7 +16,7 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
                              "score": 8, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
                              "semantic_similarity": 1, "gradient_similarity": 1, "split_definition": 2,
                              "predict": 18, "prediction_scores": 1, "probe_evaluation": 2, "heldout_set": 1,
-                             "token_losses": 1, "replay_selection": 3, "arm_finetune": 4, "arm_scores": 5,
+                             "token_losses": 1, "replay_selection": 3, "arm_run": 4, "plain_scores": 1,
                              "mitigation_summary": 1, "transitions": 1, "lowrank_binary": 1, "predict_binary": 12,
                              "binary_prediction_scores": 1, "all": 1}
     runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}
@@ -91,5 +91,5 @@ def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_pat
     assert "city_qa" not in {w.get("task") for _, w in jobs}  # the demo config is replaced, not merged
     # the paper's splits and replay arms: plain fine-tuning is the matrix's checkpoint, never trained twice
     assert counts["predict"] == len(cfg["prediction"]["splits"]) * 9  # every default method, semantic included
-    assert counts["arm_finetune"] == arms * arm_tasks and counts["arm_scores"] == (arms + 1) * arm_tasks
+    assert counts["arm_run"] == arms * arm_tasks and counts["plain_scores"] == arm_tasks
     assert counts["heldout_set"] == 1 and counts["mitigation_summary"] == 1

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
@@ -19,8 +20,8 @@ ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_t
             "transitions": 1, "lowrank_binary": 1, "predict_binary": 12, "binary_prediction_scores": 1}
 # test config: arms random, predicted, stm and online on mod10_add. A changed matrix reruns the predicted
 # arm (its selection, fine-tune, scores) and the online arm (it completes its row in the job)
-PREDICTED_ARM = {"replay_selection": 1, "arm_finetune": 1, "arm_scores": 1}
-MATRIX_ARMS = {"replay_selection": 1, "arm_finetune": 2, "arm_scores": 2}
+PREDICTED_ARM = {"replay_selection": 1, "arm_run": 1}
+MATRIX_ARMS = {"replay_selection": 1, "arm_run": 2}
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +140,8 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
     # mod10_add is the arms' task: every arm is fine-tuned again with the new settings
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_finetune": 4,
-                             "arm_scores": 5}
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_run": 4,
+                             "plain_scores": 1}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
 
@@ -149,9 +150,10 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     workdir = fresh_clone(finished, tmp_path)
     write_config(workdir, edited(tiny_config(), lambda c: c["upstream"]["demo"].update(n_examples=175)))
     jobs = planned_jobs(workdir)
-    # the held-out set is drawn from the grown corpus: every arm is judged anew, the replay arms retrained
+    # the held-out set is drawn from the grown corpus: every arm's run (its fine-tune and its judging, one
+    # job) anew, and the matrix's plain fine-tune judged anew
     assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 3,
-                             "arm_finetune": 3, "arm_scores": 5}
+                             "arm_run": 4, "plain_scores": 1}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 
@@ -229,12 +231,12 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     # a new arm: its own fine-tune and scores, and the summary
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"].update(
         flow={"weights": "flow"})))
-    assert by_rule(planned_jobs(workdir)) == {"arm_finetune": 1, "arm_scores": 1, "mitigation_summary": 1, "all": 1}
+    assert by_rule(planned_jobs(workdir)) == {"arm_run": 1, "mitigation_summary": 1, "all": 1}
     # another temperature: only that arm's selection, fine-tune and scores
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"]["predicted"].update(temperature=0.5)))
     jobs = planned_jobs(workdir)
     assert by_rule(jobs) == {**PREDICTED_ARM, "mitigation_summary": 1, "all": 1}
-    assert {w["arm"] for r, w in jobs if r == "arm_finetune"} == {"predicted"}
+    assert {w["arm"] for r, w in jobs if r == "arm_run"} == {"predicted"}
     # a changed prediction (mf's hyperparameters) reruns the replay arm that reads it, not random replay
     write_config(workdir, edited(tiny_config(), lambda c: c["prediction"].update(
         methods={m: ({"rank": 1, "reg": 1.0} if m == "mf" else {}) for m in
@@ -247,12 +249,51 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 3, "arm_finetune": 4, "arm_scores": 5,
+    assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 3, "arm_run": 4, "plain_scores": 1,
                              "mitigation_summary": 1, "all": 1}
     assert {w["task"] for r, w in jobs if r not in ("mitigation_summary", "all")} == {"hex_copy"}
     # a second seed: every arm once more at that seed, plain fine-tuning included
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"replay_selection": 3, "arm_finetune": 5, "arm_scores": 5, "mitigation_summary": 1,
+    assert by_rule(jobs) == {"replay_selection": 3, "arm_run": 5, "mitigation_summary": 1,
                              "all": 1}
-    assert {w["seed"] for r, w in jobs if r in ("arm_finetune", "arm_scores")} == {"1"}
+    assert {w["seed"] for r, w in jobs if r == "arm_run"} == {"1"}
+
+
+def forecast_config(mode=True, **forecast):
+    """json_profile added as a forecast task (fitted on the 3 measured tasks), predicted replay on it."""
+    return edited(tiny_config(), lambda c: (
+        c["tasks"].update(json_profile={"category": "world", "n_examples": 24, "forecast": mode}),
+        c.update(forecast={"k": 8, **forecast}),
+        c["mitigation"].update(tasks=["json_profile"], arms={"predicted": {"replay": "predicted", "method": "mf",
+                                                                            "ratio": 0.25}})))
+
+
+def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, tmp_path):
+    workdir = fresh_clone(finished, tmp_path)
+    write_config(workdir, forecast_config())
+    jobs = planned_jobs(workdir)
+    # no scoring of the upstream shards, no new matrix row: nothing downstream of the matrix reruns
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "forecast_probes": 1, "forecast_scores": 1,
+                             "forecast": 1, "replay_selection": 1, "arm_run": 1, "plain_scores": 1,
+                             "mitigation_summary": 1, "all": 1}
+    snakemake(workdir)
+    rows = pd.read_parquet(workdir / "results/tiny/forecast/forecast.parquet")
+    meta = read_metadata(workdir / "results/tiny/forecast/forecast.parquet")
+    assert meta["fit_tasks"] == ["city_qa", "mod10_add", "hex_copy"] and meta["probes"] == "dopt"
+    assert rows["probe"].sum() == 8 and np.isfinite(rows["json_profile"]).all()
+    assert (rows["halfwidth_0.9"] >= rows["halfwidth_0.8"]).all() and (rows["halfwidth_0.8"] > 0).all()
+    summary = pd.read_csv(workdir / "results/tiny/forecast/summary.tsv", sep="\t").set_index("task")
+    assert summary.loc["json_profile", "mode"] == "forecast" and summary.loc["json_profile", "token_ratio"] > 10
+    assert ForgettingMatrix.read(workdir / MATRIX).tasks == ["city_qa", "mod10_add", "hex_copy"]
+    replay = workdir / "results/tiny/mitigation/predicted/seed-0/replay/json_profile.parquet"
+    assert len(pd.read_parquet(replay)) > 0
+    assert "json_profile" in pd.read_csv(workdir / "results/tiny/mitigation/summary.tsv", sep="\t")["task"].values
+    # measuring it in full later: its shards scored, the matrix grows a row, the forecast scored against it
+    write_config(workdir, forecast_config(mode="check"))
+    planned = by_rule(planned_jobs(workdir))
+    assert planned["score"] == 2 and planned["forecast"] == 1 and "finetune" not in planned
+    # another k or strategy: only the probes, their scoring and the forecast (and what reads the forecast)
+    write_config(workdir, forecast_config(probes="random"))
+    assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "forecast_scores": 1, "forecast": 1,
+                                              "replay_selection": 1, "arm_run": 1, "mitigation_summary": 1, "all": 1}

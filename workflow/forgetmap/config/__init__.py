@@ -13,10 +13,10 @@ from . import checks
 from .checks import about, check_duplicate_keys
 from .families import expand_families
 from .schema import IMPORTED, SCHEMA, explain, with_defaults
-from .views import finetune_settings, model_tasks
+from .views import finetune_settings, forecast_modes, measured_tasks, model_tasks
 
 __all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings",
-           "model_tasks", "resolve", "with_defaults"]
+           "forecast_modes", "measured_tasks", "model_tasks", "resolve", "with_defaults"]
 
 
 def resolve(config: dict) -> dict:
@@ -45,4 +45,5 @@ def resolve(config: dict) -> dict:
     checks.check_models(cfg)
     checks.check_methods(prediction)
     checks.check_splits(cfg)
+    checks.check_forecast(cfg)
     return cfg

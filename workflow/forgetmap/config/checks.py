@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ..errors import ConfigError, ForgetmapError
-from .views import finetune_settings, model_tasks
+from .views import finetune_settings, forecast_modes, measured_tasks, model_tasks
 
 RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
 
@@ -184,6 +184,58 @@ def check_known_counts(cfg: dict, model: str, n_examples: int) -> None:
                               f"has {n_examples} upstream examples")
 
 
+# --- forecast -----------------------------------------------------------------------------------------
+
+def check_forecast(cfg: dict) -> None:
+    """Forecast tasks are tasks of a computed model, completed by a configured regression method without
+    side information, fitted on at least two measured tasks that are not forecast themselves."""
+    from ..predict.registry import method_class
+
+    for name, model in cfg["models"].items():
+        listed = model.get("forecast") or []
+        if model["imported"] is not None:
+            if listed:
+                raise ConfigError(f"config key models.{name}.forecast: model {name!r} is imported: it fine-tunes "
+                                  f"nothing to forecast")
+            continue
+        own = model_tasks(cfg, name)
+        unknown = [t for t in listed if t not in own]
+        if unknown:
+            raise ConfigError(f"config key models.{name}.forecast: value {unknown[0]!r} is not a task of model "
+                              f"{name!r}; allowed: {', '.join(own)}")
+        modes = forecast_modes(cfg, name)
+        if not modes:
+            continue
+        fit = fit_tasks(cfg, name)
+        if len(fit) < 2:
+            first = next(iter(modes))
+            key = f"models.{name}.forecast" if first in listed else f"tasks.{first}.forecast"
+            raise ConfigError(f"config key {key}: model {name!r} has {len(fit)} measured task(s) that are not "
+                              f"forecast ({', '.join(fit) or 'none'}); a forecast is fitted on at least 2")
+    method = cfg["forecast"]["method"]
+    methods = cfg["prediction"]["methods"]
+    if any(forecast_modes(cfg, m) for m in cfg["models"] if cfg["models"][m]["imported"] is None):
+        if method not in methods:
+            raise ConfigError(f"config key forecast.method: value {method!r} is not a configured prediction method; "
+                              f"allowed: {', '.join(methods)}")
+        if method == "semantic" or not getattr(method_class(method), "regression", True):
+            raise ConfigError(f"config key forecast.method: {method!r} cannot serve a forecast (a ranking score or "
+                              f"side information); a forecast needs mean, additive, knn or mf")
+
+
+def check_forecast_count(cfg: dict, model: str, n_examples: int) -> None:
+    """The probes must leave something to forecast among the model's upstream examples."""
+    k = cfg["forecast"]["k"]
+    if k >= n_examples:
+        raise ConfigError(f"config key forecast.k: value {k} probes leave nothing to forecast: model {model!r} has "
+                          f"{n_examples} upstream examples")
+
+
+def fit_tasks(cfg: dict, model: str) -> list[str]:
+    """The measured tasks a model's forecasts are fitted on: every measured task that is not forecast."""
+    modes = forecast_modes(cfg, model)
+    return [t for t in measured_tasks(cfg, model) if t not in modes]
+
 # --- mitigation ---------------------------------------------------------------------------------------
 
 # the arm keys each part of an arm reads: a key given for a part the arm does not have is a mistake
@@ -244,10 +296,14 @@ def check_heldout(cfg: dict, model: str, n_upstream: int) -> None:
                           f"corpus of model {model!r} has {n_upstream} examples")
 
 
-def check_arms(cfg: dict, model: str, splits: dict, arm_splits: dict, has_items: bool) -> None:
+def check_arms(cfg: dict, model: str, tasks: list[str], splits: dict, arm_splits: dict, has_items: bool,
+               forecast: dict[str, str] | None = None) -> None:
     """Each arm can run on the model: what it reads exists (a configured method, a split predicting each
-    of its tasks, Y where it replays by P(Y = 1), intervals where it is risk-aware). `arm_splits` maps
-    (arm, task) to the split whose prediction the arm reads for the task (None: no split predicts it)."""
+    of its tasks or else its forecast, Y where it replays by P(Y = 1), intervals where it is risk-aware, a
+    measured row for ground truth). `arm_splits` maps (arm, task) to the split whose prediction the arm
+    reads for the task (None: no split predicts it); `forecast`: the model's forecast tasks and modes."""
+    forecast = forecast or {}
+    unmeasured = [task for task in tasks if forecast.get(task) == "forecast"]
     for arm, spec in cfg["mitigation"]["arms"].items():
         key = f"config key mitigation.arms.{arm}"
         processes = cfg["models"][model]["finetune"]["processes"]
@@ -258,6 +314,9 @@ def check_arms(cfg: dict, model: str, splits: dict, arm_splits: dict, has_items:
             _check_binary_arm(cfg, model, key, spec, has_items)
         if spec["risk"]:
             _check_risk_arm(cfg, key, spec)
+        if spec["replay"] == "ground_truth" and unmeasured:
+            raise ConfigError(f"{key}.replay: ground_truth reads the measured row, and task {unmeasured[0]!r} is "
+                              f"only forecast (tasks.{unmeasured[0]}.forecast: check measures it too)")
         if spec["replay"] not in ("predicted", "online"):
             continue
         if spec["statistic"] == "loss" and spec["method"] not in cfg["prediction"]["methods"]:
@@ -266,11 +325,17 @@ def check_arms(cfg: dict, model: str, splits: dict, arm_splits: dict, has_items:
         if spec["split"] is not None and spec["split"] not in splits:
             raise ConfigError(f"{key}.split: value {spec['split']!r} is not a prediction split; allowed: "
                               f"{', '.join(splits) or 'none'}")
-        outside = [task for (name, task), split in arm_splits.items() if name == arm and split is None]
+        forecast_read = [task for (name, task), split in arm_splits.items() if name == arm and split is None
+                         and task in forecast and spec["replay"] == "predicted" and spec["statistic"] == "loss"]
+        if forecast_read and spec["method"] != cfg["forecast"]["method"]:
+            raise ConfigError(f"{key}.method: value {spec['method']!r}, but task {forecast_read[0]!r} is read from its "
+                              f"forecast, which forecast.method ({cfg['forecast']['method']!r}) completes")
+        outside = [task for (name, task), split in arm_splits.items()
+                   if name == arm and split is None and task not in forecast_read]
         if outside:
             where = f"split {spec['split']!r}" if spec["split"] else "any prediction split"
             raise ConfigError(f"{key}: task {outside[0]!r} is not a test task of {where}: its forgetting "
-                              f"was never predicted")
+                              f"was never predicted (a forecast task serves predicted replay of the loss only)")
         if spec["prediction_seed"] >= cfg["prediction"]["seeds"]:
             raise ConfigError(f"{key}.prediction_seed: value {spec['prediction_seed']} is not below "
                               f"prediction.seeds ({cfg['prediction']['seeds']})")

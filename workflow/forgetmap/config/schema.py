@@ -165,6 +165,9 @@ MODEL = _obj({
                  "description": "import the authors' released statistics instead of running the pipeline"},
     "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
               "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names"},
+    "forecast": {"type": "array", "items": {"type": "string"}, "default": [],
+                 "description": "of the model's tasks, those forecast from k scored probes (as `tasks.NAME.forecast: "
+                                "true`, for this model only)"},
     "chat_template": _enum("auto", ("auto", "olmo", "tokenizer"),
                            "how prompt/response pairs are rendered: auto: the tokenizer's own chat template where it "
                            "has one, else olmo; olmo: the OLMo-Instruct format the paper applies to every model; "
@@ -241,6 +244,10 @@ TASK = _obj({
                             "Dolly's category"},
     "n_examples": _int(200, "demo: examples generated", 2),
     "finetune": {**copy.deepcopy(FINETUNE), "description": "overrides of the model's fine-tuning settings"},
+    "forecast": {"enum": [False, True, "check"], "default": False,
+                 "description": "true: forecast this task's forgetting from k scored probes (one fine-tune, one "
+                                "k-example scoring job) instead of scoring it on every upstream shard; check: both, "
+                                "the forecast scored against the measurement"},
     **_hf("task", ("prompt", "response", "context")),
 }, required=("category",), description="a fine-tuning task (or, with `{task}` in `path` or `each`, a family of them)")
 
@@ -344,6 +351,19 @@ ARM = _obj({
                                               "median base loss (Sanyal et al., ICML 2025)"),
 }, description="a mitigation arm: replay, token masks and example weights combine")
 
+FORECAST = _obj({
+    "k": _int(30, "probe examples scored for each forecast task (the paper's k)", 1),
+    "probes": _enum("dopt", ("random", "dopt", "medoids"),
+                    "how the probes are chosen from the measured tasks' rows: dopt (greedy D-optimal design, each "
+                    "column weighted by its noise; it beat random probes on the demo and at paper scale), random "
+                    "(the paper), medoids"),
+    "method": {"type": "string", "default": "mf",
+               "description": "the completion method: a regression method of prediction.methods without side "
+                              "information (mean, additive, knn, mf)"},
+    "seed": _int(0, "seed of random and medoids probes", 0),
+}, description="forecasting a task's forgetting from k scored probes, by a method fitted on the measured tasks",
+    default={})
+
 MITIGATION = _obj({
     "arms": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME, "not": {"const": "none"}},
              "additionalProperties": ARM,
@@ -397,6 +417,7 @@ SCHEMA = _obj({
     "models": {"type": "object", "minProperties": 1, "propertyNames": {"pattern": NAME},
                "additionalProperties": MODEL, "description": "models by name"},
     "prediction": PREDICTION,
+    "forecast": FORECAST,
     "mitigation": MITIGATION,
     "correctness": CORRECTNESS,
 }, required=("models",), description="forgetmap workflow config (upstream corpora and tasks are needed by computed "

@@ -1,4 +1,5 @@
-"""Reading a resolved config: a model's tasks and a task's effective fine-tuning settings."""
+"""Reading a resolved config: a model's tasks (fine-tuned, measured, forecast) and a task's effective
+fine-tuning settings."""
 
 from __future__ import annotations
 
@@ -6,9 +7,29 @@ import copy
 
 
 def model_tasks(cfg: dict, model: str) -> list[str]:
-    """The tasks a model is fine-tuned on, in config order (the matrix's column order)."""
+    """The tasks a model is fine-tuned on, in config order."""
     chosen = cfg["models"][model]["tasks"]
     return list(cfg["tasks"]) if chosen == "all" else [t for t in cfg["tasks"] if t in chosen]
+
+
+def forecast_modes(cfg: dict, model: str) -> dict[str, str]:
+    """The model's forecast tasks: `forecast` (forecast only) or `check` (forecast and measured in full),
+    from the task's own `forecast` key or the model's `forecast` list."""
+    listed = cfg["models"][model].get("forecast") or []
+    modes = {}
+    for task in model_tasks(cfg, model):
+        own = cfg["tasks"][task].get("forecast", False)
+        if own == "check":
+            modes[task] = "check"
+        elif own is True or task in listed:
+            modes[task] = "forecast"
+    return modes
+
+
+def measured_tasks(cfg: dict, model: str) -> list[str]:
+    """The tasks scored on every upstream shard: the matrix's rows, in config order."""
+    modes = forecast_modes(cfg, model)
+    return [t for t in model_tasks(cfg, model) if modes.get(t) != "forecast"]
 
 
 def finetune_settings(cfg: dict, model: str, task: str) -> dict:

@@ -228,3 +228,30 @@ def write_shard(spec: dict, first: int, count: int, out: str) -> int:
     table = pa.Table.from_pandas(part.reset_index(drop=True), preserve_index=False)
     write_table(table, out, {"first": first, "count": count})
     return len(part)
+
+
+def read_ids(shards: list[str]) -> np.ndarray:
+    """The upstream example ids in corpus order, reading only that column of each shard."""
+    import pyarrow.parquet as pq
+
+    return np.concatenate([pq.read_table(p, columns=["example_id"]).column(0).to_numpy().astype(str) for p in shards])
+
+
+def read_rows(shards: list[str], indices: np.ndarray):
+    """The upstream examples at corpus `indices`, in that order, reading only the shards that hold them."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    indices = np.asarray(indices, dtype=np.int64)
+    parts, order, first = [], [], 0
+    for path in shards:
+        count = pq.ParquetFile(path).metadata.num_rows
+        inside = np.flatnonzero((indices >= first) & (indices < first + count))  # positions in `indices`
+        if len(inside):
+            parts.append(pd.read_parquet(path).iloc[indices[inside] - first])
+            order.append(inside)
+        first += count
+    if not parts:
+        raise IndexError(f"no upstream example at indices {indices[:5].tolist()}")
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)

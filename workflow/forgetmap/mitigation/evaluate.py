@@ -1,9 +1,13 @@
-"""An arm's checkpoint judged: its NLL on the held-out upstream examples, its loss on the task.
+"""An arm's run judged: its checkpoint's NLL on the held-out upstream examples, its loss on the task.
 
 The held-out examples are scored exactly as the forgetting matrix scores upstream shards (same
 backend, spans and settings), so ΔNLL against the matrix's base NLL is the forgetting the arm caused.
 The target side is the mean NLL of the task's validation responses. The checkpoint's training summary
 (steps, tokens, seconds, replayed examples, masked share) travels along for the cost figures.
+
+`arm_command` is an arm's whole job: fine-tune under the arm, then judge the checkpoint, in one process
+(a second job would import torch and transformers and load the model again for seconds of work).
+`evaluate_command` judges a checkpoint trained elsewhere: the matrix's own plain fine-tune.
 """
 
 from __future__ import annotations
@@ -51,3 +55,15 @@ def evaluate_command(model_dir: str, heldout: str, task: str, settings: dict, th
     with atomic_path(summary) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
     return result
+
+
+def arm_command(base: str, task: str, settings: dict, score_settings: dict, heldout: str, threads: int, out: str,
+                scores: str, summary: str, replay: str | None = None, token_losses: str | None = None,
+                matrix: str | None = None, split: str | None = None, shards: list[str] | None = None) -> dict:
+    """`forgetmap arm`: fine-tune under the arm (`forgetmap finetune`), then judge the checkpoint on the
+    held-out set and the task's validation split (`forgetmap evaluate-arm`)."""
+    from ..train import finetune
+
+    trained = finetune(base, task, settings, threads, out, replay=replay, token_losses=token_losses, matrix=matrix,
+                       split=split, heldout=heldout, shards=shards)
+    return {"finetune": trained, **evaluate_command(out, heldout, task, score_settings, threads, scores, summary)}

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.chat import Encoded
-from .replay import mixture_batches, read_ids, read_rows, select_replay
+from ..data.upstream import read_ids, read_rows
+from .replay import mixture_batches, select_replay
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from ..data.batches import task_batches
+from ..data.upstream import read_ids, read_rows
 from ..errors import DataError
 
 MODES = ("sample", "max")
@@ -98,33 +99,6 @@ def mixture_batches(task_examples: list, replay_examples: list, batch_size: int,
     return task_batches(list(task_examples) + list(replay_examples), batch_size, micro_batches, seed)
 
 
-def read_ids(shards: list[str]) -> np.ndarray:
-    """The upstream example ids in corpus order, reading only that column of each shard."""
-    import pyarrow.parquet as pq
-
-    return np.concatenate([pq.read_table(p, columns=["example_id"]).column(0).to_numpy().astype(str) for p in shards])
-
-
-def read_rows(shards: list[str], indices: np.ndarray):
-    """The upstream examples at corpus `indices`, in that order, reading only the shards that hold them."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-
-    indices = np.asarray(indices, dtype=np.int64)
-    parts, order, first = [], [], 0
-    for path in shards:
-        count = pq.ParquetFile(path).metadata.num_rows
-        inside = np.flatnonzero((indices >= first) & (indices < first + count))  # positions in `indices`
-        if len(inside):
-            parts.append(pd.read_parquet(path).iloc[indices[inside] - first])
-            order.append(inside)
-        first += count
-    if not parts:
-        raise IndexError(f"no upstream example at indices {indices[:5].tolist()}")
-    frame = pd.concat(parts, ignore_index=True)
-    return frame.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
-
-
 def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
     """`forgetmap heldout-set`: the held-out examples themselves (the upstream contract), so an arm's
     checkpoint is scored on them and nothing else; metadata records their corpus indices."""
@@ -141,27 +115,33 @@ def heldout_command(settings: dict, shards: list[str], out: str) -> dict:
 
 
 def replay_scores(kind: str, task: str, example_ids, prediction: str | None, matrix: str | None,
-                  prediction_seed: int = 0, statistic: str = "loss", risk: float = 0.0, risk_level: float = 0.9):
+                  prediction_seed: int = 0, statistic: str = "loss", risk: float = 0.0, risk_level: float = 0.9,
+                  forecast: str | None = None):
     """One score per upstream example (corpus order) for a replay kind; None for `random`.
 
     `statistic` loss: Z or its prediction, every example scored. forgotten_1to0: Y (1 for 1->0) or its
     predicted P(Y = 1), which exist only for the items the base model answered right: every other
     example scores NaN and is never drawn. `risk` β: predicted scores become μ + β h, h the conformal
-    half-width at `risk_level` written beside the prediction (forgetmap.predict.conformal)."""
+    half-width at `risk_level` written beside the prediction (forgetmap.predict.conformal). A task that
+    is forecast rather than predicted in a split reads its `forecast` row (and half-widths) instead."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
     if kind == "random":
         return None
     if kind == "predicted":
-        predicted = pd.read_parquet(f"{prediction}/seed-{prediction_seed}.parquet", columns=["example_id", task])
+        source = forecast or f"{prediction}/seed-{prediction_seed}.parquet"
+        predicted = pd.read_parquet(source, columns=["example_id", task])
         row = predicted.set_index("example_id")[task]
         if risk:
             from ..predict.protocol import interval_column
 
-            column, path = interval_column(risk_level), f"{prediction}/intervals-{prediction_seed}.parquet"
-            if not os.path.exists(path):
-                raise DataError(f"{prediction}: no conformal intervals beside the prediction (they need a "
-                                f"regression method and at least 3 train tasks): risk-aware replay cannot read {path}")
+            column = interval_column(risk_level)
+            path = forecast or f"{prediction}/intervals-{prediction_seed}.parquet"
+            if not os.path.exists(path) or column not in pq.read_schema(path).names:
+                raise DataError(f"{forecast or prediction}: no conformal intervals beside the prediction at level "
+                                f"{risk_level:g} (they need a regression method, at least 3 train tasks and the level "
+                                f"in prediction.intervals): risk-aware replay cannot read {path}")
             widths = pd.read_parquet(path, columns=["example_id", column])
             row = row + risk * widths.set_index("example_id")[column].reindex(row.index)
     else:
@@ -173,14 +153,14 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
     if statistic == "loss":
         missing = pd.Index(example_ids).difference(row.index)
         if len(missing):
-            raise DataError(f"{prediction or matrix}: no score for upstream example {missing[0]!r}: rebuild it")
+            raise DataError(f"{forecast or prediction or matrix}: no score for upstream example {missing[0]!r}: rebuild it")
     elif not pd.Index(example_ids).isin(row.index).any():
-        raise DataError(f"{prediction or matrix}: none of its items is an upstream example of this corpus: rebuild it")
+        raise DataError(f"{forecast or prediction or matrix}: none of its items is an upstream example of this corpus: rebuild it")
     return row.reindex(example_ids).to_numpy(dtype=np.float64)
 
 
 def replay_command(settings: dict, heldout: str, shards: list[str], task: str, out: str,
-                   prediction: str | None = None, matrix: str | None = None) -> dict:
+                   prediction: str | None = None, matrix: str | None = None, forecast: str | None = None) -> dict:
     """`forgetmap replay-selection`: the replayed upstream examples (upstream contract, in draw order)."""
     import pandas as pd
     import pyarrow as pa
@@ -193,7 +173,8 @@ def replay_command(settings: dict, heldout: str, shards: list[str], task: str, o
     n_task = int((pd.read_parquet(task, columns=["split"])["split"] == "train").sum())
     n = replay_count(n_task, settings["ratio"])
     scores = replay_scores(settings["replay"], settings["task"], ids, prediction, matrix,
-                           settings["prediction_seed"], settings["statistic"], settings["risk"], settings["risk_level"])
+                           settings["prediction_seed"], settings["statistic"], settings["risk"], settings["risk_level"],
+                           forecast)
     chosen = select_replay(n, pool, draw_seed(settings["seed"], settings["task"], scores is None),
                            None if scores is None else scores[pool], settings["temperature"], settings["selection"])
     assert not np.isin(chosen, held).any()  # the pool excludes the held-out set by construction

@@ -5,8 +5,9 @@ on (the upstream corpora's example ids, an imported matrix's task names, a pretr
 and answers what each rule's job gets: its inputs, settings and resources, by the rule's wildcards. A
 *run* is anything that yields a checkpoint to score: `base`, or a task fine-tuned from it. `runs()`,
 `checkpoint()` and `scores()` are the one definition of which runs a model has and where their files
-live. The later stages plan their own jobs beside this one: `plan.prediction`, `plan.mitigation`,
-`plan.correctness`.
+live. The later stages plan their own jobs beside this one: `plan.prediction`, `plan.forecast`,
+`plan.mitigation`, `plan.correctness`. A model's `tasks` are the matrix's rows (the measured tasks);
+`finetuned` adds the tasks that are only forecast.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import copy
 from .. import config as fm_config
 from .. import pretrained
 from .correctness import CorrectnessPlan
+from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
 from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, SCORES,
                     SHARD, SIMILARITY, TASK, alternatives)
@@ -47,11 +49,12 @@ class Plan:
         self.binary_imported = [m for m in self.imported if cfg["models"][m]["imported"]["statistic"] == "forgotten_1to0"]
         self.y_models = self.item_models + self.binary_imported  # models with a 1->0 matrix Y
         self.z_models = [m for m in self.models if m not in self.binary_imported]  # models with a forgetting matrix Z
-        self.tasks: dict[str, list[str]] = {}
+        self.tasks: dict[str, list[str]] = {}  # the matrix's rows
+        self.finetuned = {m: fm_config.model_tasks(cfg, m) for m in self.computed}  # measured or forecast
         for model in self.models:
             spec = cfg["models"][model]["imported"]
             if spec is None:
-                self.tasks[model] = fm_config.model_tasks(cfg, model)
+                self.tasks[model] = fm_config.measured_tasks(cfg, model)
                 continue
             with fm_config.about(f"models.{model}.imported.matrix"):
                 self.tasks[model] = released_tasks(spec["matrix"], spec["meta"])
@@ -65,13 +68,14 @@ class Plan:
                     local = pretrained.locate(base["path"], base["revision"])
                 self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
         self.prediction = PredictionPlan(self)
+        self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
         self.correctness = CorrectnessPlan(self)
 
     # --- wildcards -----------------------------------------------------------------------------------
 
     def wildcard_constraints(self) -> dict[str, str]:
-        computed_tasks = {t for m in self.computed for t in self.tasks[m]}
+        computed_tasks = {t for m in self.computed for t in self.finetuned[m]}
         return {"model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
@@ -149,7 +153,7 @@ class Plan:
 
     def task_settings(self, task: str) -> dict:
         """What prepare_task reads: the task's source (a dataset's fingerprint too, so a changed one reruns)."""
-        spec = {k: v for k, v in self.cfg["tasks"][task].items() if k != "finetune"}
+        spec = {k: v for k, v in self.cfg["tasks"][task].items() if k not in ("finetune", "forecast")}
         if spec["format"] == "hf":
             from ..data import hf
 
@@ -242,6 +246,7 @@ class Plan:
             out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]
             out += self.correlation_targets(model)
             out += self.prediction.targets(model)
+            out += self.forecast.targets(model)
             out += self.mitigation.targets(model)
             out += self.correctness.targets(model)
         return out + [LOWRANK_SUMMARY] * bool(self.z_models)

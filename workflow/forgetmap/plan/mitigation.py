@@ -2,14 +2,16 @@
 
 An arm fine-tunes a test task with replayed upstream examples, token masks or example weights; every
 arm's fine-tune is judged on a held-out set of upstream examples that no arm replays. `none` is plain
-fine-tuning, every arm's comparison; at the matrix's own seed it is the matrix's checkpoint.
+fine-tuning, every arm's comparison; at the matrix's own seed it is the matrix's checkpoint, judged on
+the held-out set by a job of its own (`plain_scores`); every other run fine-tunes and is judged in one
+job (`arm_run`).
 """
 
 from __future__ import annotations
 
 from .. import config as fm_config
-from .paths import (ARM_CHECKPOINT, ARM_SCORES, BASE, BINARY_PREDICTIONS, CORRECTNESS, HELDOUT, MATRIX, MITIGATION,
-                    NO_ARM, PREDICTIONS, REPLAY, SPLIT, TASK, TOKEN_LOSSES, TRANSITION_OUTPUTS)
+from .paths import (ARM_SCORES, BASE, BINARY_PREDICTIONS, CORRECTNESS, HELDOUT, MATRIX, MITIGATION, NO_ARM,
+                    PLAIN_SCORES, PREDICTIONS, REPLAY, SPLIT, TASK, TOKEN_LOSSES, TRANSITION_OUTPUTS)
 
 
 class MitigationPlan:
@@ -34,11 +36,12 @@ class MitigationPlan:
         return [(arm, seed, task) for arm in self.arms() for seed in self.cfg["mitigation"]["seeds"]
                 for task in self.tasks(model)]
 
-    def checkpoint(self, model: str, arm: str, seed: int, task: str) -> str:
-        """Plain fine-tuning with the matrix's own seed is the matrix's checkpoint: never trained twice."""
+    def scores(self, model: str, arm: str, seed: int, task: str) -> str:
+        """A run's held-out scores. Plain fine-tuning with the matrix's own seed is the matrix's checkpoint,
+        never trained twice: its scores come from `plain_scores`, every other run's from `arm_run`."""
         if arm == NO_ARM and seed == self.plan.finetune_settings(model, task)["seed"]:
-            return self.plan.checkpoint(model, task)
-        return ARM_CHECKPOINT.format(model=model, arm=arm, seed=seed, task=task)
+            return PLAIN_SCORES.format(model=model, task=task)
+        return ARM_SCORES.format(model=model, arm=arm, seed=seed, task=task)
 
     def prediction_split(self, model: str, arm: str, task: str) -> str | None:
         """The split whose prediction a predicted-replay arm reads for `task`: the arm's own, or else the
@@ -73,15 +76,19 @@ class MitigationPlan:
         binary = spec["statistic"] == "forgotten_1to0"  # P(Y = 1): Y's predictions, or Y itself
         if spec["replay"] == "predicted":
             split = self.prediction_split(model, arm, task)
-            inputs["prediction"] = (BINARY_PREDICTIONS.format(model=model, split=split, binary_method=spec["method"])
-                                    if binary else PREDICTIONS.format(model=model, split=split, method=spec["method"]))
+            if split is None:  # a forecast task no split predicts: its forecast row
+                inputs["forecast"] = self.plan.forecast.path(model)
+            else:
+                inputs["prediction"] = (
+                    BINARY_PREDICTIONS.format(model=model, split=split, binary_method=spec["method"]) if binary
+                    else PREDICTIONS.format(model=model, split=split, method=spec["method"]))
         elif spec["replay"] == "ground_truth" and binary:
             inputs["matrix"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["forgetting"])
         elif spec["replay"] in ("ground_truth", "high_base_nll"):
             inputs["matrix"] = MATRIX.format(model=model)
         return inputs
 
-    # --- an arm's fine-tune and its held-out scores --------------------------------------------------
+    # --- an arm's run: its fine-tune, judged on the held-out set -------------------------------------
 
     def arm_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
         """The task's fine-tuning settings at this seed, the arm, and the step budget replay stretches."""
@@ -98,30 +105,30 @@ class MitigationPlan:
         return settings
 
     def arm_inputs(self, model: str, arm: str, seed: int, task: str) -> dict[str, str | list[str]]:
-        """The base and the task; the replayed examples, the base's token losses, and for online replay what
-        the job measures, completes and draws from."""
+        """The base, the task and the held-out set; the replayed examples, the base's token losses, and for
+        online replay what the job measures, completes and draws from."""
         spec = self.arms()[arm]
-        inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task)}
+        inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task), "heldout": HELDOUT.format(model=model)}
         if spec["replay"] != "none":
             inputs["replay"] = REPLAY.format(model=model, arm=arm, seed=seed, task=task)
         if spec["tokens"] != "none" or spec["weights"] != "none":
             inputs["token_losses"] = TOKEN_LOSSES.format(model=model, task=task)
         if spec["replay"] == "online":
-            inputs.update(matrix=MATRIX.format(model=model), heldout=HELDOUT.format(model=model),
+            inputs.update(matrix=MATRIX.format(model=model),
                           split=SPLIT.format(model=model, split=self.prediction_split(model, arm, task)),
                           shards=self.plan.shard_paths(model))
         return inputs
 
-    def arm_scores_inputs(self, model: str, arm: str, seed: int, task: str) -> dict[str, str]:
-        return {"model": self.checkpoint(model, arm, seed, task), "heldout": HELDOUT.format(model=model),
+    def plain_inputs(self, model: str, task: str) -> dict[str, str]:
+        """The matrix's fine-tune of the task, the held-out set, the task (its validation split)."""
+        return {"model": self.plan.checkpoint(model, task), "heldout": HELDOUT.format(model=model),
                 "task": TASK.format(task=task)}
 
     # --- the summary ---------------------------------------------------------------------------------
 
     def summary_settings(self, model: str) -> dict:
         """Every (arm, seed, task) run with its score files, and what the comparisons need."""
-        runs = [{"arm": arm, "seed": seed, "task": task,
-                 "scores": ARM_SCORES.format(model=model, arm=arm, seed=seed, task=task)}
+        runs = [{"arm": arm, "seed": seed, "task": task, "scores": self.scores(model, arm, seed, task)}
                 for arm, seed, task in self.runs(model)]
         arms = self.arms()  # a list: the settings' JSON sorts mapping keys, and the order is the config's
         return {"runs": runs, "arms": [{"name": name, **spec} for name, spec in arms.items()],
@@ -132,7 +139,7 @@ class MitigationPlan:
         """Every arm's held-out scores, the matrix (base NLL) and, where upstream items carry an answer,
         the transitions (base correctness)."""
         inputs = {"matrix": MATRIX.format(model=model),
-                  "scores": [ARM_SCORES.format(model=model, arm=a, seed=s, task=t) for a, s, t in self.runs(model)]}
+                  "scores": [self.scores(model, *run) for run in self.runs(model)]}
         if model in self.plan.item_models:
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
         return inputs
@@ -156,5 +163,6 @@ class MitigationPlan:
         arm_splits = {(arm, task): self.plan.prediction.split_of(model, spec["split"], task)
                       for arm, spec in mitigation["arms"].items() if spec["replay"] in ("predicted", "online")
                       for task in tasks}
-        fm_config.checks.check_arms(self.cfg, model, splits, arm_splits, model in self.plan.item_models)
+        fm_config.checks.check_arms(self.cfg, model, tasks, splits, arm_splits, model in self.plan.item_models,
+                                    self.plan.forecast.modes(model))
         return tasks

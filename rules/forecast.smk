@@ -1,0 +1,81 @@
+# Forecasting a new task's forgetting from k scored probes: one fine-tune and one k-example scoring job per
+# forecast task instead of a scoring job per upstream shard; rows completed by a method fitted on the
+# measured tasks, with conformal intervals (and scored against the measurement for `check` tasks).
+
+forecast_report = analysis_report(fm_plan.FORECAST, "Forecast")
+
+
+rule forecast_probes:
+    input:
+        unpack(job(PLAN.forecast.probes_inputs)),
+    output:
+        fm_plan.FORECAST_PROBES,
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.forecast.probes_settings),
+    threads: resource("analysis", "threads")
+    resources:
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/forecast/probes.log",
+    benchmark:
+        "results/benchmarks/{model}/forecast/probes.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} forgetmap forecast-probes --settings {params.settings:q} --matrix {input.matrix:q} "
+        "--shards {input.shards:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule forecast_scores:
+    input:
+        unpack(job(PLAN.forecast.scores_inputs)),
+    output:
+        fm_plan.FORECAST_SCORES,
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.score_settings),
+    threads: resource("score", "threads")
+    resources:
+        gpu=resource("score", "gpu"),
+        mem_mb=resource("score", "mem_mb"),
+        runtime=resource("score", "runtime"),
+    log:
+        "results/logs/{model}/forecast/scores/{task}.log",
+    benchmark:
+        "results/benchmarks/{model}/forecast/scores/{task}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap score --model-dir {input.model:q} --shard {input.shard:q} --settings {params.settings:q} "
+        "--threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
+
+
+rule forecast:
+    input:
+        unpack(job(PLAN.forecast.forecast_inputs)),
+    output:
+        rows=fm_plan.FORECAST.replace("{name}", "forecast.parquet"),
+        summary=forecast_report("summary.tsv", "forecast_summary"),
+        figure=forecast_report("forecast.png", "forecast_figure"),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.forecast.forecast_settings),
+    threads: resource("analysis", "threads")
+    resources:
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/forecast/forecast.log",
+    benchmark:
+        "results/benchmarks/{model}/forecast/forecast.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} forgetmap forecast --settings {params.settings:q} --matrix {input.matrix:q} "
+        "--probes {input.probes:q} --scores {input.scores:q} --base-scores {input.base_scores:q} "
+        "--out {output.rows:q} --summary {output.summary:q} --figure {output.figure:q} > {log:q} 2>&1"

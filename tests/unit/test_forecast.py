@@ -1,0 +1,91 @@
+"""Forecasting a task's row from k scored probes (forgetmap.predict.forecast), on a generated matrix."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forgetmap.errors import DataError
+from forgetmap.io import read_metadata
+from forgetmap.matrix import ForgettingMatrix
+from forgetmap.predict.forecast import choose, complete, fit_rows, forecast_command, probes_command
+
+N, FIT = 600, 16
+
+
+def low_rank(seed: int = 0, tasks: int = FIT + 2) -> np.ndarray:
+    """Rank-3 rows plus noise that differs by column: what the matrix completion is built for."""
+    rng = np.random.default_rng(seed)
+    rows = rng.normal(size=(tasks, 3)) @ rng.normal(size=(3, N)) * 0.3
+    return (rows + rng.normal(size=(tasks, N)) * rng.uniform(0.02, 0.2, size=N)).astype(np.float32)
+
+
+def test_a_row_completed_from_k_probes_beats_the_fit_tasks_mean_and_its_intervals_cover():
+    z = low_rank()
+    train, new = z[:FIT], z[FIT:]
+    known = choose(train, 30, "dopt", 0, "test")
+    pred, widths = complete(train, known, new[:, known].astype(np.float64), "mf", {}, [0.8, 0.9])
+    hidden = np.ones(N, dtype=bool)
+    hidden[known] = False
+    rmse = np.sqrt(np.mean((pred[:, hidden] - new[:, hidden]) ** 2))
+    baseline = np.sqrt(np.mean((train.mean(0)[hidden] - new[:, hidden]) ** 2))
+    assert rmse < 0.5 * baseline
+    inside = np.abs(pred - new)[:, hidden] <= widths[0.9][hidden]
+    assert 0.8 <= inside.mean() <= 1.0 and widths[0.8].mean() < widths[0.9].mean()
+
+
+def test_k_as_large_as_the_usable_examples_is_an_error_naming_it():
+    z = low_rank()
+    z[0, :N - 20] = np.nan  # only 20 examples measured under every fit task
+    matrix = ForgettingMatrix(z[:FIT], [f"t{i}" for i in range(FIT)], np.array([f"e{j}" for j in range(N)]),
+                              np.array(["s"] * N), np.zeros(N, dtype=np.float32))
+    train, usable = fit_rows(matrix, matrix.tasks, "m.parquet")
+    assert train.shape == (FIT, 20) and usable.tolist() == list(range(N - 20, N))
+    with pytest.raises(DataError, match="m.parquet: k = 20 probes leave nothing to forecast among 20 usable"):
+        choose(train, 20, "random", 0, "m.parquet")
+
+
+def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_its_row(tmp_path):
+    z = low_rank()
+    tasks = [f"t{i}" for i in range(FIT)] + ["checked"]
+    ids = np.array([f"e{j}" for j in range(N)])
+    base = np.random.default_rng(1).uniform(1, 3, N).astype(np.float32)
+    matrix = ForgettingMatrix(z[:FIT + 1], tasks, ids, np.array(["s"] * N), base)
+    matrix.write(tmp_path / "forgetting.parquet")
+    shards = []
+    for k, part in enumerate(np.array_split(np.arange(N), 2)):  # the upstream rows: 2 shards, corpus order
+        shards.append(str(tmp_path / f"shard-{k}.parquet"))
+        pd.DataFrame({"example_id": ids[part], "source": "s", "kind": "lm", "prompt": "", "response": "x"}).to_parquet(
+            shards[-1])
+    fit = tasks[:FIT]
+    probes = tmp_path / "probes.parquet"
+    probes_command({"k": 25, "probes": "dopt", "seed": 0, "fit_tasks": fit}, str(tmp_path / "forgetting.parquet"),
+                   shards, str(probes))
+    chosen = read_metadata(probes)
+    index = np.asarray(chosen["indices"])
+    assert pd.read_parquet(probes)["example_id"].tolist() == ids[index].tolist() and chosen["fit_tasks"] == fit
+    scores = []
+    for name, row in (("checked", z[FIT]), ("new", z[FIT + 1])):  # NLL = base + Z at the probes, 3 tokens each
+        scores.append(str(tmp_path / f"{name}.parquet"))
+        pd.DataFrame({"example_id": ids[index], "nll": (base[index] + row[index]).astype(np.float32),
+                      "n_tokens": np.full(len(index), 3, dtype=np.int32)}).to_parquet(scores[-1])
+    pd.DataFrame({"example_id": ids, "nll": base, "n_tokens": np.full(N, 7, dtype=np.int32)}).to_parquet(
+        tmp_path / "base.parquet")
+    settings = {"tasks": ["checked", "new"], "modes": {"checked": "check", "new": "forecast"}, "fit_tasks": fit,
+                "k": 25, "probes": "dopt", "method": "mf", "params": {}, "intervals": [0.8, 0.9], "threshold": 0.0,
+                "top_q": 0.1, "budget": 50}
+    out, summary, figure = tmp_path / "forecast.parquet", tmp_path / "summary.tsv", tmp_path / "forecast.png"
+    forecast_command(settings, str(tmp_path / "forgetting.parquet"), str(probes), scores, [str(tmp_path / "base.parquet")],
+                     str(out), str(summary), str(figure))
+    rows = pd.read_parquet(out)
+    meta = read_metadata(out)
+    assert rows["probe"].sum() == 25 and meta["fit_tasks"] == fit and meta["probe_ids"] == ids[index].tolist()
+    assert np.allclose(meta["probe_values"]["new"], z[FIT + 1][index], atol=1e-5)
+    table = pd.read_csv(summary, sep="\t").set_index("task")
+    hidden = ~rows["probe"].to_numpy()
+    rmse = np.sqrt(np.mean((rows["checked"].to_numpy()[hidden] - z[FIT][hidden]) ** 2))
+    assert table.loc["checked", "measured"] and table.loc["checked", "rmse"] == pytest.approx(rmse, rel=1e-4)
+    inside = np.abs(rows["checked"].to_numpy() - z[FIT])[hidden] <= rows["halfwidth_0.9"].to_numpy()[hidden]
+    assert table.loc["checked", "coverage_0.9"] == pytest.approx(inside.mean(), rel=1e-6)
+    assert not table.loc["new", "measured"] and np.isnan(table.loc["new", "rmse"])
+    assert table.loc["new", "probe_tokens"] == 75 and table.loc["new", "upstream_tokens"] == 7 * N
+    assert figure.stat().st_size > 0 and meta["levels"] == [0.8, 0.9]

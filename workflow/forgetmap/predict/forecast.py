@@ -1,0 +1,234 @@
+"""Forecast a new task's forgetting from k scored examples: the paper's saving, as a workflow.
+
+Once a matrix exists, a new task needs one fine-tune and one scoring job of k upstream examples, not a
+scoring job per upstream shard: its row is completed from those k entries by a method fitted on the
+measured tasks' rows (the *fit tasks*). Three steps, each a job:
+
+- `probes_command`: the k probe examples, chosen from the fit tasks' rows alone by the strategy
+  (forgetmap.predict.probes: `dopt` by default, `random` as the paper), written as upstream rows (the
+  upstream contract) so the ordinary score job scores a forecast task's checkpoint on them;
+- the score job (`forgetmap score`) on each forecast task's checkpoint;
+- `forecast_command`: each forecast task's probe values Z = NLL(task) − NLL(base) (the base's NLL is
+  the matrix's `base_nll`), folded in by the method fitted on the fit tasks; split-conformal
+  half-widths from leave-one-fit-task-out folds (forgetmap.predict.conformal), the same for every
+  forecast task since they share the probes. A forecast task that is also measured (`check`) has its
+  forecast scored against its measured row: RMSE, top-10 % F1, precision at the budget, coverage.
+
+The probes are the same for every forecast task of a model: one probe file, one conformal pass.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import DataError
+from .conformal import coverage, halfwidths
+from .metrics import evaluate
+from .probes import choose_probes, design
+from .protocol import interval_capable, interval_column
+from .registry import make_method
+
+log = logging.getLogger(__name__)
+
+
+def fit_rows(matrix, fit_tasks: list[str], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the fit tasks' rows over the usable examples (float32), the usable examples' corpus indices):
+    examples measured (not NaN) under every fit task."""
+    missing = [t for t in fit_tasks if t not in matrix.tasks]
+    if missing:
+        raise DataError(f"{where}: fit task(s) {missing[:5]} are not rows of the forgetting matrix: rebuild it")
+    rows = matrix.values[[matrix.tasks.index(t) for t in fit_tasks]]
+    usable = np.flatnonzero(np.isfinite(rows).all(axis=0) & np.isfinite(matrix.base_nll))
+    return np.ascontiguousarray(rows[:, usable], dtype=np.float32), usable
+
+
+def choose(train: np.ndarray, k: int, strategy: str, seed: int, where: str) -> np.ndarray:
+    """The k probe positions among the usable examples, from the fit tasks' rows alone."""
+    if k >= train.shape[1]:
+        raise DataError(f"{where}: k = {k} probes leave nothing to forecast among {train.shape[1]} usable examples")
+    phi, ridge, noise = design(train) if strategy != "random" else (None, 1.0, None)
+    return choose_probes(strategy, train.shape[1], k, seed, phi, ridge, noise)
+
+
+def probes_command(settings: dict, matrix: str, shards: list[str], out: str) -> dict:
+    """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
+    job; the metadata records their corpus indices, the strategy and the fit tasks."""
+    import pyarrow as pa
+
+    from ..data.upstream import read_ids, read_rows
+    from ..io import write_table
+    from ..matrix import ForgettingMatrix
+
+    forgetting = ForgettingMatrix.read(matrix)
+    if not np.array_equal(read_ids(shards), forgetting.example_ids):
+        raise DataError(f"{matrix}: its examples are not the upstream shards': rebuild it")
+    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
+    index = usable[choose(train, settings["k"], settings["probes"], settings["seed"], matrix)]
+    table = pa.Table.from_pandas(read_rows(shards, index), preserve_index=False)
+    write_table(table, out, {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"],
+                             "seed": settings["seed"], "fit_tasks": settings["fit_tasks"], "usable": len(usable)})
+    return {"probes": len(index), "strategy": settings["probes"], "fit_tasks": len(settings["fit_tasks"]),
+            "usable": len(usable)}
+
+
+def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tuple[np.ndarray, int]:
+    """(Z at the probes: the task's NLL less the base's, the tokens the score job scored)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(scores, columns=["example_id", "nll", "n_tokens"])
+    ids = table.column("example_id").to_numpy().astype(str)
+    if not np.array_equal(ids, probe_ids):
+        raise DataError(f"{scores}: its examples are not the probes' ({len(ids)} vs {len(probe_ids)}): rescore it")
+    values = table.column("nll").to_numpy().astype(np.float64) - base_nll
+    if not np.isfinite(values).all():
+        raise DataError(f"{scores}: {int((~np.isfinite(values)).sum())} probe(s) without a score (an empty span)")
+    return values, int(table.column("n_tokens").to_numpy().sum())
+
+
+def complete(train: np.ndarray, known: np.ndarray, values: np.ndarray, method: str, params: dict,
+             levels: list[float]) -> tuple[np.ndarray, dict[float, np.ndarray]]:
+    """(the forecast rows (T, usable) float32, {level: half-width per usable example}): `method` fitted on
+    the fit tasks' rows folds each task in from its values at the `known` positions."""
+    model = make_method(method, **params).fit(train)
+    pred = model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False)
+    if levels and not interval_capable(model, params):
+        raise DataError(f"method {method!r} gives no intervals (a ranking score or side information)")
+    if levels and len(train) < 3:
+        log.warning("%d fit task(s): conformal intervals need at least 3 to leave one out; none written", len(train))
+        levels = []
+    return pred, halfwidths(train, known, model, method, params, list(levels)) if levels else {}
+
+
+def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str], base_scores: list[str], out: str,
+                     summary: str, figure: str) -> dict:
+    """`forgetmap forecast`: every forecast task's completed row with its half-widths (`out`), and per task
+    what it cost and, for a task also measured, how close the forecast came (`summary`, `figure`). The
+    base's score files give the tokens a full scoring of one checkpoint takes (the same for every
+    checkpoint of the model: one tokenizer, one template)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..io import atomic_path, read_metadata, write_table
+    from ..matrix import ForgettingMatrix
+
+    forgetting = ForgettingMatrix.read(matrix)
+    chosen = read_metadata(probes)
+    if chosen["fit_tasks"] != settings["fit_tasks"] or chosen["k"] != settings["k"]:
+        raise DataError(f"{probes}: chosen for other fit tasks or another k than this forecast's: rebuild it")
+    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
+    index = np.asarray(chosen["indices"], dtype=np.int64)
+    known = np.searchsorted(usable, index)
+    if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
+        raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
+    tasks = settings["tasks"]
+    if len(scores) != len(tasks):
+        raise DataError(f"{len(scores)} probe score files for {len(tasks)} forecast tasks")
+    measured = [probe_values(path, forgetting.example_ids[index], forgetting.base_nll[index].astype(np.float64))
+                for path in scores]
+    values = np.stack([v for v, _ in measured])
+    levels = [float(level) for level in settings["intervals"]]
+    pred, widths = complete(train, known, values, settings["method"], settings["params"], levels)
+
+    n = forgetting.shape[1]
+    columns = {"example_id": pa.array(forgetting.example_ids.astype(str)), "source": pa.array(forgetting.sources)}
+    is_probe = np.zeros(n, dtype=bool)
+    is_probe[index] = True
+    columns["probe"] = pa.array(is_probe)
+    for t, task in enumerate(tasks):
+        row = np.full(n, np.nan, dtype=np.float32)
+        row[usable] = pred[t]
+        columns[task] = pa.array(row, pa.float32())
+    for level, width in widths.items():
+        full = np.full(n, np.nan, dtype=np.float32)
+        full[usable] = width
+        columns[interval_column(level)] = pa.array(full, pa.float32())
+    write_table(pa.table(columns), out, {
+        "tasks": tasks, "method": settings["method"], "params": settings["params"], "k": settings["k"],
+        "probes": chosen["probes"], "fit_tasks": settings["fit_tasks"], "levels": sorted(widths),
+        "probe_ids": forgetting.example_ids[index].tolist(),
+        "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)}})
+
+    upstream_tokens = sum(int(pq.read_table(p, columns=["n_tokens"]).column(0).to_numpy().sum()) for p in base_scores)
+    rows = [_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1], upstream_tokens,
+                          widths) for t, task in enumerate(tasks)]
+    table = pd.DataFrame(rows)
+    with atomic_path(summary) as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    _figure(table, forgetting, usable, known, pred, widths, tasks, figure)
+    checked = table[table["measured"]]
+    return {"tasks": len(tasks), "k": settings["k"], "fit_tasks": len(settings["fit_tasks"]),
+            "intervals": sorted(widths), "checked": len(checked),
+            "rmse": float(checked["rmse"].mean()) if len(checked) else None}
+
+
+def _task_summary(task, t, settings, forgetting, usable, known, pred, values, probe_tokens, upstream_tokens,
+                  widths) -> dict:
+    """A forecast task's row of the summary: what was forecast and what it cost; against the measured row
+    (a `check` task), the prediction metrics over the hidden usable examples and the interval coverage."""
+    row = {"task": task, "mode": settings["modes"][task], "method": settings["method"], "probes": settings["probes"],
+           "k": settings["k"], "fit_tasks": len(settings["fit_tasks"]),
+           "forecast_mean": float(np.mean(pred[t])), "forecast_forgotten": float(np.mean(pred[t] > settings["threshold"])),
+           "probe_mean": float(np.mean(values[t])), "probe_tokens": probe_tokens, "upstream_tokens": upstream_tokens,
+           "token_ratio": upstream_tokens / max(probe_tokens, 1),
+           "measured": task in forgetting.tasks}
+    for level, width in widths.items():
+        row[f"halfwidth_{level:g}"] = float(np.mean(width))
+    if row["measured"]:
+        truth = forgetting.row(task)[usable][None, :]
+        hidden = np.isfinite(truth)
+        hidden[:, known] = False
+        metrics = evaluate(pred[t][None, :], truth, hidden, threshold=settings["threshold"], q=settings["top_q"],
+                           budget=settings["budget"])
+        row.update({name: metrics[name] for name in ("rmse", "top_q_f1", "precision_at_b", "roc_auc")})
+        for level, width in widths.items():
+            row[f"coverage_{level:g}"], _ = coverage(pred[t][None, :], truth, hidden, width)
+    return row
+
+
+def _figure(table, forgetting, usable, known, pred, widths, tasks, out) -> None:
+    """Per forecast task: the forecast row against the measured one where it was measured (the probes
+    marked), else its forecast sorted with the interval band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..io import atomic_path
+
+    level = max(widths) if widths else None
+    cols = min(3, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for t, task in enumerate(tasks):
+        ax = axes[t // cols][t % cols]
+        if task in forgetting.tasks:
+            truth = forgetting.row(task)[usable]
+            ax.scatter(truth, pred[t], s=4, alpha=0.4, color="tab:blue", label="hidden examples")
+            ax.scatter(truth[known], pred[t][known], s=14, color="tab:red", label="probes")
+            lo, hi = float(np.nanmin(truth)), float(np.nanmax(truth))
+            ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+            ax.set_xlabel("measured Z")
+            ax.set_ylabel("forecast Z")
+            rmse = table.loc[t, "rmse"] if "rmse" in table else float("nan")
+            ax.set_title(f"{task} (measured; RMSE {rmse:.3f})", fontsize=9)
+        else:
+            order = np.argsort(pred[t])
+            ax.plot(pred[t][order], color="tab:blue", lw=1, label="forecast")
+            if level is not None:
+                band = widths[level][order]
+                ax.fill_between(np.arange(len(order)), pred[t][order] - band, pred[t][order] + band, color="tab:blue",
+                                alpha=0.2, label=f"{level:g} interval")
+            ax.set_xlabel("upstream examples, by forecast")
+            ax.set_ylabel("forecast Z")
+            ax.set_title(f"{task} (forecast only)", fontsize=9)
+        ax.legend(fontsize=7)
+    for extra in range(len(tasks), rows * cols):
+        axes[extra // cols][extra % cols].axis("off")
+    fig.suptitle(f"Forecast rows from k = {len(known)} probes", fontsize=10)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
