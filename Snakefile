@@ -31,6 +31,7 @@ include: "rules/prediction.smk"
 include: "rules/forecast.smk"
 include: "rules/mitigation.smk"
 include: "rules/correctness.smk"
+include: "rules/explorer.smk"
 
 
 onstart:

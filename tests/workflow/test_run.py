@@ -17,7 +17,8 @@ ANALYSES = {"forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_t
             "gradient_similarity": 1, "predict": 18, "prediction_scores": 1, "mitigation_summary": 1, "all": 1,
             "probe_evaluation": 2,  # probe strategies side by side, per split
             # the sample-wise correctness of the quiz items: transitions, Y's low rank, 6 predictors x 2 splits
-            "transitions": 1, "lowrank_binary": 1, "predict_binary": 12, "binary_prediction_scores": 1}
+            "transitions": 1, "lowrank_binary": 1, "predict_binary": 12, "binary_prediction_scores": 1,
+            "explorer": 1}  # the explorer reads the matrix (and predictions, transitions, arms' scores)
 # test config: arms random, predicted, stm and online on mod10_add. A changed matrix reruns the predicted
 # arm (its selection, fine-tune, scores) and the online arm (it completes its row in the job)
 PREDICTED_ARM = {"replay_selection": 1, "arm_run": 1}
@@ -231,11 +232,11 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     # a new arm: its own fine-tune and scores, and the summary
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"].update(
         flow={"weights": "flow"})))
-    assert by_rule(planned_jobs(workdir)) == {"arm_run": 1, "mitigation_summary": 1, "all": 1}
+    assert by_rule(planned_jobs(workdir)) == {"arm_run": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
     # another temperature: only that arm's selection, fine-tune and scores
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"]["arms"]["predicted"].update(temperature=0.5)))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {**PREDICTED_ARM, "mitigation_summary": 1, "all": 1}
+    assert by_rule(jobs) == {**PREDICTED_ARM, "mitigation_summary": 1, "explorer": 1, "all": 1}
     assert {w["arm"] for r, w in jobs if r == "arm_run"} == {"predicted"}
     # a changed prediction (mf's hyperparameters) reruns the replay arm that reads it, not random replay
     write_config(workdir, edited(tiny_config(), lambda c: c["prediction"].update(
@@ -245,13 +246,13 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     jobs = planned_jobs(workdir)
     # (and mf_thresholded, Z's completion ranking Y's entries, in both splits)
     assert by_rule(jobs) == {"predict": 2, "prediction_scores": 1, "probe_evaluation": 2, **MATRIX_ARMS,
-                             "mitigation_summary": 1, "predict_binary": 2, "binary_prediction_scores": 1, "all": 1}
+                             "mitigation_summary": 1, "predict_binary": 2, "binary_prediction_scores": 1, "explorer": 1, "all": 1}
     # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
     jobs = planned_jobs(workdir)
     assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 3, "arm_run": 4, "plain_scores": 1,
-                             "mitigation_summary": 1, "all": 1}
-    assert {w["task"] for r, w in jobs if r not in ("mitigation_summary", "all")} == {"hex_copy"}
+                             "mitigation_summary": 1, "explorer": 1, "all": 1}
+    assert {w["task"] for r, w in jobs if r not in ("mitigation_summary", "explorer", "all")} == {"hex_copy"}
     # a second seed: every arm once more at that seed, plain fine-tuning included
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
     jobs = planned_jobs(workdir)
@@ -276,7 +277,7 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     # no scoring of the upstream shards, no new matrix row: nothing downstream of the matrix reruns
     assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "forecast_probes": 1, "forecast_scores": 1,
                              "forecast": 1, "replay_selection": 1, "arm_run": 1, "plain_scores": 1,
-                             "mitigation_summary": 1, "all": 1}
+                             "mitigation_summary": 1, "explorer": 1, "all": 1}
     snakemake(workdir)
     rows = pd.read_parquet(workdir / "results/tiny/forecast/forecast.parquet")
     meta = read_metadata(workdir / "results/tiny/forecast/forecast.parquet")
@@ -296,4 +297,44 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     # another k or strategy: only the probes, their scoring and the forecast (and what reads the forecast)
     write_config(workdir, forecast_config(probes="random"))
     assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "forecast_scores": 1, "forecast": 1,
-                                              "replay_selection": 1, "arm_run": 1, "mitigation_summary": 1, "all": 1}
+                                              "replay_selection": 1, "arm_run": 1, "mitigation_summary": 1, "explorer": 1,
+                                              "all": 1}
+
+
+def test_the_explorer_shows_a_tasks_most_forgotten_example_and_finds_an_example(finished):
+    """Headless Chromium opens the page offline: a task's most forgotten example, its text and values as in
+    the parquet files; an example searched, the tasks that forget it most; no console error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from browser import chromium, console_errors, remote_requests, wait_ready
+    from forgetmap.data.upstream import read_rows
+
+    page = finished / "results/tiny/explorer.html"
+    matrix = ForgettingMatrix.read(finished / MATRIX)
+    shards = [str(finished / f"results/data/upstream/demo/shard-{k}.parquet") for k in range(2)]
+    row = matrix.row("mod10_add")
+    top = int(np.nanargmax(row))
+    text = read_rows(shards, np.array([top])).iloc[0]
+    driver = chromium()
+    try:
+        driver.get(page.as_uri())
+        wait_ready(driver)
+        driver.find_element(By.CSS_SELECTOR, "#components-body a.link[data-id='mod10_add']").click()
+        assert "mod10_add" in driver.find_element(By.ID, "task-title").text
+        first = driver.find_elements(By.CSS_SELECTOR, "#task-forgotten tbody tr")[0].find_elements(By.TAG_NAME, "td")
+        assert first[0].text == matrix.example_ids[top] and first[1].text == matrix.sources[top]
+        assert text["response"].strip()[:40] in first[2].text
+        assert first[3].text == f"{matrix.base_nll[top]:.3f}" and first[5].text == f"{row[top]:.3f}"
+        assert first[6].text != "–"  # mod10_add is the id split's test task: its prediction is shown
+        other = str(matrix.example_ids[int(np.nanargmin(row))])  # the most improved: carried in full too
+        search = driver.find_element(By.ID, "search")
+        search.send_keys(other, Keys.ENTER)
+        assert other in driver.find_element(By.ID, "example-title").text
+        tasks = driver.find_elements(By.CSS_SELECTOR, "#example-tasks tbody tr")
+        column = int(np.flatnonzero(matrix.example_ids == other)[0])
+        assert tasks[0].find_element(By.TAG_NAME, "td").text == matrix.tasks[int(np.nanargmax(matrix.values[:, column]))]
+        assert console_errors(driver) == []
+        assert remote_requests(driver) == []  # offline: Plotly and the data are inside the page
+    finally:
+        driver.quit()

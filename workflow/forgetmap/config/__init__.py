@@ -46,4 +46,5 @@ def resolve(config: dict) -> dict:
     checks.check_methods(prediction)
     checks.check_splits(cfg)
     checks.check_forecast(cfg)
+    checks.check_explorer(cfg)
     return cfg

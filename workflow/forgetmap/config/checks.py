@@ -236,6 +236,16 @@ def fit_tasks(cfg: dict, model: str) -> list[str]:
     modes = forecast_modes(cfg, model)
     return [t for t in measured_tasks(cfg, model) if t not in modes]
 
+
+def check_explorer(cfg: dict) -> None:
+    """The explorer's method is a known completion method (shown where it is also configured)."""
+    from ..predict.registry import METHODS
+
+    method = cfg["explorer"]["method"]
+    if method not in METHODS:
+        raise ConfigError(f"config key explorer.method: value {method!r} is not a prediction method; allowed: "
+                          f"{', '.join(METHODS)}")
+
 # --- mitigation ---------------------------------------------------------------------------------------
 
 # the arm keys each part of an arm reads: a key given for a part the arm does not have is a mistake

@@ -364,6 +364,14 @@ FORECAST = _obj({
 }, description="forecasting a task's forgetting from k scored probes, by a method fitted on the measured tasks",
     default={})
 
+EXPLORER = _obj({
+    "examples_per_task": _int(50, "a task's most forgotten examples carried in full (and 20 most improved)", 1),
+    "columns": _int(240, "bins of examples in the overview (per source, ordered by the leading component)", 1),
+    "method": {"type": "string", "default": "mf",
+               "description": "the prediction shown beside each split's test tasks (a configured method; seed 0)"},
+}, description="the explorer: one offline HTML page per computed model linking the matrix to its texts",
+    default={})
+
 MITIGATION = _obj({
     "arms": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME, "not": {"const": "none"}},
              "additionalProperties": ARM,
@@ -418,6 +426,7 @@ SCHEMA = _obj({
                "additionalProperties": MODEL, "description": "models by name"},
     "prediction": PREDICTION,
     "forecast": FORECAST,
+    "explorer": EXPLORER,
     "mitigation": MITIGATION,
     "correctness": CORRECTNESS,
 }, required=("models",), description="forgetmap workflow config (upstream corpora and tasks are needed by computed "

@@ -5,9 +5,8 @@ backend, spans and settings), so ΔNLL against the matrix's base NLL is the forg
 The target side is the mean NLL of the task's validation responses. The checkpoint's training summary
 (steps, tokens, seconds, replayed examples, masked share) travels along for the cost figures.
 
-`arm_command` is an arm's whole job: fine-tune under the arm, then judge the checkpoint, in one process
-(a second job would import torch and transformers and load the model again for seconds of work).
-`evaluate_command` judges a checkpoint trained elsewhere: the matrix's own plain fine-tune.
+`evaluate_command` judges a checkpoint: an arm's (inside its run, forgetmap.arm) or the matrix's own
+plain fine-tune (a job of its own).
 """
 
 from __future__ import annotations
@@ -56,14 +55,3 @@ def evaluate_command(model_dir: str, heldout: str, task: str, settings: dict, th
         tmp.write_text(json.dumps(result, indent=1))
     return result
 
-
-def arm_command(base: str, task: str, settings: dict, score_settings: dict, heldout: str, threads: int, out: str,
-                scores: str, summary: str, replay: str | None = None, token_losses: str | None = None,
-                matrix: str | None = None, split: str | None = None, shards: list[str] | None = None) -> dict:
-    """`forgetmap arm`: fine-tune under the arm (`forgetmap finetune`), then judge the checkpoint on the
-    held-out set and the task's validation split (`forgetmap evaluate-arm`)."""
-    from ..train import finetune
-
-    trained = finetune(base, task, settings, threads, out, replay=replay, token_losses=token_losses, matrix=matrix,
-                       split=split, heldout=heldout, shards=shards)
-    return {"finetune": trained, **evaluate_command(out, heldout, task, score_settings, threads, scores, summary)}

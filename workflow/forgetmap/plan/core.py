@@ -17,6 +17,7 @@ import copy
 from .. import config as fm_config
 from .. import pretrained
 from .correctness import CorrectnessPlan
+from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
 from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, SCORES,
@@ -71,6 +72,7 @@ class Plan:
         self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
         self.correctness = CorrectnessPlan(self)
+        self.explorer = ExplorerPlan(self)
 
     # --- wildcards -----------------------------------------------------------------------------------
 
@@ -249,4 +251,5 @@ class Plan:
             out += self.forecast.targets(model)
             out += self.mitigation.targets(model)
             out += self.correctness.targets(model)
+            out += self.explorer.targets(model) if model in self.computed else []
         return out + [LOWRANK_SUMMARY] * bool(self.z_models)

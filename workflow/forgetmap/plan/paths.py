@@ -26,6 +26,7 @@ LOWRANK_SUMMARY = "results/lowrank_summary.tsv"
 FORECAST_PROBES = "results/{model}/forecast/probes.parquet"  # the k probe examples (upstream rows)
 FORECAST_SCORES = "results/{model}/forecast/scores/{task}.parquet"  # a forecast task's checkpoint on them
 FORECAST = "results/{model}/forecast/{name}"  # forecast.parquet (rows, half-widths), summary.tsv, forecast.png
+EXPLORER = "results/{model}/explorer.html"  # the offline page linking the matrix to its texts
 HELDOUT = "results/{model}/mitigation/heldout.parquet"
 TOKEN_LOSSES = "results/{model}/mitigation/token_losses/{task}.parquet"
 REPLAY = "results/{model}/mitigation/{arm}/seed-{seed}/replay/{task}.parquet"

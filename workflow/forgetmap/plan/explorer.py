@@ -1,0 +1,64 @@
+"""The explorer job's plan: what the page of a computed model shows, and the files it reads for it."""
+
+from __future__ import annotations
+
+from .paths import CORRECTNESS, EXPLORER, MATRIX, PREDICTIONS, TRANSITION_OUTPUTS
+
+
+class ExplorerPlan:
+    def __init__(self, plan):
+        self.plan = plan
+        self.cfg = plan.cfg
+
+    def predictions(self, model: str) -> dict[str, str]:
+        """Each split's test tasks as predicted by the explorer's method at seed 0 (the first split that
+        predicts a task): task -> the prediction file."""
+        method = self.cfg["explorer"]["method"]
+        if method not in self.plan.prediction.methods(model):
+            return {}
+        out: dict[str, str] = {}
+        for name, split in self.plan.prediction.splits(model).items():
+            for task in split["test_tasks"]:
+                out.setdefault(task, f"{PREDICTIONS.format(model=model, split=name, method=method)}/seed-0.parquet")
+        return out
+
+    def arm_scores(self, model: str) -> dict[str, str]:
+        """`task:arm` -> the held-out scores of every arm (plain fine-tuning included) at the first seed."""
+        seeds = self.cfg["mitigation"]["seeds"]
+        return {f"{task}:{arm}": self.plan.mitigation.scores(model, arm, seeds[0], task)
+                for task in self.plan.mitigation.tasks(model) for arm in self.plan.mitigation.arms()}
+
+    # --- the job -------------------------------------------------------------------------------------
+
+    def inputs(self, model: str) -> dict[str, str | list[str]]:
+        inputs = {"matrix": MATRIX.format(model=model), "shards": self.plan.shard_paths(model)}
+        if self.plan.forecast.modes(model):
+            inputs["forecast"] = self.plan.forecast.path(model)
+        if model in self.plan.item_models:
+            inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
+        predictions = sorted({path.rsplit("/", 1)[0] for path in self.predictions(model).values()})
+        if predictions:
+            inputs["prediction_dirs"] = predictions
+        if self.plan.mitigation.tasks(model):
+            inputs["arm_scores"] = list(self.arm_scores(model).values())
+        return inputs
+
+    def arguments(self, model: str) -> list[str]:
+        """The optional inputs as the command's TASK=file and TASK:ARM=file pairs."""
+        out = []
+        predictions = self.predictions(model)
+        if predictions:
+            out += ["--predictions", *[f"{task}={path}" for task, path in predictions.items()]]
+        if self.plan.mitigation.tasks(model):
+            out += ["--arm-scores", *[f"{key}={path}" for key, path in self.arm_scores(model).items()]]
+        return out
+
+    def settings(self, model: str) -> dict:
+        explorer = self.cfg["explorer"]
+        return {"model": model, "categories": {t: self.cfg["tasks"][t]["category"] for t in self.plan.finetuned[model]},
+                "modes": self.plan.forecast.modes(model), "top_forgotten": explorer["examples_per_task"],
+                "top_improved": 20, "components": 3, "component_tasks": 8, "component_examples": 20,
+                "top_protected": 10, "columns": explorer["columns"]}
+
+    def targets(self, model: str) -> list[str]:
+        return [EXPLORER.format(model=model)]
