@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,9 @@ TRANSITIONS = {0: "0→0", 1: "0→1", 2: "1→0", 3: "1→1"}
 def components(z: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(task loadings (M, c), example loadings (N, c), share of variance) of the column-centred matrix's
     leading `count` components (NaN entries as the column mean), from the M × M Gram matrix."""
-    filled = np.where(np.isfinite(z), z, np.nanmean(z, axis=0, keepdims=True)).astype(np.float64)
+    with warnings.catch_warnings():  # a column without any finite entry (an empty span) stays 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        filled = np.where(np.isfinite(z), z, np.nanmean(z, axis=0, keepdims=True)).astype(np.float64)
     filled = np.nan_to_num(filled - filled.mean(axis=0, keepdims=True))
     values, vectors = np.linalg.eigh(filled @ filled.T)
     order = np.argsort(values)[::-1][:count]
@@ -52,9 +55,12 @@ def overview(z: np.ndarray, sources: np.ndarray, order_key: np.ndarray, columns:
         bins = max(1, min(len(members), int(round(columns * len(members) / n))))
         for b, part in enumerate(np.array_split(members, bins)):
             labels.append(f"{name} {b + 1}/{bins}")
-            blocks.append(np.nanmean(z[:, part], axis=1) if len(part) else np.full(len(z), np.nan))
+            with warnings.catch_warnings():  # a bin without a finite entry is NaN (drawn blank)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                blocks.append(np.nanmean(z[:, part], axis=1))
     values = np.stack(blocks, axis=1) if blocks else np.zeros((len(z), 0))
-    return {"columns": labels, "values": np.round(values, 4).tolist()}
+    rounded = np.round(values, 4)
+    return {"columns": labels, "values": [[None if not np.isfinite(v) else float(v) for v in row] for row in rounded]}
 
 
 def _text(value) -> str:
