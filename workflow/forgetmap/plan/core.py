@@ -21,7 +21,7 @@ from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
 from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, SCORES,
-                    SHARD, SIMILARITY, TASK, alternatives)
+                    SHARD, TASK, alternatives)
 from .prediction import PredictionPlan
 
 
@@ -126,9 +126,6 @@ class Plan:
     def task_args(self, model: str) -> list[str]:
         """The model's tasks as `name=path` command arguments."""
         return [f"{t}={p}" for t, p in self.task_paths(model).items()]
-
-    def similarity(self, model: str) -> str:
-        return SIMILARITY.format(model=model)
 
     # --- the data jobs -------------------------------------------------------------------------------
 
