@@ -120,7 +120,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         raise DataError(f"{probes}: chosen for other fit tasks or another k than this forecast's: rebuild it")
     train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
     index = np.asarray(chosen["indices"], dtype=np.int64)
-    known = np.searchsorted(usable, index)
+    known = np.minimum(np.searchsorted(usable, index), len(usable) - 1)  # a probe no longer usable: caught below
     if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
         raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
     tasks = settings["tasks"]
