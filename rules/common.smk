@@ -27,6 +27,7 @@ ITEM_MODELS = fm_plan.alternatives(PLAN.item_models)  # models whose corpus has 
 Y_MODELS = fm_plan.alternatives(PLAN.y_models)  # models with a 1->0 matrix Y: item models, binary imports
 BINARY_IMPORTED = fm_plan.alternatives(PLAN.binary_imported)
 Z_IMPORTED = fm_plan.alternatives([m for m in PLAN.imported if m not in PLAN.binary_imported])
+Z_MODELS = fm_plan.alternatives(PLAN.z_models)  # models with a forgetting matrix Z
 REPLAY_ARMS = fm_plan.alternatives(PLAN.mitigation.replay_arms())
 
 

@@ -9,10 +9,10 @@ rule explorer:
         report(fm_plan.EXPLORER, caption="../workflow/report/explorer.rst", category="Explorer",
                subcategory="{model}"),
     wildcard_constraints:
-        model=COMPUTED,
+        model=Z_MODELS,
     params:
         settings=settings(PLAN.explorer.settings),
-        options=optional_inputs("forecast", "transitions"),
+        options=optional_inputs("shards", "forecast", "transitions"),
         pairs=arguments(PLAN.explorer.arguments),
     threads: resource("analysis", "threads")
     resources:
@@ -26,4 +26,4 @@ rule explorer:
         "../envs/forgetmap.yaml"
     shell:
         "OMP_NUM_THREADS={threads} forgetmap explorer --settings {params.settings:q} --matrix {input.matrix:q} "
-        "--shards {input.shards:q} {params.options} {params.pairs} --out {output:q} > {log:q} 2>&1"
+        "{params.options} {params.pairs} --out {output:q} > {log:q} 2>&1"

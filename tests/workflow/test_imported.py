@@ -1,6 +1,7 @@
 """A model whose matrix the authors released runs through the same analyses as a computed one."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ def test_imported_matrix_and_splits_feed_the_low_rank_analysis(tmp_path):
     rules = {r for r, w in planned_jobs(workdir) if w.get("model") == "paper"}
     # no fine-tune and no scoring: the released matrix and split feed the analyses and the prediction
     assert rules == {"import_matrix", "import_split", "lowrank", "cross_task", "predict", "prediction_scores",
-                     "probe_evaluation"}
+                     "probe_evaluation", "explorer"}
     snakemake(workdir, "results/paper/lowrank/r2.tsv", "results/paper/prediction/scores.tsv")
     r2 = pd.read_csv(workdir / "results/paper/lowrank/r2.tsv", sep="\t")
     z = fx["z"][:, ~np.isnan(fx["z"][0])]
@@ -62,6 +63,10 @@ def test_a_config_of_imported_models_alone_runs_every_analysis_and_the_predictio
         assert (workdir / "results/paper" / path).exists(), path
     assert (workdir / "results/lowrank_summary.tsv").exists()
     assert planned_jobs(workdir) == []
+    page = (workdir / "results/paper/explorer.html").read_text()  # the explorer: ids and sources, no texts
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    assert data["texts"] is False and {t["kind"] for t in data["tasks"]} == {"imported"}
+    assert [t["name"] for t in data["tasks"]] == ["aeslc", "cb", "wsc", "lima", "oasst1"]
 
 
 def test_a_released_binary_matrix_runs_the_analyses_and_prediction_of_y(tmp_path):

@@ -86,17 +86,18 @@ class Carried:
         return np.fromiter(self.index, dtype=np.int64)
 
 
-def build(matrix, shards: list[str], settings: dict, predictions: dict | None = None, forecast: str | None = None,
-          transitions: str | None = None, arms: dict | None = None) -> dict:
+def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | None = None,
+          forecast: str | None = None, transitions: str | None = None, arms: dict | None = None) -> dict:
     """The page's data. `predictions`: {task: (predicted row, half-width row or None, what predicted it)}
     over the matrix's columns; `forecast`: the forecast file (its rows replace a split's prediction of a
     `check` task, and are the rows shown of a task that is only forecast); `transitions`: the items'
-    transitions; `arms`: {task: {arm: path of its held-out scores}}, `none` among the arms."""
+    transitions; `arms`: {task: {arm: path of its held-out scores}}, `none` among the arms. Without
+    `shards` (an imported matrix: the authors released no texts) examples are shown by id and source."""
     from .data.upstream import read_ids, read_rows
 
     z = matrix.values
     ids = matrix.example_ids
-    if not np.array_equal(read_ids(shards), ids):
+    if shards is not None and not np.array_equal(read_ids(shards), ids):
         raise ValueError("the matrix's examples are not the upstream shards': rebuild it")
     top, improved = settings["top_forgotten"], settings["top_improved"]
     modes = settings.get("modes", {})
@@ -129,10 +130,10 @@ def build(matrix, shards: list[str], settings: dict, predictions: dict | None = 
     items = _transitions(transitions) if transitions else None
 
     chosen = carried.array()
-    rows = read_rows(shards, chosen) if len(chosen) else None
+    rows = read_rows(shards, chosen) if len(chosen) and shards is not None else None
     examples = {}
     for k, i in enumerate(chosen):
-        record = rows.iloc[k]
+        record = rows.iloc[k] if rows is not None else {}
         example = {"source": str(matrix.sources[i]), "kind": _text(record.get("kind")),
                    "prompt": _text(record.get("prompt")), "response": _text(record.get("response")),
                    "base_nll": _float(matrix.base_nll[i]),
@@ -161,8 +162,9 @@ def build(matrix, shards: list[str], settings: dict, predictions: dict | None = 
 
     order_key = example_load[:, 0] if count else np.zeros(len(ids))
     return {
-        "model": settings["model"], "n_examples": int(len(ids)), "tasks": [
-            {"name": t, "category": settings["categories"].get(t, ""), "kind": modes.get(t, "measured"),
+        "model": settings["model"], "n_examples": int(len(ids)), "texts": shards is not None, "tasks": [
+            {"name": t, "category": settings["categories"].get(t) or matrix.categories.get(t, ""),
+             "kind": modes.get(t, settings.get("kind", "measured")),
              "predicted_by": predicted[t][2] if t in predicted else None,
              "mean": _float(np.nanmean(task_rows[t])), "forgotten": _float(np.nanmean(task_rows[t] > 0))}
             for t in tasks],
@@ -242,7 +244,7 @@ def _html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def explorer_command(settings: dict, matrix: str, shards: list[str], out: str, forecast: str | None = None,
+def explorer_command(settings: dict, matrix: str, out: str, shards: list[str] | None = None, forecast: str | None = None,
                      transitions: str | None = None, predictions: list[str] | None = None,
                      arm_scores: list[str] | None = None) -> dict:
     """`forgetmap explorer`: the page for one model. `predictions`: TASK=seed-file pairs (their

@@ -121,7 +121,7 @@
     const names = data.overview.tasks;
     const labels = names.map((t) => {
       const task = data.tasks[taskIndex.get(t)];
-      return (task.kind === "measured" ? "" : "◆ ") + t + " (" + task.category + ")";
+      return (task.kind === "forecast" || task.kind === "check" ? "◆ " : "") + t + " (" + task.category + ")";
     });
     const order = names.map((_, i) => i).sort((a, b) => {
       const ca = data.tasks[taskIndex.get(names[a])].category, cb = data.tasks[taskIndex.get(names[b])].category;
@@ -160,5 +160,8 @@
   showComponents();
   wireSearch();
   if (data.tasks.length) showTask(data.tasks[0].name);
+  if (!data.texts) {
+    document.getElementById("status").textContent = "an imported matrix: its examples are shown by id and source (no texts were released)";
+  }
   document.body.dataset.ready = "1";
 })();

@@ -248,5 +248,5 @@ class Plan:
             out += self.forecast.targets(model)
             out += self.mitigation.targets(model)
             out += self.correctness.targets(model)
-            out += self.explorer.targets(model) if model in self.computed else []
+            out += self.explorer.targets(model)
         return out + [LOWRANK_SUMMARY] * bool(self.z_models)

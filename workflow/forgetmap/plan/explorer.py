@@ -12,10 +12,10 @@ class ExplorerPlan:
 
     def predictions(self, model: str) -> dict[str, str]:
         """Each split's test tasks as predicted by the explorer's method at seed 0 (the first split that
-        predicts a task): task -> the prediction file."""
+        predicts a task): task -> the prediction file. Computed models only."""
         method = self.cfg["explorer"]["method"]
-        if method not in self.plan.prediction.methods(model):
-            return {}
+        if method not in self.plan.prediction.methods(model) or model not in self.plan.computed:
+            return {}  # a released split's test tasks are known only once it is imported
         out: dict[str, str] = {}
         for name, split in self.plan.prediction.splits(model).items():
             for task in split["test_tasks"]:
@@ -31,8 +31,11 @@ class ExplorerPlan:
     # --- the job -------------------------------------------------------------------------------------
 
     def inputs(self, model: str) -> dict[str, str | list[str]]:
-        inputs = {"matrix": MATRIX.format(model=model), "shards": self.plan.shard_paths(model)}
-        if self.plan.forecast.modes(model):
+        """The matrix; the shards (the texts) of a computed model; what else the model has to show."""
+        inputs = {"matrix": MATRIX.format(model=model)}
+        if model in self.plan.computed:
+            inputs["shards"] = self.plan.shard_paths(model)
+        if model in self.plan.computed and self.plan.forecast.modes(model):
             inputs["forecast"] = self.plan.forecast.path(model)
         if model in self.plan.item_models:
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
@@ -55,10 +58,13 @@ class ExplorerPlan:
 
     def settings(self, model: str) -> dict:
         explorer = self.cfg["explorer"]
-        return {"model": model, "categories": {t: self.cfg["tasks"][t]["category"] for t in self.plan.finetuned[model]},
+        tasks = self.plan.finetuned.get(model, [])  # an imported matrix's categories are its own
+        return {"model": model, "categories": {t: self.cfg["tasks"][t]["category"] for t in tasks},
                 "modes": self.plan.forecast.modes(model), "top_forgotten": explorer["examples_per_task"],
+                "kind": "measured" if model in self.plan.computed else "imported",
                 "top_improved": 20, "components": 3, "component_tasks": 8, "component_examples": 20,
                 "top_protected": 10, "columns": explorer["columns"]}
 
     def targets(self, model: str) -> list[str]:
-        return [EXPLORER.format(model=model)]
+        """Every model with a forgetting matrix Z (an imported binary Y has no Z to show)."""
+        return [EXPLORER.format(model=model)] if model in self.plan.z_models else []
