@@ -1,4 +1,4 @@
-# The explorer: one offline HTML page per computed model linking the matrix to its texts, predictions,
+# The explorer: one offline HTML page per model linking its matrix to its examples (texts), predictions,
 # item transitions, components and mitigation arms.
 
 

@@ -369,7 +369,7 @@ EXPLORER = _obj({
     "columns": _int(240, "bins of examples in the overview (per source, ordered by the leading component)", 1),
     "method": {"type": "string", "default": "mf",
                "description": "the prediction shown beside each split's test tasks (a configured method; seed 0)"},
-}, description="the explorer: one offline HTML page per computed model linking the matrix to its texts",
+}, description="the explorer: one offline HTML page per model linking its matrix to its examples",
     default={})
 
 MITIGATION = _obj({

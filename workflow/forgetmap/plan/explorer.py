@@ -1,4 +1,4 @@
-"""The explorer job's plan: what the page of a computed model shows, and the files it reads for it."""
+"""The explorer job's plan: what the page of a model with a matrix Z shows, and the files it reads for it."""
 
 from __future__ import annotations
 
