@@ -137,6 +137,13 @@ def test_preflight_refuses_lora_targets_the_architecture_lacks(data_dir):
         preflight.check(plan)
     ok = pretrained_config(str(data_dir / "model"), finetune={"method": "lora", "lora": {"target_modules": ["query_key_value"]}})
     preflight.check(plan_with(ok))
+    # a task that is only forecast (the only LoRA one here) is fine-tuned all the same: its targets are checked
+    forecast = pretrained_config(str(data_dir / "model"))
+    forecast["tasks"].update(t2={"category": "c", "path": "t1.jsonl"},
+                             t3={"category": "c", "path": "t1.jsonl", "forecast": True, "finetune": {"method": "lora"}})
+    forecast["forecast"] = {"k": 2}
+    with pytest.raises(ConfigError, match=r"models\.m\.finetune\.lora\.target_modules: q_proj, v_proj not in"):
+        preflight.check(plan_with(forecast))
 
 
 def test_preflight_refuses_the_tokenizer_template_where_there_is_none(data_dir):

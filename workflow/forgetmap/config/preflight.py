@@ -1,6 +1,7 @@
 """Before any job runs: can what the config points at serve the run? Each failure names the config key.
 
-`resolve` checks the config itself and the plan finds the base model's files; this checks what only loading them shows, once, in the Snakemake process that plans the run:
+`resolve` checks the config itself and the plan finds the base model's files; this checks what only
+loading them shows, once, in the Snakemake process that plans the run:
 - a pretrained base's tokenizer is usable (a real vocabulary and an EOS; transformers builds a
   two-token tokenizer for a directory without tokenizer files, and fine-tunes on it learn only EOS);
 - the chat template exists where the config asks for the tokenizer's own, and renders a response
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError, ForgetmapError
+from ..errors import ConfigError
+from .checks import about
 
 GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
 
@@ -36,10 +38,8 @@ def check_base(plan, model: str, directory: Path) -> None:
         raise ConfigError(f"config key {key}: {directory} has no tokenizer files (tokenizer.json, tokenizer.model or "
                           f"vocab.json); save the model's tokenizer there with tokenizer.save_pretrained")
     tokenizer = _tokenizer(directory, key)
-    try:
+    with about(key):
         check_tokenizer(tokenizer, directory)
-    except ForgetmapError as exc:
-        raise ConfigError(f"config key {key}: {exc}") from None
     template = spec["chat_template"]
     if template == "tokenizer" and not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"config key models.{model}.chat_template: 'tokenizer', but the tokenizer of {directory} has "
@@ -51,7 +51,7 @@ def check_base(plan, model: str, directory: Path) -> None:
         raise ConfigError(f"config key models.{model}.chat_template: the tokenizer's chat template "
                           f"({template_in_use(tokenizer, template)}) cannot render a prompt and response: {exc}") from None
     checked: dict[tuple, tuple] = {}  # the architecture is built once per distinct target list, not per task
-    for task in plan.tasks[model]:
+    for task in plan.finetuned[model]:  # measured or only forecast: every task is fine-tuned
         settings = plan.finetune_settings(model, task)
         if settings["method"] != "lora":
             continue
