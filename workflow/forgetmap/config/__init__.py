@@ -13,9 +13,9 @@ from . import checks
 from .checks import about, check_duplicate_keys
 from .families import expand_families
 from .schema import IMPORTED, SCHEMA, explain, with_defaults
-from .views import finetune_settings, forecast_modes, measured_tasks, model_tasks
+from .views import finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks
 
-__all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings",
+__all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings", "fit_tasks",
            "forecast_modes", "measured_tasks", "model_tasks", "resolve", "with_defaults"]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ..errors import ConfigError, ForgetmapError
-from .views import finetune_settings, forecast_modes, measured_tasks, model_tasks
+from .views import finetune_settings, fit_tasks, forecast_modes, model_tasks
 
 RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
 
@@ -191,6 +191,7 @@ def check_forecast(cfg: dict) -> None:
     side information, fitted on at least two measured tasks that are not forecast themselves."""
     from ..predict.registry import method_class
 
+    forecasting = False
     for name, model in cfg["models"].items():
         listed = model.get("forecast") or []
         if model["imported"] is not None:
@@ -206,6 +207,7 @@ def check_forecast(cfg: dict) -> None:
         modes = forecast_modes(cfg, name)
         if not modes:
             continue
+        forecasting = True
         fit = fit_tasks(cfg, name)
         if len(fit) < 2:
             first = next(iter(modes))
@@ -214,7 +216,7 @@ def check_forecast(cfg: dict) -> None:
                               f"forecast ({', '.join(fit) or 'none'}); a forecast is fitted on at least 2")
     method = cfg["forecast"]["method"]
     methods = cfg["prediction"]["methods"]
-    if any(forecast_modes(cfg, m) for m in cfg["models"] if cfg["models"][m]["imported"] is None):
+    if forecasting:
         if method not in methods:
             raise ConfigError(f"config key forecast.method: value {method!r} is not a configured prediction method; "
                               f"allowed: {', '.join(methods)}")
@@ -231,12 +233,6 @@ def check_forecast_count(cfg: dict, model: str, n_examples: int) -> None:
                           f"{n_examples} upstream examples")
 
 
-def fit_tasks(cfg: dict, model: str) -> list[str]:
-    """The measured tasks a model's forecasts are fitted on: every measured task that is not forecast."""
-    modes = forecast_modes(cfg, model)
-    return [t for t in measured_tasks(cfg, model) if t not in modes]
-
-
 def check_explorer(cfg: dict) -> None:
     """The explorer's method is a known completion method (shown where it is also configured)."""
     from ..predict.registry import METHODS
@@ -245,6 +241,7 @@ def check_explorer(cfg: dict) -> None:
     if method not in METHODS:
         raise ConfigError(f"config key explorer.method: value {method!r} is not a prediction method; allowed: "
                           f"{', '.join(METHODS)}")
+
 
 # --- mitigation ---------------------------------------------------------------------------------------
 

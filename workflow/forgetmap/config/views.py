@@ -1,5 +1,5 @@
-"""Reading a resolved config: a model's tasks (fine-tuned, measured, forecast) and a task's effective
-fine-tuning settings."""
+"""Reading a resolved config: a model's tasks (fine-tuned, measured, forecast, fitted on) and a task's
+effective fine-tuning settings."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ def measured_tasks(cfg: dict, model: str) -> list[str]:
     """The tasks scored on every upstream shard: the matrix's rows, in config order."""
     modes = forecast_modes(cfg, model)
     return [t for t in model_tasks(cfg, model) if modes.get(t) != "forecast"]
+
+
+def fit_tasks(cfg: dict, model: str) -> list[str]:
+    """The measured tasks a model's forecasts are fitted on: every measured task that is not forecast."""
+    modes = forecast_modes(cfg, model)
+    return [t for t in measured_tasks(cfg, model) if t not in modes]
 
 
 def finetune_settings(cfg: dict, model: str, task: str) -> dict:

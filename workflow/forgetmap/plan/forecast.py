@@ -25,7 +25,7 @@ class ForecastPlan:
 
     def fit_tasks(self, model: str) -> list[str]:
         """The measured tasks the forecasts are fitted on: every matrix row that is not itself forecast."""
-        return fm_config.checks.fit_tasks(self.cfg, model)
+        return fm_config.fit_tasks(self.cfg, model)
 
     # --- jobs ----------------------------------------------------------------------------------------
 
