@@ -59,7 +59,8 @@ LOWRANK_OUTPUTS = ("r2", "spectrum", "heatmap", "components", "component_figure"
 
 # name, help, "module:function", arguments, uses transformers
 COMMANDS = [
-    ("schema", "print the config JSON schema (YAML) generated from forgetmap.config.schema", "config.schema:schema_command",
+    ("schema", "print the config JSON schema (YAML) generated from forgetmap.config.schema",
+     "config.schema:schema_command",
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
     ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
      [SETTINGS, OUT], False),
@@ -129,7 +130,7 @@ COMMANDS = [
      [SETTINGS, MATRIX, OUT, arg("--shards", nargs="+", default=None, help="the upstream shards (the texts)"),
       arg("--forecast", default=None, help="the model's forecast rows"),
       arg("--transitions", default=None, help="the items' transitions (correctness)"),
-      arg("--predictions", nargs="+", default=None, help="TASK=prediction seed file, ..."),
+      arg("--predictions", nargs="+", default=None, help="TASK=prediction directory, ... (seed 0 is shown)"),
       arg("--arm-scores", nargs="+", default=None, help="TASK:ARM=held-out scores, ...")], False),
     ("heldout-set", "the upstream examples no arm replays, used to judge every arm",
      "mitigation.replay:heldout_command", [SETTINGS, SHARDS, OUT], False),

@@ -24,6 +24,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 TEXT_CHARS = 400  # prompt and response characters carried per example
 TRANSITIONS = {0: "0→0", 1: "0→1", 2: "1→0", 3: "1→1"}
+SEED = 0  # the prediction seed a page shows
 
 
 def components(z: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,18 +178,31 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
     }
 
 
-def _forecast_rows(path: str, ids: np.ndarray) -> dict:
-    """Each forecast task's row and the widest interval's half-widths, aligned with the matrix's examples."""
+def _row(path, column: str, ids: np.ndarray) -> np.ndarray:
+    """One column of a parquet keyed by `example_id`, aligned with the matrix's examples (float32)."""
     import pandas as pd
 
+    frame = pd.read_parquet(path, columns=["example_id", column]).set_index("example_id")
+    return frame[column].reindex(ids).to_numpy(np.float32)
+
+
+def _widest_halfwidths(path, ids: np.ndarray) -> np.ndarray | None:
+    """The half-widths of the widest interval level a file records (`levels` in its metadata: a forecast
+    or a prediction's intervals file), aligned with the matrix's examples; None without intervals."""
+    from .io import read_metadata
+    from .predict.protocol import interval_column
+
+    levels = read_metadata(path).get("levels") or []
+    return _row(path, interval_column(max(levels)), ids) if levels else None
+
+
+def _forecast_rows(path: str, ids: np.ndarray) -> dict:
+    """Each forecast task's row and the widest interval's half-widths, aligned with the matrix's examples."""
     from .io import read_metadata
 
     meta = read_metadata(path)
-    frame = pd.read_parquet(path).set_index("example_id").reindex(ids)
-    levels = meta.get("levels") or []
-    width = frame[f"halfwidth_{max(levels):g}"].to_numpy(np.float32) if levels else None
-    return {t: (frame[t].to_numpy(np.float32), width, f"forecast ({meta['method']}, k = {meta['k']})")
-            for t in meta["tasks"]}
+    width = _widest_halfwidths(path, ids)
+    return {t: (_row(path, t, ids), width, f"forecast ({meta['method']}, k = {meta['k']})") for t in meta["tasks"]}
 
 
 def _transitions(path: str) -> dict:
@@ -244,33 +258,24 @@ def _html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def explorer_command(settings: dict, matrix: str, out: str, shards: list[str] | None = None, forecast: str | None = None,
-                     transitions: str | None = None, predictions: list[str] | None = None,
+def explorer_command(settings: dict, matrix: str, out: str, shards: list[str] | None = None,
+                     forecast: str | None = None, transitions: str | None = None, predictions: list[str] | None = None,
                      arm_scores: list[str] | None = None) -> dict:
-    """`forgetmap explorer`: the page for one model. `predictions`: TASK=seed-file pairs (their
-    intervals beside them, if written); `arm_scores`: TASK:ARM=held-out-scores pairs."""
-    import pandas as pd
-
+    """`forgetmap explorer`: the page for one model. `predictions`: TASK=prediction-directory pairs (the
+    seed `SEED`, and its intervals where written); `arm_scores`: TASK:ARM=held-out-scores pairs."""
     from .io import atomic_path, read_metadata
     from .matrix import ForgettingMatrix
+    from .predict.protocol import intervals_file, seed_file
 
     forgetting = ForgettingMatrix.read(matrix)
+    ids = forgetting.example_ids
     rows = {}
     for pair in predictions or []:
-        task, path = pair.split("=", 1)
-        frame = pd.read_parquet(path, columns=["example_id", task]).set_index("example_id").reindex(
-            forgetting.example_ids)
-        intervals = Path(path).with_name(Path(path).name.replace("seed-", "intervals-"))
-        width = None
-        if intervals.exists():
-            levels = read_metadata(intervals).get("levels") or []
-            if levels:
-                column = f"halfwidth_{max(levels):g}"
-                width = pd.read_parquet(intervals, columns=["example_id", column]).set_index("example_id")[
-                    column].reindex(forgetting.example_ids).to_numpy(np.float32)
+        task, directory = pair.split("=", 1)
+        path, intervals = seed_file(directory, SEED), intervals_file(directory, SEED)
         meta = read_metadata(path)
-        rows[task] = (frame[task].to_numpy(np.float32), width,
-                      f"{meta.get('method', '?')} (split {meta.get('split', '?')}, k = {len(meta.get('known_columns', []))})")
+        rows[task] = (_row(path, task, ids), _widest_halfwidths(intervals, ids) if intervals.exists() else None,
+                      f"{meta['method']} (split {meta['split']}, k = {len(meta['known_columns'])})")
     arms: dict = {}
     for pair in arm_scores or []:
         key, path = pair.split("=", 1)

@@ -130,14 +130,15 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
     if kind == "random":
         return None
     if kind == "predicted":
-        source = forecast or f"{prediction}/seed-{prediction_seed}.parquet"
-        predicted = pd.read_parquet(source, columns=["example_id", task])
+        from ..predict.protocol import intervals_file, seed_file
+
+        predicted = pd.read_parquet(forecast or seed_file(prediction, prediction_seed), columns=["example_id", task])
         row = predicted.set_index("example_id")[task]
         if risk:
             from ..predict.protocol import interval_column
 
             column = interval_column(risk_level)
-            path = forecast or f"{prediction}/intervals-{prediction_seed}.parquet"
+            path = forecast or intervals_file(prediction, prediction_seed)
             if not os.path.exists(path) or column not in pq.read_schema(path).names:
                 raise DataError(f"{forecast or prediction}: no conformal intervals beside the prediction at level "
                                 f"{risk_level:g} (they need a regression method, at least 3 train tasks and the level "
@@ -150,12 +151,13 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
         forgetting = ForgettingMatrix.read(matrix)
         values = forgetting.row(task) if kind == "ground_truth" else forgetting.base_nll
         row = pd.Series(values, index=forgetting.example_ids)
+    source = forecast or prediction or matrix
     if statistic == "loss":
         missing = pd.Index(example_ids).difference(row.index)
         if len(missing):
-            raise DataError(f"{forecast or prediction or matrix}: no score for upstream example {missing[0]!r}: rebuild it")
+            raise DataError(f"{source}: no score for upstream example {missing[0]!r}: rebuild it")
     elif not pd.Index(example_ids).isin(row.index).any():
-        raise DataError(f"{forecast or prediction or matrix}: none of its items is an upstream example of this corpus: rebuild it")
+        raise DataError(f"{source}: none of its items is an upstream example of this corpus: rebuild it")
     return row.reindex(example_ids).to_numpy(dtype=np.float64)
 
 

@@ -11,15 +11,15 @@ class ExplorerPlan:
         self.cfg = plan.cfg
 
     def predictions(self, model: str) -> dict[str, str]:
-        """Each split's test tasks as predicted by the explorer's method at seed 0 (the first split that
-        predicts a task): task -> the prediction file. Computed models only."""
+        """Each split's test tasks as predicted by the explorer's method (the first split that predicts a
+        task): task -> the prediction directory (the page shows its seed 0). Computed models only."""
         method = self.cfg["explorer"]["method"]
         if method not in self.plan.prediction.methods(model) or model not in self.plan.computed:
             return {}  # a released split's test tasks are known only once it is imported
         out: dict[str, str] = {}
         for name, split in self.plan.prediction.splits(model).items():
             for task in split["test_tasks"]:
-                out.setdefault(task, f"{PREDICTIONS.format(model=model, split=name, method=method)}/seed-0.parquet")
+                out.setdefault(task, PREDICTIONS.format(model=model, split=name, method=method))
         return out
 
     def arm_scores(self, model: str) -> dict[str, str]:
@@ -39,7 +39,7 @@ class ExplorerPlan:
             inputs["forecast"] = self.plan.forecast.path(model)
         if model in self.plan.item_models:
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
-        predictions = sorted({path.rsplit("/", 1)[0] for path in self.predictions(model).values()})
+        predictions = sorted(set(self.predictions(model).values()))
         if predictions:
             inputs["prediction_dirs"] = predictions
         if self.plan.mitigation.tasks(model):
@@ -47,7 +47,7 @@ class ExplorerPlan:
         return inputs
 
     def arguments(self, model: str) -> list[str]:
-        """The optional inputs as the command's TASK=file and TASK:ARM=file pairs."""
+        """The optional inputs as the command's TASK=directory and TASK:ARM=file pairs."""
         out = []
         predictions = self.predictions(model)
         if predictions:

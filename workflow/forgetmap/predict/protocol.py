@@ -16,6 +16,7 @@ and written one seed at a time, so memory does not grow with the number of seeds
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 
@@ -143,6 +144,16 @@ def run_split(z, tasks, train, test, method, params, k, seeds, name="split", met
             out[-1][4] if out else None)
 
 
+def seed_file(directory, seed: int) -> Path:
+    """Where a prediction directory holds one seed's predicted rows."""
+    return Path(directory) / f"seed-{seed}.parquet"
+
+
+def intervals_file(directory, seed: int) -> Path:
+    """Where a prediction directory holds one seed's conformal half-widths (if the method gives any)."""
+    return Path(directory) / f"intervals-{seed}.parquet"
+
+
 def write_seed(example_ids, split: dict, method: str, seed: int, predictions, known, model, out) -> None:
     """One seed's predicted rows: `example_id`, then one float32 column per test task."""
     import pyarrow as pa
@@ -207,9 +218,9 @@ def _predict_and_write(matrix, definition: dict, method: str, params: dict, sett
                 settings["k"], list(range(settings["seeds"])), definition["name"],
                 {"threshold": settings["threshold"], "q": settings["top_q"], "budget": settings["budget"]}, **options):
             write_seed(matrix.example_ids, definition, settings["method"], seed, predictions, known, model,
-                       out_dir / f"seed-{seed}.parquet")
+                       seed_file(out_dir, seed))
             if widths:
-                write_intervals(matrix.example_ids, widths, out_dir / f"intervals-{seed}.parquet")
+                write_intervals(matrix.example_ids, widths, intervals_file(out_dir, seed))
             per_seed[seed] = values
     write_metrics(definition["name"], settings["method"], per_seed, metrics)
     return {"split": definition["name"], "method": settings["method"],
@@ -218,8 +229,6 @@ def _predict_and_write(matrix, definition: dict, method: str, params: dict, sett
 
 def _split_definition(path: str) -> dict:
     import json
-    from pathlib import Path
-
     return json.loads(Path(path).read_text())
 
 
