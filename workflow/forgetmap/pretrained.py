@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx")
 LARGE = 64 * 2**20  # other files above this size count by name and size too
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json", "spiece.model")
@@ -38,8 +37,7 @@ def locate(path: str, revision: str | None) -> Path:
         if not directory.is_dir():
             raise FileNotFoundError(f"{path!r} is not a directory")
         if not (directory / "config.json").exists():
-            raise FileNotFoundError(f"{path!r} has no config.json (a `save_pretrained` model "
-                              f"directory is expected)")
+            raise FileNotFoundError(f"{path!r} has no config.json (a `save_pretrained` model directory is expected)")
         return directory.resolve()
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError

@@ -54,4 +54,3 @@ def evaluate_command(model_dir: str, heldout: str, task: str, settings: dict, th
     with atomic_path(summary) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
     return result
-
