@@ -206,6 +206,28 @@ def test_the_base_identity_changes_with_its_tokenizer_or_weights(data_dir):
     assert settings["identity"] == identity(model) and settings["local"] == str(model.resolve())
 
 
+def test_a_large_weight_file_is_identified_by_sampled_content_not_by_its_size_or_time(tmp_path):
+    """A weight file far larger than what is read: a change of one tensor's worth of values in its middle
+    changes the identity; the same bytes copied (a new modification time) do not."""
+    import shutil
+
+    from forgetmap import pretrained
+
+    rng = np.random.default_rng(0)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    values = rng.standard_normal(6 * 2**20 // 4).astype(np.float32)  # 24 MiB: 4.8x what is sampled
+    values.tofile(model / "model.safetensors")
+    before = pretrained.identity(model)
+    copy = shutil.copytree(model, tmp_path / "copy")
+    assert pretrained.identity(copy) == before
+    changed = values.copy()
+    changed[3 * 2**20 // 4: 4 * 2**20 // 4] *= 1.01  # one MiB in the middle, retrained
+    changed.tofile(model / "model.safetensors")
+    assert (model / "model.safetensors").stat().st_size == values.nbytes and pretrained.identity(model) != before
+
+
 def test_lora_with_the_vllm_backend_is_a_config_error_before_any_finetune(data_dir):
     save_standin(data_dir / "model", "llama")
     config = pretrained_config(str(data_dir / "model"), finetune={"method": "lora"}, score={"backend": "vllm"})

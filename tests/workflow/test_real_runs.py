@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from helpers import by_rule, clone_workdir, make_workdir, planned_jobs, snakemake
+from helpers import by_rule, clone_workdir, library_warnings, make_workdir, planned_jobs, snakemake
 from standins import save_standin, sentences
 
 pytestmark = pytest.mark.workflow
@@ -80,6 +80,7 @@ def test_your_own_model_and_files_give_a_matrix_on_the_first_try(finished):
     assert (finished / "results/pythia/lowrank/r2.tsv").exists()
     assert (finished / "results/pythia/correlations/gradient.tsv").exists()
     assert "Traceback" not in (finished / "run.out").read_text()
+    assert library_warnings(finished) == []  # LoRA through peft, a GPTNeoX, today's transformers: no warning
 
 
 def test_the_base_scores_are_what_plain_transformers_computes(finished):
@@ -117,6 +118,23 @@ def test_replacing_the_base_tokenizer_under_the_same_path_reruns_what_depends_on
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": 99}))
     counts = by_rule(planned_jobs(workdir))
     assert counts["base_model"] == 1 and counts["finetune"] == 4 and counts["score"] == 15  # 5 runs x 3 shards
+
+
+def test_retrained_weights_of_the_same_shape_under_the_same_path_rerun_what_depends_on_them(finished, tmp_path):
+    """Continued pretraining saved over the old checkpoint: the same file names and sizes, new values."""
+    from transformers import AutoModelForCausalLM
+
+    workdir = clone_workdir(finished, tmp_path / "wf")
+    weights = workdir / "models/pythia/model.safetensors"
+    size = weights.stat().st_size
+    model = AutoModelForCausalLM.from_pretrained(workdir / "models/pythia")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    model.save_pretrained(workdir / "models/pythia")
+    assert weights.stat().st_size == size
+    counts = by_rule(planned_jobs(workdir))
+    assert counts["base_model"] == 1 and counts["finetune"] == 4 and counts["score"] == 15
 
 
 def test_a_model_directory_without_a_tokenizer_fails_before_any_job(tmp_path):

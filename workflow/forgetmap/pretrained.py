@@ -6,8 +6,11 @@ local Hugging Face cache only (never the network): `hf download ID` (or any earl
 `from_pretrained`) puts it there. A model that cannot be found fails at planning, naming the key,
 instead of every job spending its hub retries.
 
-The model's *identity* is a digest of its config, tokenizer and other small files and of the names
-and sizes of its weight files (read without loading them). It is part of the base job's settings,
+The model's *identity* is a digest of its config, tokenizer and other small files by content, and of
+its weight files by size and sampled content: the first MiB (a safetensors header and the first tensors)
+and 64 evenly spaced 64 KiB blocks, about 5 MiB read per file whatever its size. A checkpoint retrained
+to the same shape (continued pretraining saved over the old one) differs in every sampled block; a copy
+of the same weights (a new modification time) keeps its identity. It is part of the base job's settings,
 so replacing the weights or the tokenizer under the same path reruns the base pointer and, after it,
 every fine-tune and score that depends on it.
 
@@ -20,7 +23,10 @@ import hashlib
 from pathlib import Path
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx")
-LARGE = 64 * 2**20  # other files above this size count by name and size too
+LARGE = 64 * 2**20  # other files above this size are sampled too
+HEAD = 2**20  # bytes read from the start of a sampled file
+BLOCK = 64 * 2**10  # bytes of each sampled block
+SAMPLES = 64  # blocks read per sampled file, evenly spaced after the head
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json", "spiece.model")
 
 
@@ -58,16 +64,34 @@ def locate(path: str, revision: str | None) -> Path:
 
 
 def identity(directory: Path) -> str:
-    """A digest of a model directory: small files by content, weights (and large files) by name and size."""
+    """A digest of a model directory: small files by content, weights (and large files) by size and
+    sampled content (`sampled`)."""
     digest = hashlib.sha256()
     for file in sorted(p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith(".")):
         size = file.stat().st_size
         digest.update(file.name.encode() + b"\0")
         if file.suffix in WEIGHT_SUFFIXES or size > LARGE:
             digest.update(f"size={size}".encode())
+            digest.update(sampled(file, size))
         else:
             digest.update(file.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def sampled(file: Path, size: int) -> bytes:
+    """A digest of a file's first `HEAD` bytes and `SAMPLES` evenly spaced blocks of `BLOCK` bytes after
+    them (the whole file when it is smaller than what they would read)."""
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        if size <= HEAD + SAMPLES * BLOCK:
+            digest.update(handle.read())
+            return digest.digest()
+        digest.update(handle.read(HEAD))
+        span = size - HEAD - BLOCK  # the last block ends at the end of the file
+        for k in range(SAMPLES):
+            handle.seek(HEAD + span * k // (SAMPLES - 1))
+            digest.update(handle.read(BLOCK))
+    return digest.digest()
 
 
 def has_tokenizer_files(directory: Path) -> bool:
