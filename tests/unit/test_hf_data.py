@@ -138,3 +138,26 @@ def test_bad_dataset_settings_name_the_column(tmp_path):
                                  columns={"prompt": "instruction"}), 0, 0)
     with pytest.raises(DataError, match="cannot be loaded"):
         read_task("d", task_spec(format="hf", dataset=str(tmp_path / "missing")), 0, 0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"columns": {"prompt": "prompt_text"}}, r"column 'prompt_text' \(for 'prompt'\) not found; columns: instruction"),
+    ({"columns": {"prompt": "instruction"}, "where": {"category": "poetry"}}, "no rows match the filter"),
+    ({"columns": {"prompt": "instruction"}, "where": {"genre": "poetry"}}, "filter column 'genre' not found"),
+    ({"columns": {"prompt": "{instruction} {hint}"}}, r"names column\(s\) hint, not found"),
+    ({}, "no column gives 'prompt'"),
+])
+def test_a_dataset_task_whose_columns_or_filter_cannot_serve_fails_at_planning_naming_the_key(tmp_path, bad,
+                                                                                                message):
+    """Planning already loads the dataset (its fingerprint is part of the plan): its shape is checked
+    there, before any job, not in the prepare-task job."""
+    from forgetmap.plan import Plan
+    from helpers import tiny_config
+
+    config = tiny_config()
+    config["tasks"]["dolly_qa"] = {"category": next(iter(config["categories"])), "format": "hf", "dataset": "json",
+                                   "data_files": jsonl(tmp_path / "dolly.jsonl", DOLLY), **bad}
+    with pytest.raises(ConfigError, match=rf"config key tasks\.dolly_qa: dataset json, split train: .*{message}"):
+        Plan(config)
+    config["tasks"]["dolly_qa"].update(columns={"prompt": "instruction"}, where={"category": "brainstorming"})
+    assert "dolly_qa" in Plan(config).tasks["tiny"]

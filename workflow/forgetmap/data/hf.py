@@ -99,6 +99,38 @@ def frame(spec: dict, contract: list[str], split: str | None = None) -> tuple[pd
     return out.reset_index(drop=True), dataset._fingerprint
 
 
+def check(spec: dict, contract: list[str], required: list[str], split: str | None = None) -> None:
+    """What `frame` would reject about the dataset's shape, found at planning without reading its texts: a
+    filter, mapped, template or messages column that is missing, a filter that keeps no row, a `required`
+    contract column that nothing provides. Faults of single rows (an empty text, an answer index outside
+    its choices) are found where the rows are read, in the job that reads them."""
+    dataset = load(spec, split)
+    where = describe({**spec, "split": split or spec.get("split")})
+    columns = list(dataset.column_names)
+    filters = spec.get("where") or {}
+    _filtered(pd.DataFrame(columns=columns), filters, where)  # its columns exist
+    kept = len(_filtered(dataset.select_columns(list(filters)).to_pandas(), filters, where)) if filters else len(dataset)
+    if not kept:
+        raise DataError(f"{where}: no rows{' match the filter ' + repr(filters) if filters else ''}")
+    provided = set()
+    if spec.get("messages"):
+        if spec["messages"] not in columns:
+            raise DataError(f"{where}: messages column {spec['messages']!r} not found; columns: {', '.join(columns)}")
+        provided |= {"prompt", "response"}
+    shape = pd.DataFrame(columns=columns)  # the columns without their rows: what `_column` checks
+    for column in contract:
+        source = (spec.get("columns") or {}).get(column)
+        if source is None and column in columns:
+            source = column
+        if source is not None:
+            _column(shape, source, where, column)
+            provided.add(column)
+    absent = [c for c in required if c not in provided]
+    if absent:
+        raise DataError(f"{where}: no column gives {', '.join(map(repr, absent))} (map one under `columns`, or name "
+                        f"a `messages` column); columns: {', '.join(columns)}")
+
+
 def _filtered(rows: pd.DataFrame, where: dict, described: str) -> pd.DataFrame:
     for column, wanted in where.items():
         if column not in rows:

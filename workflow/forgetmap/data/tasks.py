@@ -42,6 +42,15 @@ def read_task(name: str, spec: dict, seed: int, demo_seed: int) -> pd.DataFrame:
     return frame[["prompt", "response", "split"]]
 
 
+def check_dataset(spec: dict) -> None:
+    """A `format: hf` task's shape, at planning (forgetmap.data.hf.check): its columns and filter, for
+    its split and its validation split."""
+    from . import hf
+
+    for split in (None, spec.get("validation_split")) if spec.get("validation_split") else (None,):
+        hf.check(spec, ["prompt", "response", "context"], ["prompt", "response"], split)
+
+
 def _read_dataset(spec: dict, split: str | None = None) -> pd.DataFrame:
     """A task from a Hugging Face dataset (forgetmap.data.hf), checked as a file would be."""
     from . import hf

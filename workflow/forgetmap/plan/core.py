@@ -29,6 +29,7 @@ class Plan:
     """The resolved config plus everything the DAG's shape is read from."""
 
     def __init__(self, config: dict):
+        from ..data.tasks import check_dataset
         from ..data.upstream import example_ids, has_items, shard_plan
         from ..released import released_tasks
 
@@ -52,6 +53,12 @@ class Plan:
         self.z_models = [m for m in self.models if m not in self.binary_imported]  # models with a forgetting matrix Z
         self.tasks: dict[str, list[str]] = {}  # the matrix's rows
         self.finetuned = {m: fm_config.model_tasks(cfg, m) for m in self.computed}  # measured or forecast
+        # a task read from a Hugging Face dataset: its columns and row filter, before any job
+        for task in dict.fromkeys(t for m in self.computed for t in self.finetuned[m]):
+            spec = cfg["tasks"][task]
+            if spec["format"] == "hf":
+                with fm_config.about(f"tasks.{spec.get('family') or task}"):
+                    check_dataset(spec)
         for model in self.models:
             spec = cfg["models"][model]["imported"]
             if spec is None:
