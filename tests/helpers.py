@@ -75,15 +75,22 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
 
 def planned_jobs(workdir: Path, *args: str, env: dict | None = None) -> list[tuple[str, dict]]:
     """(rule, wildcards) of every job a dry run would run."""
+    return [(rule, wildcards) for rule, wildcards, _ in planned_with_resources(workdir, *args, env=env)]
+
+
+def planned_with_resources(workdir: Path, *args: str, env: dict | None = None) -> list[tuple[str, dict, dict]]:
+    """(rule, wildcards, resources as the dry run prints them) of every job a dry run would run."""
     proc = snakemake(workdir, "--dry-run", *args, env=env)
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
         head = re.match(r"(?:local)?rule (\w+):", block)
         if not head:
             continue
-        wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-        wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {}
-        jobs.append((head.group(1), wildcards))
+        found = {}
+        for field in ("wildcards", "resources"):
+            line = re.search(rf"^\s+{field}: (.*)$", block, re.M)
+            found[field] = dict(kv.split("=", 1) for kv in line.group(1).split(", ")) if line else {}
+        jobs.append((head.group(1), found["wildcards"], found["resources"]))
     return jobs
 
 
@@ -148,3 +155,18 @@ def released_fixture(directory: Path, seed: int = 0) -> dict:
     with open(directory / "fpd-split-ood-tulu.pkl", "wb") as handle:
         pickle.dump(split, handle)
     return {"z": z, "base": base, "meta": meta, "split": split}
+
+
+# a record of forgetmap's own logging (the jobs' format): its WARNING lines are messages about the data
+OWN_RECORD = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ forgetmap(\.\w+)* [A-Z]+ ")
+
+
+def library_warnings(workdir: Path) -> list[str]:
+    """Every line of the run's job logs that mentions a warning and is not forgetmap's own record: a
+    Python warning (`...: FutureWarning: ...`) or a library logger's, as a new release adds them."""
+    found = []
+    for log in sorted((workdir / "results/logs").rglob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if re.search("warn", line, re.IGNORECASE) and not OWN_RECORD.match(line):
+                found.append(f"{log.relative_to(workdir)}: {line}")
+    return found

@@ -262,3 +262,44 @@ def test_random_replay_draws_independently_for_every_task():
     assert not np.array_equal(a, b)
     assert np.array_equal(a, select_replay(20, pool, draw_seed(0, "task_a", uniform=True)))  # still seeded
     assert draw_seed(3, "task_a", uniform=False) == 3  # weighted draws keep their seed
+
+
+def test_an_arms_run_gives_back_its_training_memory_before_it_is_judged(monkeypatch):
+    """The judging may start a vLLM engine in the same process, which refuses to start while the fine-tune's
+    model sits in reference cycles and torch's cache: both are released first (a CUDA device is stood in
+    for by recording what the cache was asked)."""
+    import gc
+    import weakref
+
+    import torch
+
+    from forgetmap import arm, train
+    from forgetmap.mitigation import evaluate
+
+    events, alive = [], {}
+
+    class Trained(torch.nn.Module):  # a module in a reference cycle, as a model with hooks is
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(4))
+            self.cycle = [self]
+
+    def fake_finetune(*args, **kwargs):
+        model = Trained()
+        alive["model"] = weakref.ref(model)
+        return {"steps": 1}
+
+    def fake_evaluate(*args):
+        events.append(("judged", alive["model"]() is None))
+        return {"validation_nll": 1.0}
+
+    gc.disable()  # only release_memory's collection may free the cycle
+    try:
+        monkeypatch.setattr(train, "finetune", fake_finetune)
+        monkeypatch.setattr(evaluate, "evaluate_command", fake_evaluate)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append(("empty_cache", None)))
+        arm.arm_command("base", "task", {}, {}, "heldout", 1, "out", "scores", "summary")
+    finally:
+        gc.enable()
+    assert events == [("empty_cache", None), ("judged", True)]

@@ -202,3 +202,34 @@ def test_a_steps_micro_batches_are_grouped_by_length_and_hold_the_same_examples(
     assert sorted(len(e.ids) for mb in grouped for e in mb) == sorted(len(e.ids) for e in plain)
     widths = [max(len(e.ids) for e in mb) for mb in grouped]
     assert widths == sorted(widths) and sum(w * 2 for w in widths) < 31 * 8  # padding only within a group
+
+
+def test_the_head_check_before_training_runs_in_trainings_precision():
+    """flash-attention takes only fp16/bf16 while training keeps fp32 weights under bf16 autocast: the check
+    whether the kept positions alone may meet the output head must run inside that autocast (it ran
+    outside it and crashed every single-GPU fine-tune with flash-attn installed). An attention function
+    that refuses fp32 as flash-attn does stands in for its kernel here, CPU autocast for CUDA's."""
+    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.flash_attention import get_target_dtype
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from forgetmap.nll import head_reproduces_logits
+    from forgetmap.train import kept_positions_only
+
+    def half_only(module, query, key, value, *args, **kwargs):  # transformers' casting, flash-attn's check
+        dtype = get_target_dtype(query, module) or query.dtype
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+        return sdpa_attention_forward(module, query.to(dtype), key.to(dtype), value.to(dtype), *args, **kwargs)
+
+    AttentionInterface.register("half_only_test", half_only)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="half_only_test")  # fp32 weights
+    with pytest.raises(RuntimeError, match="fp16 and bf16"):
+        head_reproduces_logits(model, torch.arange(1, 9))  # outside autocast: what crashed
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    assert kept_positions_only(model, torch.device("cuda"), 1, bf16)
+    assert not kept_positions_only(model, torch.device("cuda"), 2, bf16)  # FSDP: the full forward
+    assert not kept_positions_only(model, torch.device("cpu"), 1, bf16)

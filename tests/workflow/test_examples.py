@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from examples import example_config
-from helpers import make_workdir, snakemake
+from helpers import library_warnings, make_workdir, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -34,7 +34,7 @@ def test_the_example_config_builds_every_target_without_a_traceback(finished):
     for name in ("summary.tsv", "tests.tsv"):
         assert (workdir / f"results/{model}/mitigation/{name}").exists()
     assert (workdir / f"results/{model}/prediction/scores.tsv").exists()
-    assert "Traceback" not in (workdir / "run.out").read_text()
+    assert "Traceback" not in (workdir / "run.out").read_text() and library_warnings(workdir) == []
     assert not (workdir / f"results/{model}/checkpoints").exists() or not any(
         (workdir / f"results/{model}/checkpoints").iterdir())  # keep_checkpoints: false, as the config says
 

@@ -14,8 +14,10 @@ def arm_command(base: str, task: str, settings: dict, score_settings: dict, held
     """`forgetmap arm`: the checkpoint into `out`, its held-out scores into `scores`, the summary (validation
     NLL, training figures) into `summary`."""
     from .mitigation.evaluate import evaluate_command
+    from .models import release_memory
     from .train import finetune
 
     trained = finetune(base, task, settings, threads, out, replay=replay, token_losses=token_losses, matrix=matrix,
                        split=split, heldout=heldout, shards=shards)
+    release_memory()  # the training memory, before the judging loads the checkpoint (or starts a vLLM engine)
     return {"finetune": trained, **evaluate_command(out, heldout, task, score_settings, threads, scores, summary)}

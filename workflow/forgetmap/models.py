@@ -11,8 +11,11 @@ transformers and peft are imported inside functions so that importing forgetmap 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -86,6 +89,18 @@ def autocast_for(device: torch.device, bf16: bool = True):
     if device.type == "cuda" and bf16 and torch.cuda.is_bf16_supported():
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return nullcontext()
+
+
+def release_memory() -> None:
+    """Give back what a finished stage of a job held on the GPU: its objects (a model with hooks sits in
+    reference cycles that only the collector frees), then the blocks torch's caching allocator keeps. An
+    engine started next in the same process (vLLM) measures the device's free memory and refuses to start
+    below its memory fraction while they are held."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def read_pointer(model_dir: str | Path) -> dict | None:
@@ -168,11 +183,31 @@ def load_model(model_dir: str | Path, device: torch.device, dtype: torch.dtype, 
         from peft import PeftModel
 
         base = _load_base_for_adapter(model_dir, device, dtype, attention)
-        model = PeftModel.from_pretrained(base, str(model_dir)).merge_and_unload()
+        with peft_quietly():
+            model = PeftModel.from_pretrained(base, str(model_dir)).merge_and_unload()
     else:
         source, kwargs = model_source(model_dir)
+        if device.type == "cuda":  # straight onto the GPU: never the whole model in host memory first
+            kwargs["device_map"] = device
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn, **kwargs)
     return model.to(device).eval()
+
+
+@contextmanager
+def peft_quietly():
+    """Around peft's wrapping of a model: peft asks `model.is_gradient_checkpointing`, which transformers
+    >= 5.24 deprecates in favour of `is_activation_checkpointing` (a FutureWarning in every LoRA job that
+    is peft's to change, not ours). Only that warning is silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
+def cache_keyword(model) -> str:
+    """The name of a model's key-value cache, as its `forward` takes it and its output returns it: `cache`
+    from transformers 5.24 on (where `past_key_values` is deprecated), `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _load_base_for_adapter(adapter_dir: Path, device, dtype, attention):

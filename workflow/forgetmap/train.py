@@ -74,6 +74,17 @@ def kept_loss(model, batch: dict, n_targets: int) -> torch.Tensor:
     return per_token.sum() / max(1, n_targets)
 
 
+def kept_positions_only(model, device: torch.device, world: int, autocast) -> bool:
+    """Can training send only the kept positions through the output head (`kept_loss`)? On a GPU, in one
+    process (under FSDP the root's hooks must run: the full forward), where the body and head alone
+    reproduce the model's logits. The check runs under training's autocast: a model loaded with
+    flash-attention keeps fp32 weights and runs its kernels, which take only fp16/bf16, inside it."""
+    if device.type != "cuda" or world != 1:
+        return False
+    with autocast:
+        return head_reproduces_logits(model, torch.arange(1, 9) % 4 + 1)
+
+
 def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: dict, pad_id: int,
           log_path: Path | None, on_step: Callable[[int], dict] | None = None) -> dict:
     """Train `model` in place for `total` steps drawn from `batches` (each step: its micro-batches);
@@ -92,9 +103,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     autocast = autocast_for(device, settings["bf16"])
     if settings["gradient_checkpointing"]:  # non-reentrant: works with LoRA's frozen inputs, any transformers
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    # on a GPU, one process: only the kept positions meet the output head, where the body and head alone
-    # reproduce the model's logits (under FSDP the root's hooks must run: the full forward)
-    kept_only = device.type == "cuda" and world == 1 and head_reproduces_logits(model, torch.arange(1, 9) % 4 + 1)
+    kept_only = kept_positions_only(model, device, world, autocast)
     model.train()
     started = time.perf_counter()
     step_log = StepLog(log_path)
@@ -109,9 +118,8 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
         sum_tokens += tokens
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         mine = micro[rank::world]
-        for i, mb in enumerate(mine):
-            if world > 1:  # FSDP reduces gradients once per step, after its last micro-batch
-                model.set_requires_gradient_sync(i == len(mine) - 1)
+        for mb in mine:  # under FSDP each backward reduce-scatters: gradients stay sharded (an unsynced
+            # accumulation would hold every rank's full fp32 gradients: 28 GB at 7B, 52 GB at 13B)
             batch = {k: v.to(device) if v is not None else None for k, v in collate(mb, pad_id).items()}
             with autocast:
                 if kept_only:
@@ -185,10 +193,13 @@ class StepLog:
 def attach_lora(model, lora: dict, seed: int):
     from peft import LoraConfig, get_peft_model
 
+    from .models import peft_quietly
+
     torch.manual_seed(seed)
     config = LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
                         target_modules=lora["target_modules"], task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with peft_quietly():
+        return get_peft_model(model, config)
 
 
 def finetune(base: str, task: str, settings: dict, threads: int, out: str, replay: str | None = None,

@@ -247,7 +247,10 @@ def loglik_naive(model, items: list[Item]) -> list[np.ndarray]:
 def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
                     token_budget: int) -> list[np.ndarray]:
     """Greedy continuations of left-padded contexts, batched under the token budget, stopped at EOS."""
+    from ..models import cache_keyword
+
     device = next(model.parameters()).device
+    keyword = cache_keyword(model)
     lengths = np.array([len(c) for c in contexts])
     out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
     for batch in length_batches(lengths + max_new_tokens, token_budget, 1.0):
@@ -265,8 +268,8 @@ def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int 
         for _ in range(max_new_tokens):
             positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
             result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                           past_key_values=cache, use_cache=True, logits_to_keep=1)  # the next token's only
-            cache = result.past_key_values
+                           **{keyword: cache}, use_cache=True, logits_to_keep=1)  # the next token's only
+            cache = getattr(result, keyword)
             token = result.logits[:, -1].float().argmax(-1)
             token = torch.where(done, torch.full_like(token, pad_id), token)
             generated.append(token)

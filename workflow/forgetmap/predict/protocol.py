@@ -224,7 +224,15 @@ def _predict_and_write(matrix, definition: dict, method: str, params: dict, sett
             per_seed[seed] = values
     write_metrics(definition["name"], settings["method"], per_seed, metrics)
     return {"split": definition["name"], "method": settings["method"],
-            **{k: float(np.nanmean([m[k] for m in per_seed.values()])) for k in next(iter(per_seed.values()))}}
+            **{k: _finite_mean([m[k] for m in per_seed.values()]) for k in next(iter(per_seed.values()))}}
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean over seeds of a metric's finite values; NaN (without numpy's warning) where a method has
+    none (RMSE of a ranking or binary method)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else float("nan")
 
 
 def _split_definition(path: str) -> dict:
