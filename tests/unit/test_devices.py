@@ -79,3 +79,15 @@ def test_a_job_without_a_gpu_resource_sees_no_gpu(monkeypatch):
     assert pick_device("auto").type == "cpu"
     with pytest.raises(ForgetmapError, match="no GPU is visible to this job"):
         pick_device("cuda")
+
+
+def test_the_gpu_count_is_what_this_process_may_see(monkeypatch):
+    """Preflight compares a rule's GPUs with the devices the run may use: CUDA_VISIBLE_DEVICES where it is
+    set (a SLURM allocation, a user's choice), not every GPU `nvidia-smi -L` lists."""
+    from forgetmap.devices import device_count
+
+    monkeypatch.delenv("FORGETMAP_GPU_COUNT", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert device_count() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert device_count() == 0

@@ -108,3 +108,33 @@ def test_model_positions_follow_pointers_to_the_base_files(tmp_path):
     (tmp_path / "neox").mkdir()
     (tmp_path / "neox" / "config.json").write_text(json.dumps({"n_positions": 1024}))
     assert model_positions(str(tmp_path / "base")) == 2048 and model_positions(str(tmp_path / "neox")) == 1024
+
+
+def test_an_example_with_nothing_to_score_never_reaches_vllm_and_is_nan():
+    """vLLM refuses an empty prompt where torch gives NaN: an empty `lm` text is not sent (a stand-in engine
+    that refuses empty prompts as vLLM does records what it was sent)."""
+    from forgetmap.nll import score_prompts
+
+    class Engine:
+        def __init__(self):
+            self.sent = []
+
+        def generate(self, prompts, params):
+            assert all(p["prompt_token_ids"] for p in prompts), "The decoder prompt cannot be empty"
+            self.sent += [p["prompt_token_ids"] for p in prompts]
+            return [SimpleNamespace(prompt_logprobs=[None] + [{t: SimpleNamespace(logprob=-1.0)} for t in p["prompt_token_ids"][1:]])
+                    for p in prompts]
+
+    engine = Engine()
+    encoded = [Encoded(np.array([], dtype=np.int64), 1, 0), Encoded(np.array([5, 6, 7]), 1, 3),
+               Encoded(np.array([4]), 1, 1)]
+    nll = score_prompts(engine, encoded, dict, None)
+    assert engine.sent == [[5, 6, 7]] and np.isnan(nll[0]) and nll[1] == 1.0 and np.isnan(nll[2])
+    assert np.isnan(score_prompts(Engine(), encoded[:1], dict, None)).all()
+
+
+def test_the_vllm_engine_takes_the_configured_score_dtype():
+    from forgetmap.nll import vllm_dtype
+
+    assert vllm_dtype("auto") == "bfloat16" and vllm_dtype("float32") == "float32"
+    assert vllm_dtype("float16") == "float16"

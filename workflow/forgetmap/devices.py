@@ -33,9 +33,13 @@ from .errors import ForgetmapError
 
 
 def device_count() -> int:
-    """Devices on this machine: FORGETMAP_GPU_COUNT, else the GPUs `nvidia-smi -L` lists (no CUDA init)."""
+    """Devices this process may use: FORGETMAP_GPU_COUNT, else those CUDA_VISIBLE_DEVICES names where it is
+    set (an allocation, or a user's choice), else the GPUs `nvidia-smi -L` lists (no CUDA init)."""
     if os.environ.get("FORGETMAP_GPU_COUNT"):
         return int(os.environ["FORGETMAP_GPU_COUNT"])
+    visible = visible_devices()
+    if visible is not None:
+        return len(visible)
     if shutil.which("nvidia-smi") is None:
         return 0
     try:

@@ -85,10 +85,10 @@ def head_reproduces_logits(model, ids) -> bool:
     model whose forward scales or caps its logits: then only the full forward is right.)"""
     device = next(model.parameters()).device
     ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(device)
-    logits = model(input_ids=ids).logits[0].float()
-    via_head = model.get_output_embeddings()(transformer_body(model)(input_ids=ids).last_hidden_state[0]).float()
-    tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2
-    return bool(torch.allclose(logits, via_head, atol=tol, rtol=tol))
+    logits = model(input_ids=ids).logits[0]
+    via_head = model.get_output_embeddings()(transformer_body(model)(input_ids=ids).last_hidden_state[0])
+    tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2  # half precision
+    return bool(torch.allclose(logits.float(), via_head.float(), atol=tol, rtol=tol))
 
 
 class TorchScorer:
@@ -308,8 +308,13 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: 
     pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
     # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
     source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
-    return LLM(model=source, dtype="bfloat16", gpu_memory_utilization=settings["gpu_memory_utilization"],
+    return LLM(model=source, dtype=vllm_dtype(settings["dtype"]), gpu_memory_utilization=settings["gpu_memory_utilization"],
                max_model_len=max_model_len, enforce_eager=True)
+
+
+def vllm_dtype(requested: str) -> str:
+    """The engine's dtype from `score.dtype`, as the torch backend reads it: `auto` is bf16 on a GPU."""
+    return "bfloat16" if requested == "auto" else requested
 
 
 def prompt_logprob_params():  # pragma: no cover - needs the gpu extra
@@ -326,6 +331,18 @@ def score_with_vllm(llm, encoded: list[Encoded]) -> np.ndarray:  # pragma: no co
     """Score through vLLM: `prompt_logprobs=0` on the same token ids, as the paper scores."""
     from vllm.inputs import TokensPrompt
 
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=e.ids.tolist()) for e in encoded], prompt_logprob_params())
-    return np.array([nll_from_prompt_logprobs(e.ids.tolist(), o.prompt_logprobs, e.target_start, e.score_end)
-                     for e, o in zip(encoded, outputs)], dtype=np.float32)
+    return score_prompts(llm, encoded, TokensPrompt, prompt_logprob_params())
+
+
+def score_prompts(llm, encoded: list[Encoded], make_prompt, params) -> np.ndarray:
+    """Each example's NLL from an engine's prompt log-probs. An example with no token to score (an empty
+    text) is not sent, since vLLM refuses an empty prompt: its NLL is NaN, as the torch backend gives."""
+    nll = np.full(len(encoded), np.nan, dtype=np.float32)
+    sent = [i for i, e in enumerate(encoded) if e.n_scored > 0]
+    if not sent:
+        return nll
+    outputs = llm.generate([make_prompt(prompt_token_ids=encoded[i].ids.tolist()) for i in sent], params)
+    for i, output in zip(sent, outputs):
+        e = encoded[i]
+        nll[i] = nll_from_prompt_logprobs(e.ids.tolist(), output.prompt_logprobs, e.target_start, e.score_end)
+    return nll
