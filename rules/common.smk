@@ -88,6 +88,29 @@ def resource(stage, key):
     return lambda wc: PLAN.resource(wc.model, stage, key)
 
 
+def default_resource(name):
+    """A default resource as the profile names it (`default-resources:`, e.g. profiles/slurm's partitions),
+    or None where none does."""
+    for arg in getattr(workflow.resource_settings.default_resources, "args", None) or []:
+        key, _, value = str(arg).partition("=")
+        if key.strip() == name:
+            return value.strip().strip("'\"")
+    return None
+
+
+def partition(stage):
+    """The SLURM partition of a job that may ask for GPUs, derived from its GPU request so the two cannot
+    drift: the profile's `gpu_partition` when the job asks for GPUs, its default `slurm_partition` when it
+    asks for none (no partition, and so the cluster's default, where the profile names neither)."""
+
+    def job_partition(wc):
+        if PLAN.resource(wc.model, stage, "gpu"):
+            return default_resource("gpu_partition") or default_resource("slurm_partition")
+        return default_resource("slurm_partition")
+
+    return job_partition
+
+
 def checkpoint_output(path):
     out = directory(path)
     return out if CFG["keep_checkpoints"] else temp(out)

@@ -42,6 +42,7 @@ rule semantic_similarity:
     threads: resource("semantic", "threads")
     resources:
         gpu=resource("semantic", "gpu"),
+        slurm_partition=partition("semantic"),
         mem_mb=resource("semantic", "mem_mb"),
         runtime=resource("semantic", "runtime"),
     log:
@@ -74,6 +75,7 @@ rule gradient_similarity:
     threads: resource("gradient", "threads")
     resources:
         gpu=resource("gradient", "gpu"),
+        slurm_partition=partition("gradient"),
         mem_mb=resource("gradient", "mem_mb"),
         runtime=resource("gradient", "runtime"),
     log:

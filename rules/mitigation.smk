@@ -36,6 +36,7 @@ rule token_losses:
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),
+        slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
         runtime=resource("score", "runtime"),
     log:
@@ -87,6 +88,7 @@ rule arm_run:
     threads: resource("finetune", "threads")
     resources:
         gpu=resource("finetune", "gpu"),
+        slurm_partition=partition("finetune"),
         mem_mb=resource("finetune", "mem_mb"),
         runtime=resource("finetune", "runtime"),
     log:
@@ -115,6 +117,7 @@ rule plain_scores:
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),
+        slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
         runtime=resource("score", "runtime"),
     log:

@@ -11,6 +11,7 @@ rule base_model:
     threads: resource("base", "threads")
     resources:
         gpu=resource("base", "gpu"),
+        slurm_partition=partition("base"),
         mem_mb=resource("base", "mem_mb"),
         runtime=resource("base", "runtime"),
     log:
@@ -37,6 +38,7 @@ rule finetune:
     threads: resource("finetune", "threads")
     resources:
         gpu=resource("finetune", "gpu"),
+        slurm_partition=partition("finetune"),
         mem_mb=resource("finetune", "mem_mb"),
         runtime=resource("finetune", "runtime"),
     log:

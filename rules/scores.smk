@@ -14,6 +14,7 @@ rule score:
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),
+        slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
         runtime=resource("score", "runtime"),
     log:

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from forgetmap.explorer import build, render
+from forgetmap.explorer import TEXT_CHARS, build, render
 from forgetmap.matrix import ForgettingMatrix
 
 SETTINGS = {"model": "m<1>", "categories": {"a": "x", "b": "x", "c": "y"}, "modes": {}, "top_forgotten": 3,
@@ -21,11 +21,20 @@ def small(tmp_path):
     z[:, 5] = np.nan  # an example without a scored span under every task
     matrix = ForgettingMatrix(z, ["a", "b", "c"], ids, np.array(["s1"] * 6 + ["s2"] * 6),
                               rng.uniform(1, 2, 12).astype(np.float32), {"a": "x", "b": "x", "c": "y"})
-    responses = [f"answer {i}" for i in range(12)]
-    responses[int(np.nanargmax(z[0]))] = "</script><script>alert(1)</script>"
+    # both kinds of example: plain text (lm, one of them longer than the page carries) and chat
+    kinds = ["lm"] * 6 + ["chat"] * 6
+    texts = [f"plain text {i}" if k == "lm" else None for i, k in enumerate(kinds)]
+    texts[1] = "x" * (TEXT_CHARS + 500)
+    prompts = [None if k == "lm" else f"question {i}" for i, k in enumerate(kinds)]
+    responses = [None if k == "lm" else f"answer {i}" for i, k in enumerate(kinds)]
+    worst = int(np.nanargmax(z[0]))
+    if kinds[worst] == "lm":
+        texts[worst] = "</script><script>alert(1)</script>"
+    else:
+        responses[worst] = "</script><script>alert(1)</script>"
     shard = tmp_path / "shard.parquet"
-    pd.DataFrame({"example_id": ids, "source": matrix.sources, "kind": "lm", "prompt": "", "response": responses}
-                 ).to_parquet(shard)
+    pd.DataFrame({"example_id": ids, "source": matrix.sources, "kind": kinds, "text": texts, "prompt": prompts,
+                  "response": responses}).to_parquet(shard)
     return matrix, [str(shard)], z
 
 
@@ -53,3 +62,15 @@ def test_the_page_is_one_file_whose_texts_cannot_close_its_script(tmp_path):
     payload = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1)
     data = json.loads(payload)  # NaN never reaches the page: JSON null instead
     assert data["model"] == "m<1>" and "Plotly" in page and "/*PLOTLY*/" not in page and "{{DATA}}" not in page
+
+
+def test_every_kind_of_example_carries_its_text_and_the_overview_names_its_sources(tmp_path):
+    matrix, shards, _ = small(tmp_path)
+    data = build(matrix, shards, {**SETTINGS, "top_forgotten": 12, "top_improved": 12})
+    examples = data["examples"]
+    assert examples["e0"]["text"] == "plain text 0" and "prompt" not in examples["e0"]  # lm: its text
+    assert examples["e7"]["prompt"] == "question 7" and examples["e7"]["response"] == "answer 7"
+    assert "text" not in examples["e7"] and "length" not in examples["e7"]
+    long = examples["e1"]  # a long text: shortened, with its whole length so the page can say so
+    assert len(long["text"]) == TEXT_CHARS + 1 and long["text"].endswith("…") and long["length"] == TEXT_CHARS + 500
+    assert data["overview"]["sources"] == [["s1", 0, 1], ["s2", 2, 3]]

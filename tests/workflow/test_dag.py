@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from examples import example_config
-from helpers import by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config
+from helpers import by_rule, edited, make_workdir, planned_jobs, planned_with_resources, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 
@@ -93,3 +93,51 @@ def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_pat
     assert counts["predict"] == len(cfg["prediction"]["splits"]) * 9  # every default method, semantic included
     assert counts["arm_run"] == arms * arm_tasks and counts["plain_scores"] == arm_tasks
     assert counts["heldout_set"] == 1 and counts["mitigation_summary"] == 1
+
+
+
+def sbatch_call(rule: str, resources: dict, threads: int = 1) -> str:
+    """The sbatch command the SLURM executor plugin would submit for a job with these resources (its own
+    submit-string functions; the partition as its executor passes it)."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    typed = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in resources.items()}
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    job = SimpleNamespace(resources=Resources(typed), threads=threads, name=rule)
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": f"rule_{rule}", "account": "",
+              "partition": f"-p {typed['slurm_partition']}" if typed.get("slurm_partition") else "", "workdir": "."}
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+@pytest.mark.parametrize("name", ["olmo-1b", "pythia-1b"])
+def test_under_the_slurm_profile_a_job_goes_to_the_gpu_partition_exactly_when_it_asks_for_gpus(tmp_path, name):
+    """Every job of the example configs, GPU rules beyond fine-tuning and scoring included (arms, held-out
+    scores, token losses, similarities): its partition follows its GPU request, and the plugin's sbatch
+    string makes a GPU job one task that claims all its GPUs (never one task per GPU)."""
+    workdir = make_workdir(tmp_path)
+    config_path = example_config(workdir, name, n_upstream=20_000)
+    config = yaml.safe_load(config_path.read_text())
+    (model,) = config["models"]
+    config["models"][model]["resources"]["finetune"]["gpu"] = 4  # a multi-GPU fine-tune (FSDP, 4 processes)
+    config["models"][model]["finetune"]["processes"] = 4
+    arms = config["mitigation"]["arms"]  # (an online arm measures its model inside one process)
+    config["mitigation"]["arms"] = {name: arm for name, arm in arms.items() if arm.get("replay") != "online"}
+    config_path.write_text(yaml.safe_dump(config))
+    jobs = planned_with_resources(workdir, "--profile", "profiles/slurm", "--configfile", str(config_path),
+                                  env={"HF_HUB_CACHE": str(workdir / "hub")})
+    asks = {rule for rule, _, resources in jobs if int(resources.get("gpu", 0))}
+    assert {"finetune", "score", "arm_run", "plain_scores", "semantic_similarity", "gradient_similarity"} <= asks
+    for rule, _, resources in jobs:
+        gpus = int(resources.get("gpu", 0))
+        assert resources.get("slurm_partition") == ("gpu" if gpus else "cpu"), (rule, resources)
+        call = sbatch_call(rule, resources)
+        assert "--ntasks-per-gpu" not in call and "--ntasks=" not in call.replace("--ntasks=1", ""), call
+        assert (f"--gpus={gpus}" in call) == bool(gpus), call
+    finetune = next(sbatch_call(r, res) for r, _, res in jobs if r == "finetune")
+    assert "--gpus=4" in finetune and "-p gpu" in finetune and "--ntasks" not in finetune

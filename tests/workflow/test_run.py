@@ -8,7 +8,8 @@ import pytest
 
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
-from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
+from helpers import (by_rule, clone_workdir, edited, library_warnings, make_workdir, planned_jobs, snakemake, tiny_config,
+                     write_config)
 
 pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
@@ -37,6 +38,21 @@ def test_a_successful_run_prints_no_traceback_exception_or_warning(finished):
     output = (finished / "run.out").read_text()
     for word in ("Traceback", "Exception", "Warning", "warning"):
         assert word not in output, output[max(0, output.find(word) - 2000):output.find(word) + 500]
+    # nor do its job logs, with the libraries installed today (a new release's deprecation fails CI)
+    assert library_warnings(finished) == []
+
+
+def test_every_output_is_as_readable_as_the_umask_lets_it_be(finished):
+    """On a lab's shared cluster the group reads the results (the run inherits the test's umask)."""
+    import os
+    import stat
+
+    from forgetmap.io import umask
+
+    readable = 0o444 & ~umask()
+    files = [p for p in (finished / "results").rglob("*") if p.is_file()]
+    private = [str(p.relative_to(finished)) for p in files if stat.S_IMODE(os.stat(p).st_mode) & readable != readable]
+    assert len(files) > 100 and private == [], private[:10]
 
 
 def fresh_clone(finished, tmp_path):
@@ -334,6 +350,19 @@ def test_the_explorer_shows_a_tasks_most_forgotten_example_and_finds_an_example(
         tasks = driver.find_elements(By.CSS_SELECTOR, "#example-tasks tbody tr")
         column = int(np.flatnonzero(matrix.example_ids == other)[0])
         assert tasks[0].find_element(By.TAG_NAME, "td").text == matrix.tasks[int(np.nanargmax(matrix.values[:, column]))]
+        # every kind of example shows its text: a plain-text (lm) one and a chat one, searched by id
+        carried = driver.execute_script("return Object.keys(JSON.parse(document.getElementById('data').textContent).examples)")
+        position = {str(e): k for k, e in enumerate(matrix.example_ids)}
+        rows = read_rows(shards, np.array([position[e] for e in carried]))
+        for kind in ("lm", "chat"):
+            record = rows[rows["kind"] == kind].iloc[0]
+            search.clear()
+            search.send_keys(record["example_id"], Keys.ENTER)
+            shown = " ".join(driver.find_element(By.ID, "example-text").text.split())
+            expected = " ".join((record["text"] if kind == "lm" else record["response"]).split())
+            assert expected and expected[:30] in shown, (kind, expected, shown)
+        ticks = {t.text for t in driver.find_elements(By.CSS_SELECTOR, "#heatmap .xtick text")}
+        assert set(matrix.sources) <= ticks  # the overview's x axis names the sources
         assert console_errors(driver) == []
         assert remote_requests(driver) == []  # offline: Plotly and the data are inside the page
     finally:

@@ -1,8 +1,8 @@
 """See what is forgotten: one self-contained HTML page per model, offline, that links the matrix to its texts.
 
 The page answers a researcher's questions about examples: which examples a task makes the model forget
-(their prompt and response, NLL before and after, Z, the predicted or forecast value with its interval,
-the item's 1→0 / 0→1 transition), which tasks forget an example most, what the leading low-rank
+(their text: a plain text, or a prompt and response; NLL before and after, Z, the predicted or forecast
+value with its interval, the item's 1→0 / 0→1 transition), which tasks forget an example most, what the leading low-rank
 components are made of, and which held-out examples each mitigation arm protected.
 
 Sizes stay bounded whatever the matrix: the overview aggregates Z into at most `columns` bins of
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 log = logging.getLogger(__name__)
-TEXT_CHARS = 400  # prompt and response characters carried per example
+TEXT_CHARS = 4000  # characters carried of each text field (an lm text, a prompt, a response); the page
+# shows the first SHORT_CHARS of a long text and the rest on request
 TRANSITIONS = {0: "0→0", 1: "0→1", 2: "1→0", 3: "1→1"}
 SEED = 0  # the prediction seed a page shows
 
@@ -46,10 +47,11 @@ def components(z: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def overview(z: np.ndarray, sources: np.ndarray, order_key: np.ndarray, columns: int) -> dict:
     """Z averaged into bins of examples: per source (in first-seen order), examples sorted by `order_key`
-    and cut into bins in proportion to the source's size (at most `columns` bins in all)."""
+    and cut into bins in proportion to the source's size (at most `columns` bins in all). `sources`: each
+    source's name with its first and last bin, for the axis labels."""
     names = list(dict.fromkeys(sources.tolist()))
     n = len(sources)
-    labels, blocks = [], []
+    labels, blocks, spans = [], [], []
     for name in names:
         members = np.flatnonzero(sources == name)
         members = members[np.argsort(order_key[members], kind="stable")]
@@ -59,14 +61,27 @@ def overview(z: np.ndarray, sources: np.ndarray, order_key: np.ndarray, columns:
             with warnings.catch_warnings():  # a bin without a finite entry is NaN (drawn blank)
                 warnings.simplefilter("ignore", RuntimeWarning)
                 blocks.append(np.nanmean(z[:, part], axis=1))
+        spans.append([name, len(labels) - bins, len(labels) - 1])
     values = np.stack(blocks, axis=1) if blocks else np.zeros((len(z), 0))
     rounded = np.round(values, 4)
-    return {"columns": labels, "values": [[None if not np.isfinite(v) else float(v) for v in row] for row in rounded]}
+    return {"columns": labels, "sources": spans,
+            "values": [[None if not np.isfinite(v) else float(v) for v in row] for row in rounded]}
 
 
-def _text(value) -> str:
+def _text(value, limit: int | None = TEXT_CHARS) -> str:
     text = "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
-    return text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS] + "…"
+    return text if limit is None or len(text) <= limit else text[:limit] + "…"
+
+
+def _texts(record) -> dict:
+    """An example's texts as the page shows them: `text` for a plain-text (`lm`) example, `prompt` and
+    `response` for a `chat` one; `length`, the whole text's characters, where the page carries less."""
+    fields = ("text",) if record.get("kind") == "lm" else ("prompt", "response")
+    whole = [_text(record.get(field), limit=None) for field in fields]
+    texts = {field: _text(value) for field, value in zip(fields, whole)}
+    if any(len(value) > TEXT_CHARS for value in whole):
+        texts["length"] = sum(len(value) for value in whole)
+    return texts
 
 
 def _float(value) -> float | None:
@@ -136,8 +151,7 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
     for k, i in enumerate(chosen):
         record = rows.iloc[k] if rows is not None else {}
         example = {"source": str(matrix.sources[i]), "kind": _text(record.get("kind")),
-                   "prompt": _text(record.get("prompt")), "response": _text(record.get("response")),
-                   "base_nll": _float(matrix.base_nll[i]),
+                   **(_texts(record) if rows is not None else {}), "base_nll": _float(matrix.base_nll[i]),
                    "z": [_float(task_rows[t][i]) for t in tasks],
                    "loadings": [round(float(example_load[i, c]), 4) for c in range(count)]}
         if items is not None and ids[i] in items["index"]:

@@ -1,4 +1,4 @@
-"""Whole-or-nothing output files: write beside the target, then rename."""
+"""Whole-or-nothing output files: write beside the target, then rename, readable as the umask says."""
 
 from __future__ import annotations
 
@@ -13,9 +13,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def umask() -> int:
+    """The process's umask (read by setting it and putting it back: there is no other portable way)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike, directory: bool = False):
-    """Yield a temporary path next to `target`; on success rename it onto `target`, else delete it."""
+    """Yield a temporary path next to `target`; on success rename it onto `target`, else delete it. The
+    target (a directory: with everything in it) gets the mode a plain `open` or `mkdir` would give it (the
+    temporary one is private: 0600/0700), so a lab's group reads the results when its umask lets it."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if directory:
@@ -26,6 +35,7 @@ def atomic_path(target: str | os.PathLike, directory: bool = False):
         tmp = Path(name)
     try:
         yield tmp
+        _plain_modes(tmp)
         if directory and target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -35,6 +45,20 @@ def atomic_path(target: str | os.PathLike, directory: bool = False):
         else:
             tmp.unlink(missing_ok=True)
         raise
+
+
+def _plain_modes(path: Path) -> None:
+    """The modes `open` and `mkdir` give under the umask, on `path` and everything inside it (the temporary
+    name is private, and so is what some writers create: transformers saves weights through a temporary
+    file of its own)."""
+    mask = umask()
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+    if path.is_dir():
+        for root, directories, files in os.walk(path):
+            for name in directories:
+                os.chmod(os.path.join(root, name), 0o777 & ~mask)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict | None = None) -> None:

@@ -32,6 +32,32 @@
     return el("table", id ? { id: id } : {}, [el("thead", {}, [head]), el("tbody", {}, body)]);
   }
 
+  // an example's text: a plain-text (lm) example's text, a chat example's prompt → response
+  function exampleText(ex) {
+    if (ex.text !== undefined) return ex.text;
+    return (ex.prompt ? ex.prompt + "\n→ " : "") + (ex.response || "");
+  }
+
+  const SHORT = 300;  // characters of a text shown in a table or before "show all"
+  const shorten = (text) => (text.length > SHORT ? text.slice(0, SHORT) + "…" : text);
+
+  // the example card's text: shortened when long, with a link that shows all the page carries of it
+  function textBlock(ex) {
+    const whole = exampleText(ex);
+    const pre = el("pre", { id: "example-text", text: shorten(whole) });
+    const note = ex.length === undefined ? "" :
+      " (the page carries part of its " + ex.length + " characters; all of it is in the upstream shards)";
+    if (whole.length <= SHORT) return [pre];
+    const toggle = link("show all" + note, () => {
+      const full = pre.dataset.full === "1";
+      pre.textContent = full ? shorten(whole) : whole;
+      pre.dataset.full = full ? "0" : "1";
+      toggle.textContent = full ? "show all" + note : "show less";
+    });
+    toggle.id = "example-more";
+    return [pre, toggle];
+  }
+
   function kindBadge(task) {
     const kind = data.tasks[taskIndex.get(task)].kind;
     return el("span", { class: "kind " + kind, text: kind });
@@ -40,15 +66,14 @@
   function exampleRows(entries) {
     return entries.map((e) => {
       const ex = data.examples[e.id] || {};
-      const text = (ex.prompt ? ex.prompt + "\n→ " : "") + (ex.response || "");
-      return [link(e.id, () => showExample(e.id), e.id), ex.source || "", text, fmt(e.base_nll), fmt(e.after_nll),
+      return [link(e.id, () => showExample(e.id), e.id), ex.source || "", shorten(exampleText(ex)), fmt(e.base_nll), fmt(e.after_nll),
               fmt(e.z), e.predicted === undefined ? "–" : fmt(e.predicted),
               e.halfwidth === undefined || e.halfwidth === null ? "–" : "± " + fmt(e.halfwidth),
               e.transition || "–"];
     });
   }
 
-  const HEADERS = ["example", "source", "prompt → response", "NLL before", "NLL after", "Z", "predicted",
+  const HEADERS = ["example", "source", "text (prompt → response)", "NLL before", "NLL after", "Z", "predicted",
                    "interval", "item"];
 
   function showTask(name) {
@@ -88,7 +113,7 @@
     byTask.sort((a, b) => b[1] - a[1]);
     const body = document.getElementById("example-body");
     body.replaceChildren(
-      el("pre", { id: "example-text", text: (ex.prompt ? ex.prompt + "\n→ " : "") + ex.response }),
+      ...textBlock(ex),
       el("p", { class: "note", text: "kind " + ex.kind + "; NLL before " + fmt(ex.base_nll) +
         "; component loadings " + ex.loadings.map((v, c) => "#" + (c + 1) + " " + fmt(v, 2)).join(", ") }),
       el("h2", { text: "Tasks that forget it most" }),
@@ -110,9 +135,9 @@
         tasks.appendChild(document.createTextNode(" " + fmt(loading, 2)));
       });
       body.appendChild(tasks);
-      body.appendChild(table(["example", "source", "prompt → response", "loading"], comp.examples.map(([id, loading]) => {
+      body.appendChild(table(["example", "source", "text (prompt → response)", "loading"], comp.examples.map(([id, loading]) => {
         const ex = data.examples[id] || {};
-        return [link(id, () => showExample(id), id), ex.source || "", (ex.prompt ? ex.prompt + "\n→ " : "") + (ex.response || ""), fmt(loading, 2)];
+        return [link(id, () => showExample(id), id), ex.source || "", shorten(exampleText(ex)), fmt(loading, 2)];
       })));
     }
   }
@@ -136,7 +161,10 @@
       hovertemplate: "%{y}<br>%{x}<br>mean Z %{z:.3f}<extra></extra>", colorbar: { title: { text: "Z" } },
     }], {
       margin: { l: 220, r: 20, t: 10, b: 40 }, height: Math.max(260, 18 * names.length + 80),
-      xaxis: { showticklabels: false, title: { text: "upstream examples: " + data.n_examples + ", by source" } },
+      // one label per source, at the middle bin of its span of columns
+      xaxis: { tickmode: "array", tickangle: -30, tickvals: data.overview.sources.map(([, first, last]) =>
+        data.overview.columns[Math.floor((first + last) / 2)]), ticktext: data.overview.sources.map(([name]) => name),
+        title: { text: "upstream examples: " + data.n_examples + ", by source" } },
       yaxis: { automargin: true, autorange: "reversed" },
     }, { responsive: true, displaylogo: false });
     document.getElementById("heatmap").on("plotly_click", (event) => showTask(event.points[0].customdata));
