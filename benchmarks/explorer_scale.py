@@ -1,8 +1,9 @@
 """The explorer at paper scale: page size, build time and load time in headless Chromium.
 
-A generated 85 × 141,871 matrix (rank 5 plus noise, 7 sources) over a generated corpus of texts of the
-demo's lengths; the page built as the workflow builds it (`forgetmap.explorer`), then opened in headless
-Chromium (Debian's chromium + chromium-driver) until it says it is drawn. With `--workdir`, the demo's
+A generated 85 × 141,871 matrix (rank 5 plus noise, 7 sources) over a generated corpus of plain texts of
+pretraining documents' lengths (20 to 1,500 words); the page built as the workflow builds it
+(`forgetmap.explorer`), then opened in headless Chromium (Debian's chromium + chromium-driver) until it
+says it is drawn. With `--workdir`, the demo's
 own page is opened the same way.
 
     python benchmarks/explorer_scale.py                          # paper scale
@@ -35,10 +36,10 @@ def generated(directory: Path, tasks: int, n: int, seed: int = 0):
     matrix = ForgettingMatrix(z.astype(np.float32), list(categories), ids, sources,
                               rng.uniform(1, 4, n).astype(np.float32), categories)
     words = np.array("the of and to in a is that for it as was with be by on not he this are or his from".split())
-    lengths = rng.integers(8, 120, n)
+    lengths = rng.integers(20, 1500, n)  # words: pretraining documents of up to ~2,048 tokens, as Dolma's
     shard = directory / "shard-0.parquet"
-    pd.DataFrame({"example_id": ids, "source": sources, "kind": "lm", "prompt": "",
-                  "response": [" ".join(words[rng.integers(0, len(words), k)]) for k in lengths]}).to_parquet(shard)
+    pd.DataFrame({"example_id": ids, "source": sources, "kind": "lm",
+                  "text": [" ".join(words[rng.integers(0, len(words), k)]) for k in lengths]}).to_parquet(shard)
     return matrix, [str(shard)]
 
 
