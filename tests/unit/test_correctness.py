@@ -242,3 +242,16 @@ def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(
     shortcut = evaluate_torch(model, tokenizer, items, settings, scorer, known)
     pd.testing.assert_frame_equal(decoded, shortcut)
     assert shortcut["correct"].tolist()[0] == 1
+
+
+def test_the_packing_check_tolerance_follows_the_options_length_not_the_contexts():
+    """A long context once widened the tolerance to tens of nats in bf16: a packing that got an option's
+    sum wrong by 2 nats passed. The bound is per option token."""
+    from forgetmap.correctness.items import packing_agrees
+
+    item = Item(np.arange(2000), [np.array([5]), np.array([6, 7, 8])], ["a", "b"], 0, False)
+    separate = np.array([-3.0, -9.0])
+    assert packing_agrees(separate + [0.04, -0.1], separate, item, torch.bfloat16)  # within 0.05 per token
+    assert not packing_agrees(separate + [2.0, 0.0], separate, item, torch.bfloat16)  # a 2,000-token context
+    assert not packing_agrees(separate + [0.0, 0.05], separate, item, torch.float32)
+    assert packing_agrees(separate + [0.0, 0.002], separate, item, torch.float32)

@@ -147,6 +147,15 @@ def _packed(item: Item) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     return ids, positions, mask, np.asarray(option_of), np.asarray(predict_at)
 
 
+def packing_agrees(packed: np.ndarray, separate: np.ndarray, item: Item, dtype) -> bool:
+    """Do packed options reproduce separate sequences' summed log-likelihoods? Each option's sum runs over
+    its own tokens, so the tolerance grows with the option's length (a per-token bound), never with the
+    context's: a long context must not let a wrong mask through."""
+    tol = 1e-3 if dtype == torch.float32 else 5e-2
+    lengths = np.array([max(1, len(option)) for option in item.options], dtype=np.float64)
+    return bool(np.all(np.abs(np.asarray(packed) - np.asarray(separate)) <= tol * lengths + tol * np.abs(separate)))
+
+
 class OptionScorer:
     """Summed log-likelihood of every option of every multiple-choice item, batched under a token budget."""
 
@@ -169,8 +178,7 @@ class OptionScorer:
             probe = max(items, key=lambda it: len(it.options))
             packed = self._packed_loglik([probe])[0]
             separate = self._separate_loglik([probe])[0]
-            tol = 1e-3 if self.scorer.dtype == torch.float32 else 5e-2
-            self.packed = bool(np.allclose(packed, separate, atol=tol * max(1, len(probe.context)), rtol=tol))
+            self.packed = packing_agrees(packed, separate, probe, self.scorer.dtype)
             if not self.packed:
                 log.warning("packed option scoring does not reproduce separate sequences (%s vs %s): "
                             "scoring options as separate sequences", packed, separate)
