@@ -23,7 +23,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 TEXT_CHARS = 2000  # characters carried of each text field (an lm text, a prompt, a response); the page
-# shows the first SHORT_CHARS of a long text and the rest on request
+# (assets/explorer.js) shows the first 300 of a long text and the rest on request
 TRANSITIONS = {0: "0→0", 1: "0→1", 2: "1→0", 3: "1→1"}
 SEED = 0  # the prediction seed a page shows
 

@@ -82,12 +82,8 @@ def frame(spec: dict, contract: list[str], split: str | None = None) -> tuple[pd
     out = pd.DataFrame(index=rows.index)
     if spec.get("messages"):
         out["prompt"], out["response"] = _turns(rows, spec["messages"], spec.get("turns") or "first", where)
-    for column in contract:
-        source = (spec.get("columns") or {}).get(column)
-        if source is None and column in rows and column not in out:
-            source = column
-        if source is not None:
-            out[column] = _column(rows, source, where, column)
+    for column, source in _sources(spec, contract, rows.columns).items():
+        out[column] = _column(rows, source, where, column)
     if "context" in out:
         template = spec.get("context_template") or CONTEXT_TEMPLATE
         has = out["context"].map(lambda v: isinstance(v, str) and bool(v.strip()))
@@ -118,17 +114,27 @@ def check(spec: dict, contract: list[str], required: list[str], split: str | Non
             raise DataError(f"{where}: messages column {spec['messages']!r} not found; columns: {', '.join(columns)}")
         provided |= {"prompt", "response"}
     shape = pd.DataFrame(columns=columns)  # the columns without their rows: what `_column` checks
-    for column in contract:
-        source = (spec.get("columns") or {}).get(column)
-        if source is None and column in columns:
-            source = column
-        if source is not None:
-            _column(shape, source, where, column)
-            provided.add(column)
+    for column, source in _sources(spec, contract, columns).items():
+        _column(shape, source, where, column)
+        provided.add(column)
     absent = [c for c in required if c not in provided]
     if absent:
         raise DataError(f"{where}: no column gives {', '.join(map(repr, absent))} (map one under `columns`, or name "
                         f"a `messages` column); columns: {', '.join(columns)}")
+
+
+def _sources(spec: dict, contract: list[str], columns) -> dict[str, str]:
+    """Contract column -> the dataset column or template that gives it: the spec's `columns`, else a
+    dataset column of the same name (except for what a `messages` column gives)."""
+    given = {"prompt", "response"} if spec.get("messages") else set()
+    out = {}
+    for column in contract:
+        source = (spec.get("columns") or {}).get(column)
+        if source is None and column in columns and column not in given:
+            source = column
+        if source is not None:
+            out[column] = source
+    return out
 
 
 def _filtered(rows: pd.DataFrame, where: dict, described: str) -> pd.DataFrame:
