@@ -1,4 +1,4 @@
-# The base model of each model, and one fine-tune per (model, task).
+# The base model of each model, one fine-tune per (model, task), and a pointer per checkpoint it did not train.
 
 
 rule base_model:
@@ -50,3 +50,19 @@ rule finetune:
     shell:
         "forgetmap finetune --base {input.base:q} --task {input.task:q} "
         "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
+
+
+rule posttrained:  # a checkpoint the user did not train: a pointer, no fine-tune
+    output:
+        directory(fm_plan.POSTTRAINED),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.checkpoint_settings),
+    localrule: True
+    log:
+        "results/logs/{model}/posttrained/{checkpoint}.log",
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap checkpoint --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"

@@ -10,7 +10,7 @@ rule score:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=settings(PLAN.score_settings),
+        settings=settings(PLAN.run_score_settings),
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),

@@ -55,7 +55,7 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: c["models"]["m"].update(base={"kind": "pretrained"}), "models.m.base.path: required"),
     (lambda c: c["models"]["m"].update(resources={"score": {"gpu": -1}}), "models.m.resources.score.gpu: value -1"),
     (lambda c: c.pop("models"), "'models' is a required property"),
-    (lambda c: c.pop("tasks"), "config key tasks: model 'm' is fine-tuned on every task, and none is configured"),
+    (lambda c: c.pop("tasks"), "config key models.m.tasks: model 'm' has no row: no task is configured for it"),
     (lambda c: c.pop("upstream"), "models.m.upstream: value 'demo' is not an upstream corpus"),
     (lambda c: c["prediction"].update(methods={"mf": {"rank2": 3}}),
      "config key prediction.methods.mf.rank2: mf has no such parameter; allowed: rank, reg, ranks"),

@@ -50,7 +50,7 @@ def test_a_shard_without_items_scores_as_plain_transformers_does(tmp_path, archi
     corpus_without_items().to_parquet(shard)
     summary = score_shard(str(model_dir), str(shard), score_settings(max_length=64), 1, str(tmp_path / "scores.parquet"))
     scores = pd.read_parquet(tmp_path / "scores.parquet")
-    assert list(scores.columns) == ["example_id", "nll", "n_tokens"] and scores["nll"].notna().all()
+    assert list(scores.columns) == ["example_id", "nll", "n_tokens", "n_bytes"] and scores["nll"].notna().all()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,6 +62,8 @@ def test_a_shard_without_items_scores_as_plain_transformers_does(tmp_path, archi
         if row.kind == "lm":
             ids = tok(row.text)["input_ids"]
             expected = plain_nll(model, ids, 1, len(ids))
+            # bits per byte's denominator: the scored tokens' text (all but the first token), in UTF-8 bytes
+            assert scores["n_bytes"][i] == len(tok.decode(ids[1:]).encode()) < len(row.text.encode())
         else:
             if template:  # the tokenizer's own template (auto): Tulu's markers, EOS after the response
                 prefix = tok.apply_chat_template([{"role": "user", "content": row.prompt}], tokenize=False,
@@ -71,6 +73,7 @@ def test_a_shard_without_items_scores_as_plain_transformers_does(tmp_path, archi
             head = tok(prefix, add_special_tokens=False)["input_ids"]
             body = tok(row.response, add_special_tokens=False)["input_ids"]
             expected = plain_nll(model, head + body, len(head), len(head) + len(body))
+            assert scores["n_bytes"][i] == len(row.response.encode())  # the response, whatever the template
         assert scores["nll"][i] == pytest.approx(expected, abs=1e-5)
     assert summary["chat_template"] == ("tokenizer" if template else "olmo") and summary["truncated"] == 0
     assert summary["pad_token"] is not None and summary["pad_token_from"] in ("tokenizer", "vocabulary", "eos")

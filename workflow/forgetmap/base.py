@@ -1,4 +1,5 @@
-"""The base model of a run: pretrained from scratch on the demo corpus, or a pointer to real weights.
+"""The base model of a run: pretrained from scratch on the demo corpus, or a pointer to real weights; and
+the pointer of a checkpoint forgetmap did not train (a public post-trained model, a row of its own).
 
 The demo's base sees its pretraining corpus (the first `n_examples` of the demo generator, the
 same examples the upstream corpus scores, as in the paper) with the loss on every token. Its
@@ -81,6 +82,12 @@ def base_command(settings: dict, threads: int, out: str) -> dict:
     return link_pretrained(settings["path"], out, settings["revision"], settings.get("local"), settings.get("identity"))
 
 
+def checkpoint_command(settings: dict, out: str) -> dict:
+    """`forgetmap checkpoint`: a pointer to a checkpoint's files, as planning found them (its identity
+    checked again: weights replaced since planning fail here instead of being scored)."""
+    return link_pretrained(settings["path"], out, settings["revision"], settings["local"], settings["identity"])
+
+
 def link_pretrained(source: str, out: str, revision: str | None = None, local: str | None = None,
                     identity: str | None = None) -> dict:
     """A base pointer to weights the user's environment provides: the local directory or cached HF id that
@@ -92,7 +99,7 @@ def link_pretrained(source: str, out: str, revision: str | None = None, local: s
     if local is None:
         local = str(locate(source, revision, "base.path"))
     if identity is not None and identity_of(Path(local)) != identity:
-        raise ForgetmapError(f"{local}: the base model's files changed since the workflow was planned; rerun it")
+        raise ForgetmapError(f"{local}: the model's files changed since the workflow was planned; rerun it")
     with atomic_path(out, directory=True) as tmp:
         write_pointer(tmp, source, revision, local=local, identity=identity or identity_of(Path(local)))
     return {"path": source, "revision": revision, "local": local}

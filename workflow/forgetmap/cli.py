@@ -68,6 +68,8 @@ COMMANDS = [
      [SETTINGS, OUT], False),
     ("base-model", "pretrain the demo base model, or point to real weights", "base:base_command",
      [SETTINGS, THREADS, GPUS, OUT], True),
+    ("checkpoint", "point to a checkpoint forgetmap did not train (a row of a post-training map)",
+     "base:checkpoint_command", [SETTINGS, OUT], True),
     ("finetune", "fine-tune a base model on one task (a mitigation arm with --replay / --token-losses)",
      "train:finetune",
      [arg("--base", required=True, help="base model directory"),

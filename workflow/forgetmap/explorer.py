@@ -176,10 +176,12 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
         return out
 
     order_key = example_load[:, 0] if count else np.zeros(len(ids))
+    checkpoints = settings.get("checkpoints", {})  # rows that are checkpoints forgetmap did not train
     return {
         "model": settings["model"], "n_examples": int(len(ids)), "texts": shards is not None, "tasks": [
             {"name": t, "category": settings["categories"].get(t) or matrix.categories.get(t, ""),
-             "kind": modes.get(t, settings.get("kind", "measured")),
+             "kind": "checkpoint" if t in checkpoints else modes.get(t, settings.get("kind", "measured")),
+             "checkpoint": checkpoints.get(t),
              "predicted_by": predicted[t][2] if t in predicted else None,
              "mean": _float(np.nanmean(task_rows[t])), "forgotten": _float(np.nanmean(task_rows[t] > 0))}
             for t in tasks],

@@ -25,6 +25,8 @@ FORMAT_VERSION = 1
 # what a matrix's values are; every matrix file records one of these under `statistic`
 STATISTICS = {
     "nll_change": "Z = NLL after fine-tuning - NLL before (nats per token); positive = forgotten",
+    "bpb_change": "Z = NLL after - NLL before in bits per UTF-8 byte of the scored text (comparable across "
+                  "tokenizers); positive = forgotten",
     "transition": "correctness before and after as 2 * before + after: 0 = 0->0, 1 = 0->1, 2 = 1->0, 3 = 1->1",
     "forgotten_1to0": "Y = 1 where an item the base answered correctly is answered wrongly after fine-tuning, "
                       "0 where it stays correct, missing where the base was wrong",
@@ -110,40 +112,62 @@ class ForgettingMatrix:
         return pd.concat([frame, pd.DataFrame(self.values.T, columns=self.tasks)], axis=1)
 
 
-def _read_scores(path: str | Path, expected_ids: np.ndarray) -> np.ndarray:
-    scores = pq.read_table(path, columns=["example_id", "nll"])
+def _read_scores(path: str | Path, expected_ids: np.ndarray, statistic: str = "nll_change") -> np.ndarray:
+    """One score file's NLL per example: nats per token, or (bpb_change) bits per byte of the scored text."""
+    columns = ["example_id", "nll"] + ["n_tokens", "n_bytes"] * (statistic == "bpb_change")
+    if statistic == "bpb_change" and "n_bytes" not in pq.read_schema(path).names:
+        raise DataError(f"{path}: no column 'n_bytes' (it was scored before bits per byte were counted); rescore it")
+    scores = pq.read_table(path, columns=columns)
     ids = scores.column("example_id").to_numpy().astype(str)
     if len(ids) != len(expected_ids) or not np.array_equal(ids, expected_ids):
         raise DataError(f"{path}: its example ids do not match the upstream shard it scores "
                         f"({len(ids)} vs {len(expected_ids)} examples); rescore it")
-    return scores.column("nll").to_numpy().astype(np.float32)
+    nll = scores.column("nll").to_numpy().astype(np.float64)
+    if statistic == "bpb_change":
+        n_bytes = scores.column("n_bytes").to_numpy().astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            nll = np.where(n_bytes > 0, nll * scores.column("n_tokens").to_numpy() / (n_bytes * np.log(2)), np.nan)
+    return nll.astype(np.float32)
 
 
 def assemble(shards: list[str], base_scores: list[str], task_scores: dict[str, list[str]],
-             categories: dict[str, str], groups: dict[str, str]) -> ForgettingMatrix:
-    """Stack per-shard scores into Z; every run must score exactly the shards' examples, in order."""
+             categories: dict[str, str], groups: dict[str, str], references: dict[str, str] | None = None,
+             statistic: str = "nll_change") -> ForgettingMatrix:
+    """Stack per-shard scores into Z; every run must score exactly the shards' examples, in order. A row's
+    `reference` (default: the base) is the run it is compared with: `base` or another row (a chain of
+    checkpoints, each stage against the one before)."""
     ids, sources = [], []
     for shard in shards:
         table = pq.read_table(shard, columns=["example_id", "source"])
         ids.append(table.column("example_id").to_numpy().astype(str))
         sources.append(table.column("source").to_numpy().astype(str))
-    base = np.concatenate([_read_scores(p, i) for p, i in zip(base_scores, ids)])
-    values = np.empty((len(task_scores), len(base)), dtype=np.float32)
-    for row, (task, paths) in enumerate(task_scores.items()):
+    runs = {"base": np.concatenate([_read_scores(p, i, statistic) for p, i in zip(base_scores, ids)])}
+    for task, paths in task_scores.items():
         if len(paths) != len(shards):
             raise DataError(f"task {task!r}: {len(paths)} score files for {len(shards)} upstream shards")
-        after = np.concatenate([_read_scores(p, i) for p, i in zip(paths, ids)])
-        values[row] = after - base
+        runs[task] = np.concatenate([_read_scores(p, i, statistic) for p, i in zip(paths, ids)])
+    references = references or {}
+    values = np.empty((len(task_scores), len(runs["base"])), dtype=np.float32)
+    for row, task in enumerate(task_scores):
+        values[row] = runs[task] - runs[references.get(task, "base")]
     tasks = list(task_scores)
-    return ForgettingMatrix(values, tasks, np.concatenate(ids), np.concatenate(sources), base,
-                            {t: categories[t] for t in tasks}, {c: groups[c] for c in sorted({categories[t] for t in tasks})})
+    return ForgettingMatrix(values, tasks, np.concatenate(ids), np.concatenate(sources), runs["base"],
+                            {t: categories[t] for t in tasks}, {c: groups[c] for c in sorted({categories[t] for t in tasks})},
+                            statistic)
+
+
+STATISTIC_OF_Z = {"nats_per_token": "nll_change", "bits_per_byte": "bpb_change"}  # models.NAME.z -> statistic
 
 
 def matrix_command(settings: dict, shards: list[str], out: str) -> dict:
-    """`forgetmap forgetting-matrix`: the settings name every run's score files (forgetmap.plan)."""
+    """`forgetmap forgetting-matrix`: the settings name every run's score files (forgetmap.plan), and for
+    checkpoint rows what each is compared with."""
     tasks = settings["tasks"]
     matrix = assemble(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
-                      settings["categories"], settings["groups"])
-    matrix.write(out, {"model": settings["model"]})
+                      settings["categories"], settings["groups"], settings.get("references"),
+                      STATISTIC_OF_Z[settings.get("statistic", "nats_per_token")])
+    extra = {"references": settings["references"], "checkpoints": settings["checkpoints"]} \
+        if settings.get("checkpoints") else {}
+    matrix.write(out, {"model": settings["model"], **extra})
     return {"tasks": matrix.shape[0], "examples": matrix.shape[1], "nan": int(np.isnan(matrix.values).sum()),
             "mean": float(np.nanmean(matrix.values)), "share_negative": float(np.nanmean(matrix.values < 0))}

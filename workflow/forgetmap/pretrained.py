@@ -114,3 +114,38 @@ def target_modules_missing(directory: Path, targets: list[str]) -> tuple[list[st
         return [], linear
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     return missing, linear
+
+
+def tokenizer_identity(directory: Path) -> str | None:
+    """A digest of what splits text into tokens: the vocabulary and merges (tokenizer.json's model,
+    normalizer and pre-tokenizer, or the vocabulary files), not the chat template or the special tokens a
+    post-trained model adds around them. None where the directory has no tokenizer files."""
+    import json
+
+    directory = Path(directory)
+    digest = hashlib.sha256()
+    fast = directory / "tokenizer.json"
+    if fast.exists():
+        spec = json.loads(fast.read_text())
+        digest.update(json.dumps([spec.get(k) for k in ("model", "normalizer", "pre_tokenizer")],
+                                 sort_keys=True).encode())
+        return digest.hexdigest()[:16]
+    files = [directory / n for n in ("vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "vocab.txt")]
+    present = [f for f in files if f.exists()]
+    if not present:
+        return None
+    for file in present:
+        digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def has_chat_template(directory: Path) -> bool:
+    """Does the tokenizer carry a chat template (in tokenizer_config.json, or beside it as transformers 5
+    saves it: chat_template.jinja / chat_template.json)?"""
+    import json
+
+    directory = Path(directory)
+    if (directory / "chat_template.jinja").exists() or (directory / "chat_template.json").exists():
+        return True
+    config = directory / "tokenizer_config.json"
+    return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))

@@ -1,5 +1,6 @@
 """`forgetmap score`: one upstream shard under one model, in the scores contract (`example_id`, `nll`
-float32, `n_tokens` int32), with the correctness of its items where it has any (forgetmap.correctness).
+float32, `n_tokens` int32, `n_bytes` int32: the UTF-8 bytes of the scored span, for bits per byte), with the
+correctness of its items where it has any (forgetmap.correctness).
 
 The NLL itself is forgetmap.nll's (the torch scorer, or vLLM's prompt log-probabilities); this module is
 the job: read the shard, encode it as the model's tokenizer and template say, score, write, report.
@@ -22,7 +23,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     import pyarrow as pa
 
     from .correctness import items as correctness
-    from .data.chat import encode_examples, truncation
+    from .data.chat import encode_examples, scored_bytes, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
     from .nll import TorchScorer, model_positions, score_with_vllm, vllm_engine, vllm_lengths
@@ -33,6 +34,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     max_length = settings["max_length"]
     encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
     item_settings = {**settings["correctness"], "chat_template": settings["chat_template"],
+                     "shots": settings.get("shots", 0),
                      "max_length": settings["max_length"], "token_budget": settings["token_budget"]}
     rows, items = correctness.encode_items(tokenizer, frame, item_settings)
     start = time.perf_counter()
@@ -68,7 +70,8 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
             record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer, known)
     finished = time.perf_counter()
     columns = {"example_id": pa.array(frame["example_id"].astype(str)),
-               "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32())}
+               "nll": pa.array(nll, pa.float32()), "n_tokens": pa.array(n_tokens, pa.int32()),
+               "n_bytes": pa.array(scored_bytes(tokenizer, encoded), pa.int32())}
     if "answer" in frame:
         columns.update(correctness.item_columns(len(frame), rows, record))
     write_table(pa.table(columns), out, {"model_dir": str(model_dir), "backend": settings["backend"]})

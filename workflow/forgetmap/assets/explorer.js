@@ -82,11 +82,12 @@
     const task = data.tasks[i];
     const top = data.task_top[name];
     const title = document.getElementById("task-title");
-    title.textContent = "Task " + name + " ";
+    title.textContent = (task.checkpoint ? "Checkpoint " : "Task ") + name + " ";
     title.appendChild(kindBadge(name));
     const body = document.getElementById("task-body");
     body.replaceChildren(
-      el("p", { class: "note", text: "category " + task.category + "; mean Z " + fmt(task.mean) +
+      el("p", { class: "note", text: (task.checkpoint ? task.checkpoint.path + ", compared with " +
+        task.checkpoint.reference + "; post-training type " : "category ") + task.category + "; mean Z " + fmt(task.mean) +
         "; share forgotten " + fmt(task.forgotten, 2) +
         (task.predicted_by ? "; predicted by " + task.predicted_by : "") }),
       el("h2", { text: "Most forgotten" }), table(HEADERS, exampleRows(top.forgotten), "task-forgotten"),

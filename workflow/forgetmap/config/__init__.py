@@ -13,10 +13,12 @@ from . import checks
 from .checks import about, check_duplicate_keys
 from .families import expand_families
 from .schema import IMPORTED, SCHEMA, explain, with_defaults
-from .views import finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks
+from .views import (checkpoint_rows, finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks,
+                    row_categories)
 
 __all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings", "fit_tasks",
-           "forecast_modes", "measured_tasks", "model_tasks", "resolve", "with_defaults"]
+           "forecast_modes", "measured_tasks", "model_tasks", "resolve", "row_categories", "with_defaults",
+           "checkpoint_rows"]
 
 
 def resolve(config: dict) -> dict:

@@ -110,11 +110,64 @@ def check_models(cfg: dict) -> None:
         if model["score"]["backend"] == "vllm" and lora_tasks:
             raise ConfigError(f"config key tasks.{lora_tasks[0]}.finetune.method: lora, and models.{name}.score.backend "
                               f"is vllm, which scores full checkpoints only; use backend torch")
-        if model["tasks"] == "all" and not cfg["tasks"]:
-            raise ConfigError(f"config key tasks: model {name!r} is fine-tuned on every task, and none is configured")
+        check_checkpoints(cfg, name)
+        if not model_tasks(cfg, name) and not model["checkpoints"]:
+            raise ConfigError(f"config key models.{name}.tasks: model {name!r} has no row: no task is configured for it "
+                              f"and it names no checkpoints")
         for task in model_tasks(cfg, name):
             check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
                             f"models.{name} / tasks.{task}")
+
+
+def check_checkpoints(cfg: dict, model: str) -> None:
+    """A model's checkpoints: names that are not runs already, configured categories, references that are
+    the base or an earlier link of an acyclic chain, a pretrained base to compare with, and a prompt that
+    is either a chat template (zero-shot) or plain few-shot text."""
+    spec = cfg["models"][model]
+    checkpoints = spec["checkpoints"]
+    if checkpoints and spec["base"]["kind"] != "pretrained":
+        raise ConfigError(f"config key models.{model}.checkpoints: checkpoints are compared with a pretrained base; "
+                          f"set models.{model}.base.kind: pretrained and base.path (the checkpoints' base model)")
+    for name, checkpoint in checkpoints.items():
+        key = f"config key models.{model}.checkpoints.{name}"
+        if name in RESERVED_RUNS or name in cfg["tasks"]:
+            what = "a task's name" if name in cfg["tasks"] else "reserved"
+            raise ConfigError(f"{key}: the name {name!r} is {what}: a checkpoint's row needs a name of its own")
+        if checkpoint["category"] not in cfg["categories"]:
+            raise ConfigError(f"{key}.category: value {checkpoint['category']!r} is not a category; allowed: "
+                              f"{', '.join(cfg['categories'])}")
+        if checkpoint["reference"] != "base" and checkpoint["reference"] not in checkpoints:
+            raise ConfigError(f"{key}.reference: value {checkpoint['reference']!r} is neither `base` nor a checkpoint "
+                              f"of model {model!r}; allowed: base, {', '.join(c for c in checkpoints if c != name)}")
+        if checkpoint["shots"] and checkpoint["chat_template"] == "tokenizer":
+            raise ConfigError(f"{key}.shots: value {checkpoint['shots']}: few-shot prompts are plain text, and "
+                              f"chat_template is `tokenizer` (a chat model prompted zero-shot); set chat_template: "
+                              f"auto (or olmo) for a few-shot row")
+        seen, at = [name], checkpoint["reference"]
+        while at != "base":
+            if at in seen:
+                raise ConfigError(f"{key}.reference: the chain {' -> '.join([*seen, at])} is a cycle; a chain ends at "
+                                  f"`base`")
+            seen.append(at)
+            at = checkpoints[at]["reference"]
+
+
+def check_checkpoint_files(cfg: dict, model: str, templates: dict[str, bool], tokenizers: dict[str, str | None]) -> None:
+    """What a model's checkpoint files must give (read by the plan): a chat template where a row is prompted
+    through it, and, for a per-token Z, the same tokenizer as the row's reference (`tokenizers`: run ->
+    the digest of how it splits text)."""
+    spec = cfg["models"][model]
+    for name, checkpoint in spec["checkpoints"].items():
+        if checkpoint["chat_template"] == "tokenizer" and not templates[name]:
+            raise ConfigError(f"config key models.{model}.checkpoints.{name}.chat_template: `tokenizer`, and "
+                              f"{checkpoint['path']!r} has no chat template (a base model?); set chat_template: auto "
+                              f"and shots (few-shot, as base models are prompted)")
+        reference = checkpoint["reference"]
+        if spec["z"] == "nats_per_token" and tokenizers[name] != tokenizers[reference]:
+            raise ConfigError(f"config key models.{model}.z: nats_per_token, and checkpoint {name!r} "
+                              f"({checkpoint['path']}) splits text into other tokens than its reference {reference!r}: "
+                              f"a per-token NLL change across tokenizers compares different units; set "
+                              f"models.{model}.z: bits_per_byte (the NLL per byte of the scored text)")
 
 
 def check_processes(settings: dict, gpus: int, where: str) -> None:
@@ -156,9 +209,11 @@ def check_splits(cfg: dict) -> None:
     for name, split in splits.items():
         key = f"config key prediction.splits.{name}"
         if split["test"] is not None:
-            unknown = [t for t in split["test"] if t not in cfg["tasks"]]
+            rows = [*cfg["tasks"], *(c for m in cfg["models"].values() for c in m.get("checkpoints") or {})]
+            unknown = [t for t in split["test"] if t not in rows]
             if unknown:
-                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task; allowed: {', '.join(cfg['tasks'])}")
+                raise ConfigError(f"{key}.test: value {unknown[0]!r} is not a task or checkpoint; allowed: "
+                                  f"{', '.join(rows)}")
             continue
         if split["test_category"] is None or split["train_split"] is None:
             raise ConfigError(f"{key}: give `test` (in-domain) or `test_category` and `train_split` (out-of-domain)")

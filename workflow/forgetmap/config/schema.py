@@ -158,16 +158,45 @@ IMPORTED = _obj({
                "description": "prediction splits: name -> released split pickle"},
 }, required=("matrix",), description="a matrix the paper's authors released, imported instead of computed")
 
+CHECKPOINT = _obj({
+    "path": {"type": "string", "description": "a local model directory or a Hugging Face id (in the local cache: "
+                                              "forgetmap never downloads)"},
+    "revision": {"type": ["string", "null"], "default": None, "description": "HF revision"},
+    "category": {"type": "string", "description": "its post-training type (sft, preference, rl, distill, merge, "
+                                                  "...): a key of `categories`; the row's category in every table"},
+    "reference": {"type": "string", "default": "base",
+                  "description": "what it is compared with: `base` (the model's base) or another checkpoint of the "
+                                 "model, for a chain base -> SFT -> DPO -> RL where each stage is compared with the one "
+                                 "before"},
+    "chat_template": _enum("tokenizer", ("auto", "olmo", "tokenizer"),
+                           "how its prompts are rendered: tokenizer (its own chat template, zero-shot: a post-trained "
+                           "model as Harmon et al. prompt it), auto or olmo (as models.NAME.chat_template)"),
+    "shots": _int(0, "items prompted few-shot: solved items of the same source before each item (a base model as "
+                     "Harmon et al. prompt it); 0: zero-shot", 0),
+}, required=("path", "category"), description="a checkpoint forgetmap did not train (a public post-trained model): a "
+                                                "row of the model's matrices, scored as every run is, with no fine-tune")
+
 MODEL = _obj({
     "upstream": {"type": ["string", "null"], "default": None,
                  "description": "the upstream corpus this model is scored on (not for imported models)"},
     "imported": {"oneOf": [{"type": "null"}, IMPORTED], "default": None,
                  "description": "import the authors' released statistics instead of running the pipeline"},
-    "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
-              "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names"},
+    "tasks": {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "string"}}],
+              "default": "all", "description": "tasks to fine-tune on: `all` or a list of task names (may be empty for a "
+                                      "model whose rows are all checkpoints)"},
     "forecast": {"type": "array", "items": {"type": "string"}, "default": [],
                  "description": "of the model's tasks, those forecast from k scored probes (as `tasks.NAME.forecast: "
                                 "true`, for this model only)"},
+    "checkpoints": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
+                    "additionalProperties": CHECKPOINT,
+                    "description": "checkpoints by name, rows beside the fine-tuned tasks (or instead of them: a map "
+                                   "of public post-trained models against their base needs no task)"},
+    "shots": _int(0, "items prompted few-shot for the base and its fine-tunes: solved items of the same source "
+                     "before each item; 0: zero-shot", 0),
+    "z": _enum("nats_per_token", ("nats_per_token", "bits_per_byte"),
+               "the statistic of Z: nats_per_token (the paper: mean NLL per scored token) or bits_per_byte (the scored "
+               "text's NLL in bits per UTF-8 byte: comparable across tokenizers, so a row whose tokenizer differs "
+               "from its reference's needs it)"),
     "chat_template": _enum("auto", ("auto", "olmo", "tokenizer"),
                            "how prompt/response pairs are rendered: auto: the tokenizer's own chat template where it "
                            "has one, else olmo; olmo: the OLMo-Instruct format the paper applies to every model; "

@@ -1,5 +1,5 @@
-"""Reading a resolved config: a model's tasks (fine-tuned, measured, forecast, fitted on) and a task's
-effective fine-tuning settings."""
+"""Reading a resolved config: a model's tasks (fine-tuned, measured, forecast, fitted on), its checkpoints,
+the categories of its rows, and a task's effective fine-tuning settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,20 @@ import copy
 def model_tasks(cfg: dict, model: str) -> list[str]:
     """The tasks a model is fine-tuned on, in config order."""
     chosen = cfg["models"][model]["tasks"]
+    if chosen == "all" and not cfg["tasks"] and cfg["models"][model].get("checkpoints"):
+        return []  # a map of checkpoints alone: no task to fine-tune
     return list(cfg["tasks"]) if chosen == "all" else [t for t in cfg["tasks"] if t in chosen]
+
+
+def checkpoint_rows(cfg: dict, model: str) -> list[str]:
+    """The model's checkpoints it did not train (`models.NAME.checkpoints`), in config order."""
+    return list(cfg["models"][model].get("checkpoints") or {})
+
+
+def row_categories(cfg: dict, model: str) -> dict[str, str]:
+    """Every row of a computed model's matrices (its measured tasks, then its checkpoints) -> its category."""
+    rows = {t: cfg["tasks"][t]["category"] for t in measured_tasks(cfg, model)}
+    return {**rows, **{c: spec["category"] for c, spec in (cfg["models"][model].get("checkpoints") or {}).items()}}
 
 
 def forecast_modes(cfg: dict, model: str) -> dict[str, str]:

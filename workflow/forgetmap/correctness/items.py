@@ -11,7 +11,10 @@
 
 Contexts: a `chat` item's prompt rendered by the chat template up to the assistant marker, the option
 its response (tokenised on its own, as scoring tokenises responses); an `lm` item's `prompt`, then
-the target delimiter and the option.
+the target delimiter and the option. Few-shot (`shots` > 0, as Harmon et al. prompt base models): the
+context starts with that many solved items of the same source from the same shard (each rendered as
+its context and gold answer, separated by blank lines), drawn without the item itself by a generator
+seeded with the item's id, so a run's prompts never depend on the other shards or the run order.
 
 All options of an item share one forward pass: the context, then every option, each option attending
 to the context and to itself (a block-causal mask; positions restart after the context). The first
@@ -97,22 +100,49 @@ def option_scores(loglik: np.ndarray, texts: list[str], metric: str) -> np.ndarr
 
 # --- tokenising ----------------------------------------------------------------------------------------
 
+def shot_prefixes(frame: pd.DataFrame, rows: np.ndarray, solved: list[str], shots: int) -> list[str]:
+    """Each item's few-shot prefix: `shots` other solved items of its source in the frame (fewer where the
+    source has fewer), in an order drawn by a generator seeded with the item's id; '' when shots is 0."""
+    import zlib
+
+    if not shots:
+        return [""] * len(rows)
+    sources = frame["source"].to_numpy()[rows].astype(str)
+    ids = frame["example_id"].to_numpy()[rows].astype(str)
+    prefixes = []
+    for i in range(len(rows)):
+        pool = np.flatnonzero((sources == sources[i]) & (np.arange(len(rows)) != i))
+        rng = np.random.default_rng(zlib.crc32(ids[i].encode()))
+        chosen = rng.choice(pool, min(shots, len(pool)), replace=False) if len(pool) else []
+        prefixes.append("".join(solved[j] + "\n\n" for j in chosen))
+    return prefixes
+
+
 def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.ndarray, list[Item]]:
     """The row positions of the frame's scorable items and each item's tokens."""
     rows = scorable(frame)
     items = []
     delimiter, template, max_length = settings["target_delimiter"], settings["chat_template"], settings["max_length"]
-    for row in rows:
+    shots = settings.get("shots", 0)
+    solved = []  # each item as a solved example (its context and gold answer), the few-shot prefixes' pieces
+    for row in rows if shots else []:
+        record = frame.iloc[row]
+        if record["kind"] == "chat":
+            solved.append("".join(chat_pieces(tokenizer, record["prompt"], record["answer"], template)[:2]))
+        else:
+            solved.append(record["prompt"] + delimiter + record["answer"])
+    prefixes = shot_prefixes(frame, rows, solved, shots)
+    for row, prefix in zip(rows, prefixes):
         record = frame.iloc[row]
         options = record.get("choices") if "choices" in frame else None
         free = not present(options)
         texts = [record["answer"]] if free else [str(o) for o in options]
         if record["kind"] == "chat":
-            context_text = chat_pieces(tokenizer, record["prompt"], texts[0], template)[0]
+            context_text = prefix + chat_pieces(tokenizer, record["prompt"], texts[0], template)[0]
             context = tokenizer(context_text, add_special_tokens=False)["input_ids"]
             continuations = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         else:
-            context = tokenizer(record["prompt"], add_special_tokens=True)["input_ids"]
+            context = tokenizer(prefix + record["prompt"], add_special_tokens=True)["input_ids"]
             continuations = [tokenizer(delimiter + t, add_special_tokens=False)["input_ids"] for t in texts]
         longest = max(len(c) for c in continuations)
         if free:

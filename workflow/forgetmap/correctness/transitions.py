@@ -1,5 +1,8 @@
 """Sample-wise transitions of correctness from the base to each fine-tuned run (related-methods §2, §3.2).
 
+"Before" is each row's reference: the base for a fine-tuned task, the base or the stage before it for a
+checkpoint in a chain (`references`); "before" below is then one vector per row.
+
 For every (task, item): before c_b and after c_a in {0, 1} (`forgetmap.correctness`), the transition
 00 / 01 / 10 / 11, the forgetting matrix Y (1 for 1->0, 0 for 1->1, missing where the base was wrong)
 and the backward-transfer matrix Y_BT (1 for 0->1, 0 for 0->0, missing where the base was right).
@@ -62,18 +65,19 @@ def known(correct: np.ndarray, k: np.ndarray, gap: np.ndarray, margin: float | N
 
 
 def transition_codes(before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """2 * before + after (0 = 00, 1 = 01, 2 = 10, 3 = 11), float32, rows = tasks."""
-    return (2 * before[None, :] + after).astype(np.float32)
+    """2 * before + after (0 = 00, 1 = 01, 2 = 10, 3 = 11), float32, rows = tasks. `before`: one vector for
+    every row, or one per row."""
+    return (2 * np.atleast_2d(before) + after).astype(np.float32)
 
 
 def forgetting_matrix(before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Y: 1 - after where the base was right, NaN where it was wrong."""
-    return np.where(before[None, :] == 1, 1 - after, np.nan).astype(np.float32)
+    """Y: 1 - after where the reference was right, NaN where it was wrong."""
+    return np.where(np.atleast_2d(before) == 1, 1 - after, np.nan).astype(np.float32)
 
 
 def backward_transfer_matrix(before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Y_BT: after where the base was wrong, NaN where it was right."""
-    return np.where(before[None, :] == 0, after, np.nan).astype(np.float32)
+    """Y_BT: after where the reference was wrong, NaN where it was right."""
+    return np.where(np.atleast_2d(before) == 0, after, np.nan).astype(np.float32)
 
 
 def _known_share(acc: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -125,13 +129,15 @@ def rates(before: np.ndarray, after: np.ndarray, k: np.ndarray) -> dict[str, flo
 def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np.ndarray, tasks: list[str],
                categories: dict[str, str]) -> pd.DataFrame:
     """Rates per (task, upstream source), per task (all items), per category (mean over its tasks) and
-    overall (mean over categories). One bincount per task over (source, k) groups: no pass per source."""
+    overall (mean over categories). One bincount per task over (source, k) groups: no pass per source.
+    `before`: one vector for every task, or one per task (each row's reference)."""
+    before = np.broadcast_to(np.atleast_2d(before), np.shape(after))
     names, source_index = np.unique(np.asarray(sources), return_inverse=True)
     k_values, k_index = np.unique(np.asarray(k), return_inverse=True)
     group = source_index.ravel() * len(k_values) + k_index.ravel()
     rows = []
     for i, task in enumerate(tasks):
-        counts = _counts(before, after[i], group, len(names) * len(k_values)).reshape(len(names), len(k_values), 4)
+        counts = _counts(before[i], after[i], group, len(names) * len(k_values)).reshape(len(names), len(k_values), 4)
         base = {"task": task, "category": categories.get(task, "")}
         rows.append({"level": "task", **base, "source": "all", **rates_from_counts(k_values, counts.sum(axis=0))})
         for s, source in enumerate(names):
@@ -153,8 +159,9 @@ def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np
 
 
 def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list[str]], categories: dict[str, str],
-          groups: dict[str, str], margin: float | None):
-    """(transition codes, Y, Y_BT as ForgettingMatrix over the scorable items, their k, the rate table)."""
+          groups: dict[str, str], margin: float | None, references: dict[str, str] | None = None):
+    """(transition codes, Y, Y_BT as ForgettingMatrix over the scorable items, their k, the rate table).
+    Each row is compared with its reference run (default: the base)."""
     ids, sources = [], []
     for shard in shards:
         table = pq.read_table(shard, columns=["example_id", "source"])
@@ -172,7 +179,10 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
         if not np.isfinite(values[items]).all() or np.isfinite(values).sum() != len(items):
             raise DataError(f"task {task!r}: its scores hold correctness for other items than the base's; rescore it")
         after[row] = values[items]
-    before, k = before[items], k[items].astype(np.int16)
+    runs = {"base": before[items], **{t: after[i] for i, t in enumerate(tasks)}}
+    references = references or {}
+    before = np.stack([runs[references.get(t, "base")] for t in tasks]) if tasks else before[items]
+    k = k[items].astype(np.int16)
     example_ids, item_sources = np.concatenate(ids)[items], np.concatenate(sources)[items]
     labels = (example_ids, item_sources, base_nll[items].astype(np.float32))
     used = {t: categories[t] for t in tasks}
@@ -195,7 +205,8 @@ def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dic
 
     tasks = settings["tasks"]
     codes, y, y_bt, k, table = build(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
-                                     settings["categories"], settings["groups"], settings["margin"])
+                                     settings["categories"], settings["groups"], settings["margin"],
+                                     settings.get("references"))
     meta, item_k = {"model": settings["model"], "margin": settings["margin"]}, {"k": pa.array(k, pa.int16())}
     for matrix, key in ((codes, "transitions"), (y, "forgetting"), (y_bt, "backward_transfer")):
         matrix.write(outputs[key], meta, item_k)

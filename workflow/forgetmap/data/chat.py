@@ -110,6 +110,14 @@ def encode_chat(tokenizer, prompts: list[str], responses: list[str], template: s
     return out
 
 
+def scored_bytes(tokenizer, encoded: list[Encoded]) -> np.ndarray:
+    """UTF-8 bytes of each example's scored span as the tokenizer decodes it (special tokens left out): the
+    denominator of bits per byte, the same text whatever the tokenizer (int32)."""
+    spans = [e.ids[e.target_start:e.score_end].tolist() for e in encoded]
+    texts = tokenizer.batch_decode(spans, skip_special_tokens=True) if spans else []
+    return np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int32)
+
+
 def truncation(encoded: list[Encoded], max_length: int, what: str = "examples") -> dict:
     """How much truncation at `max_length` cut: examples cut, their tokens removed (total and largest);
     a job's log says so whenever it cut anything."""

@@ -3,11 +3,14 @@
 `Plan(config)` resolves the config (`forgetmap.config` checks it), reads what the DAG's shape depends
 on (the upstream corpora's example ids, an imported matrix's task names, a pretrained base's files)
 and answers what each rule's job gets: its inputs, settings and resources, by the rule's wildcards. A
-*run* is anything that yields a checkpoint to score: `base`, or a task fine-tuned from it. `runs()`,
+*run* is anything that yields a checkpoint to score: `base`, a task fine-tuned from it, or a checkpoint the
+user did not train (`models.NAME.checkpoints`: a public post-trained model, compared with the base or
+with the checkpoint before it in a chain; no fine-tune job, only a pointer to its files). `runs()`,
 `checkpoint()` and `scores()` are the one definition of which runs a model has and where their files
 live. The later stages plan their own jobs beside this one: `plan.prediction`, `plan.forecast`,
-`plan.mitigation`, `plan.correctness`. A model's `tasks` are the matrix's rows (the measured tasks);
-`finetuned` adds the tasks that are only forecast.
+`plan.mitigation`, `plan.correctness`. A model's `tasks` are the matrix's rows (the measured tasks, then
+its checkpoints); `finetuned` holds the tasks it fine-tunes (measured or only forecast); `references` says
+what each row is compared with.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from .correctness import CorrectnessPlan
 from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
-from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, SCORES,
-                    SHARD, TASK, alternatives)
+from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, POSTTRAINED,
+                    SCORES, SHARD, TASK, alternatives)
 from .prediction import PredictionPlan
 
 
@@ -59,10 +62,12 @@ class Plan:
             if spec["format"] == "hf":
                 with fm_config.about(f"tasks.{spec.get('family') or task}"):
                     check_dataset(spec)
+        self.categories: dict[str, dict[str, str]] = {}  # a computed model's rows -> their categories
         for model in self.models:
             spec = cfg["models"][model]["imported"]
             if spec is None:
-                self.tasks[model] = fm_config.measured_tasks(cfg, model)
+                self.categories[model] = fm_config.row_categories(cfg, model)
+                self.tasks[model] = list(self.categories[model])
                 continue
             with fm_config.about(f"models.{model}.imported.matrix"):
                 self.tasks[model] = released_tasks(spec["matrix"], spec["meta"])
@@ -75,11 +80,32 @@ class Plan:
                 with fm_config.about(f"models.{model}.base.path"):
                     local = pretrained.locate(base["path"], base["revision"])
                 self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
+        self.checkpoints = {m: self._checkpoints(m) for m in self.computed}  # name -> local files and identity
+        self.references = {m: {row: self.cfg["models"][m]["checkpoints"].get(row, {}).get("reference", BASE_RUN)
+                               for row in self.tasks[m]} for m in self.computed}
         self.prediction = PredictionPlan(self)
         self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
         self.correctness = CorrectnessPlan(self)
         self.explorer = ExplorerPlan(self)
+
+    def _checkpoints(self, model: str) -> dict[str, dict]:
+        """The model's checkpoints found on disk (a directory or the HF cache), each with its identity; a
+        chat-template row whose tokenizer has none, or a per-token Z across different tokenizers, is a config
+        error before any job (forgetmap.config's checks, from what is read here)."""
+        spec = self.cfg["models"][model]
+        found = {}
+        for name, checkpoint in spec["checkpoints"].items():
+            with fm_config.about(f"models.{model}.checkpoints.{name}.path"):
+                local = pretrained.locate(checkpoint["path"], checkpoint["revision"])
+            found[name] = {"local": str(local), "identity": pretrained.identity(local),
+                           "tokenizer": pretrained.tokenizer_identity(local)}
+        if found:
+            templates = {name: pretrained.has_chat_template(c["local"]) for name, c in found.items()}
+            tokenizers = {BASE_RUN: pretrained.tokenizer_identity(self.base_files[model]["local"]),
+                          **{name: c["tokenizer"] for name, c in found.items()}}
+            fm_config.checks.check_checkpoint_files(self.cfg, model, templates, tokenizers)
+        return found
 
     # --- wildcards -----------------------------------------------------------------------------------
 
@@ -88,6 +114,7 @@ class Plan:
         return {"model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
+                "checkpoint": alternatives({c for m in self.computed for c in self.checkpoints[m]}),
                 "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
                 "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
                 "method": alternatives(self.cfg["prediction"]["methods"]),
@@ -96,11 +123,16 @@ class Plan:
     # --- runs and their files ------------------------------------------------------------------------
 
     def runs(self, model: str) -> list[str]:
-        """Every run of a computed model whose checkpoint is scored: the base, then each task."""
+        """Every run of a computed model whose checkpoint is scored: the base, then each row (task or checkpoint)."""
         return [BASE_RUN, *self.tasks[model]]
 
     def checkpoint(self, model: str, run: str) -> str:
-        return BASE.format(model=model) if run == BASE_RUN else CHECKPOINT.format(model=model, task=run)
+        """The model directory a run is scored from: the base, a fine-tune, or a checkpoint's pointer."""
+        if run == BASE_RUN:
+            return BASE.format(model=model)
+        if run in self.checkpoints[model]:
+            return POSTTRAINED.format(model=model, checkpoint=run)
+        return CHECKPOINT.format(model=model, task=run)
 
     def corpus(self, model: str) -> str:
         return self.cfg["models"][model]["upstream"]
@@ -125,7 +157,8 @@ class Plan:
         return [p for run in self.runs(model) for p in self.scores(model, run)]
 
     def task_paths(self, model: str) -> dict[str, str]:
-        return {t: TASK.format(task=t) for t in self.tasks[model]}
+        """The task files of the model's fine-tuned rows (a checkpoint's row has none)."""
+        return {t: TASK.format(task=t) for t in self.tasks[model] if t not in self.checkpoints.get(model, {})}
 
     def task_files(self, model: str) -> list[str]:
         return list(self.task_paths(model).values())
@@ -179,16 +212,39 @@ class Plan:
                 "chat_template": self.cfg["models"][model]["chat_template"]}
 
     def score_settings(self, model: str) -> dict:
-        return {**self.cfg["models"][model]["score"], "chat_template": self.cfg["models"][model]["chat_template"]}
+        """How the model's base and fine-tunes are scored (its chat template; its few-shot items, if any)."""
+        spec = self.cfg["models"][model]
+        shots = {"shots": spec["shots"]} if spec["shots"] else {}
+        return {**spec["score"], "chat_template": spec["chat_template"], **shots}
+
+    def run_score_settings(self, model: str, run: str) -> dict:
+        """How one run is scored: a checkpoint's own prompt format (its chat template, or few-shot text)."""
+        checkpoint = self.cfg["models"][model]["checkpoints"].get(run)
+        if checkpoint is None:
+            return self.score_settings(model)
+        shots = {"shots": checkpoint["shots"]} if checkpoint["shots"] else {}
+        return {**self.cfg["models"][model]["score"], "chat_template": checkpoint["chat_template"], **shots}
+
+    def checkpoint_settings(self, model: str, checkpoint: str) -> dict:
+        """A checkpoint's pointer: where its files are and their identity (changed weights rerun its rows)."""
+        spec = self.cfg["models"][model]["checkpoints"][checkpoint]
+        return {"path": spec["path"], "revision": spec["revision"], **self.checkpoints[model][checkpoint]}
 
     def matrix_settings(self, model: str) -> dict:
         """The matrix's rows (tasks in config order, their categories and the categories' split groups)
         and the score files of every run it subtracts, shard by shard."""
-        categories = {t: self.cfg["tasks"][t]["category"] for t in self.tasks[model]}
+        categories = self.categories[model]
         groups = {c: self.cfg["categories"][c]["group"] for c in sorted(set(categories.values()))}
-        return {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
-                "base_scores": self.scores(model, BASE_RUN),
-                "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
+        settings = {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
+                    "base_scores": self.scores(model, BASE_RUN),
+                    "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
+        if self.checkpoints[model]:  # what each row is compared with, and what each checkpoint is
+            settings["references"] = self.references[model]
+            settings["checkpoints"] = {c: {k: spec[k] for k in ("path", "reference", "category")}
+                                       for c, spec in self.cfg["models"][model]["checkpoints"].items()}
+        if self.cfg["models"][model]["z"] != "nats_per_token":
+            settings["statistic"] = self.cfg["models"][model]["z"]
+        return settings
 
     # --- imported models -----------------------------------------------------------------------------
 
@@ -234,9 +290,14 @@ class Plan:
 
     # --- targets -------------------------------------------------------------------------------------
 
+    def task_correlations(self, model: str) -> bool:
+        """Does the model have the tasks' texts the semantic and gradient analyses compare with every
+        row? Rows that are checkpoints have none: such a model has only the cross-row analyses."""
+        return model in self.computed and not self.checkpoints[model]
+
     def correlation_targets(self, model: str) -> list[str]:
         names = ["cross_task.tsv"]
-        if model in self.computed:
+        if model in self.computed and self.task_correlations(model):
             settings = self.cfg["models"][model]["correlations"]
             names += ["semantic.tsv"] * settings["semantic"] + ["gradient.tsv"] * settings["gradient"]
         return [CORRELATION.format(model=model, name=n) for n in names]

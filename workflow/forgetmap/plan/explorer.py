@@ -59,7 +59,12 @@ class ExplorerPlan:
     def settings(self, model: str) -> dict:
         explorer = self.cfg["explorer"]
         tasks = self.plan.finetuned.get(model, [])  # an imported matrix's categories are its own
-        return {"model": model, "categories": {t: self.cfg["tasks"][t]["category"] for t in tasks},
+        checkpoints = self.cfg["models"][model]["checkpoints"] if model in self.plan.computed else {}
+        categories = {**{t: self.cfg["tasks"][t]["category"] for t in tasks},
+                      **{c: spec["category"] for c, spec in checkpoints.items()}}
+        extra = {"checkpoints": {c: {"path": spec["path"], "reference": spec["reference"]}
+                                 for c, spec in checkpoints.items()}} if checkpoints else {}
+        return {"model": model, "categories": categories, **extra,
                 "modes": self.plan.forecast.modes(model), "top_forgotten": explorer["examples_per_task"],
                 "kind": "measured" if model in self.plan.computed else "imported",
                 "top_improved": 20, "components": 3, "component_tasks": 8, "component_examples": 20,

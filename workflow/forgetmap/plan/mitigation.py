@@ -152,6 +152,7 @@ class MitigationPlan:
     # --- deriving the tasks, and checking the arms against what the model has -------------------------
 
     def _model_tasks(self, model: str) -> list[str]:
+        """The tasks of the configured list or split (never a checkpoint row: it has no task to fine-tune)."""
         mitigation = self.cfg["mitigation"]
         if not mitigation["arms"] or mitigation["tasks"] is None:
             return []
@@ -159,6 +160,7 @@ class MitigationPlan:
         fm_config.checks.check_mitigation_tasks(self.cfg, model, splits)
         tasks = (splits[mitigation["tasks"]["split"]]["test_tasks"] if isinstance(mitigation["tasks"], dict)
                  else list(mitigation["tasks"]))
+        tasks = [t for t in tasks if t not in self.plan.checkpoints[model]]  # a checkpoint's row has no task data
         fm_config.checks.check_heldout(self.cfg, model, self.plan.n_upstream(model))
         arm_splits = {(arm, task): self.plan.prediction.split_of(model, spec["split"], task)
                       for arm, spec in mitigation["arms"].items() if spec["replay"] in ("predicted", "online")

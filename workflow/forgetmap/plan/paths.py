@@ -12,6 +12,7 @@ SHARD = "results/data/upstream/{corpus}/shard-{shard}.parquet"
 TASK = "results/data/tasks/{task}.parquet"
 BASE = "results/{model}/base"
 CHECKPOINT = "results/{model}/checkpoints/{task}"
+POSTTRAINED = "results/{model}/posttrained/{checkpoint}"  # a pointer to a checkpoint the user did not train
 SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
 MATRIX = "results/{model}/forgetting.parquet"
 SPLIT = "results/{model}/splits/{split}.json"

@@ -35,7 +35,7 @@ class PredictionPlan:
 
     def methods(self, model: str) -> list[str]:
         """The configured methods; `semantic` only where the model's texts give it a similarity matrix."""
-        semantic = model in self.plan.computed and self.cfg["models"][model]["correlations"]["semantic"]
+        semantic = self.plan.task_correlations(model) and self.cfg["models"][model]["correlations"]["semantic"]
         return [m for m in self.cfg["prediction"]["methods"] if m != "semantic" or semantic]
 
     # --- jobs ----------------------------------------------------------------------------------------
@@ -78,22 +78,24 @@ class PredictionPlan:
         spec = self.cfg["models"][model]["imported"]
         if spec is not None:
             return {name: {"name": name, "released": path} for name, path in spec["splits"].items()}
-        return prediction_splits(self.cfg, self.plan.tasks[model])
+        return prediction_splits(self.cfg, self.plan.categories[model])
 
 
-def prediction_splits(cfg: dict, tasks: list[str]) -> dict[str, dict]:
-    """Train and test tasks of each configured split, restricted to a model's tasks (the config's
-    checks made sure every split names tasks, categories and in-domain splits that exist)."""
+def prediction_splits(cfg: dict, categories: dict[str, str]) -> dict[str, dict]:
+    """Train and test rows of each configured split, restricted to a model's rows (`categories`: row ->
+    category, tasks and checkpoints alike; the config's checks made sure every split names rows,
+    categories and in-domain splits that exist)."""
+    tasks = list(categories)
     splits: dict[str, dict] = {}
     configured = cfg["prediction"]["splits"]
     for name, split in configured.items():  # in-domain splits first: out-of-domain ones refer to them
         if split["test"] is not None:
             test = [t for t in tasks if t in split["test"]]
-            categories = {cfg["tasks"][t]["category"] for t in test}
-            train = [t for t in tasks if cfg["tasks"][t]["category"] in categories and t not in test]
+            tested = {categories[t] for t in test}
+            train = [t for t in tasks if categories[t] in tested and t not in test]
             splits[name] = {"name": name, "train_tasks": train, "test_tasks": test}
     for name, split in configured.items():
         if split["test"] is None:
-            test = [t for t in tasks if cfg["tasks"][t]["category"] == split["test_category"]]
+            test = [t for t in tasks if categories[t] == split["test_category"]]
             splits[name] = {"name": name, "train_tasks": splits[split["train_split"]]["train_tasks"], "test_tasks": test}
     return {name: splits[name] for name in configured}

@@ -1,0 +1,190 @@
+"""A map of checkpoints nobody trained here (Harmon et al.'s post-training map): a base model, a chain
+base -> SFT -> DPO of stand-ins with a chat template, and a post-trained model from the HF cache whose
+tokenizer differs. No fine-tune job runs; Z is in bits per byte; correctness compares each stage with
+the one before it, the base prompted few-shot and the chat models zero-shot through their template."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from helpers import by_rule, edited, library_warnings, make_workdir, planned_jobs, snakemake
+from standins import TULU_TEMPLATE, cache_standin, save_standin, sentences
+
+pytestmark = pytest.mark.workflow
+STAGES = ("base", "finetune", "score", "semantic", "gradient", "analysis")
+HUB = {"HF_HUB_CACHE": "hub"}  # relative to the workdir: set per test below
+
+
+def map_config() -> dict:
+    """No task at all: the rows are checkpoints."""
+    return {
+        "seed": 0, "shard_size": 16,
+        "upstream": {"bench": {"format": "parquet", "path": "resources/bench.parquet"}},
+        "categories": {"sft": {"group": "in_domain"}, "preference": {"group": "in_domain"},
+                       "instruct": {"group": "in_domain"}},
+        "models": {"chain": {
+            "upstream": "bench", "base": {"kind": "pretrained", "path": "models/base"},
+            "shots": 2, "z": "bits_per_byte",
+            "checkpoints": {
+                "sft": {"path": "models/sft", "category": "sft"},
+                "dpo": {"path": "models/dpo", "category": "preference", "reference": "sft"},
+                "other": {"path": "org/other-instruct", "category": "instruct"},
+            },
+            "score": {"token_budget": 1024, "max_length": 96, "correctness": {"max_new_tokens": 4}},
+            "resources": {s: {"gpu": 0, "threads": 1, "mem_mb": 1000, "runtime": 10} for s in STAGES}}},
+    }
+
+
+def benchmark_frame() -> pd.DataFrame:
+    """Plain text, multiple-choice items of two sources (k = 2 and 4) and free-form chat items."""
+    texts = sentences(40, seed=3)
+    rows = [{"example_id": f"doc-{i}", "source": "web", "kind": "lm", "text": t} for i, t in enumerate(texts[:12])]
+    for i, t in enumerate(texts[12:24]):
+        options = ["yes", "no"] if i % 2 else ["red", "green", "blue", "north"]
+        answer = options[i % len(options)]
+        rows.append({"example_id": f"mc-{i}", "source": "arc" if i % 2 else "mmlu", "kind": "lm",
+                     "text": f"Question: {t}\nAnswer: {answer}", "prompt": f"Question: {t}\nAnswer:",
+                     "choices": options, "answer": answer})
+    for i, t in enumerate(texts[24:32]):
+        rows.append({"example_id": f"qa-{i}", "source": "gsm", "kind": "chat", "prompt": t,
+                     "response": str(i + 3), "answer": str(i + 3)})
+    return pd.DataFrame(rows)
+
+
+def write_map(workdir):
+    (workdir / "resources").mkdir(exist_ok=True)
+    benchmark_frame().to_parquet(workdir / "resources/bench.parquet")
+    save_standin(workdir / "models/base", "llama", seed=0)  # a base: no chat template
+    save_standin(workdir / "models/sft", "llama", TULU_TEMPLATE, seed=1)
+    save_standin(workdir / "models/dpo", "llama", TULU_TEMPLATE, seed=2)
+    cache_standin(workdir / "hub", "org/other-instruct", "olmo2", TULU_TEMPLATE, seed=3, vocab_size=300)
+
+
+def hub(workdir) -> dict:
+    return {"HF_HUB_CACHE": str(workdir / "hub")}
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("posttraining") / "wf", map_config())
+    write_map(workdir)
+    proc = snakemake(workdir, env=hub(workdir))
+    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
+    return workdir
+
+
+def test_a_map_of_checkpoints_plans_pointers_and_scores_but_no_fine_tune(tmp_path):
+    workdir = make_workdir(tmp_path / "wf", map_config())
+    write_map(workdir)
+    counts = by_rule(planned_jobs(workdir, env=hub(workdir)))
+    assert "finetune" not in counts and "prepare_task" not in counts
+    assert counts["posttrained"] == 3 and counts["base_model"] == 1
+    assert counts["score"] == 4 * 2  # (base + 3 checkpoints) x 2 shards of 16
+    assert "semantic_similarity" not in counts and "gradient_similarity" not in counts  # no task texts
+
+
+def test_the_map_gives_z_in_bits_per_byte_against_each_rows_reference(mapped):
+    assert "Traceback" not in (mapped / "run.out").read_text()
+    assert library_warnings(mapped) == []
+    matrix = pq.read_table(mapped / "results/chain/forgetting.parquet")
+    meta = json.loads(matrix.schema.metadata[b"forgetmap"])
+    assert meta["statistic"] == "bpb_change" and meta["references"] == {"sft": "base", "dpo": "sft", "other": "base"}
+    assert meta["categories"] == {"sft": "sft", "dpo": "preference", "other": "instruct"}
+
+    def bpb(run):
+        frames = [pd.read_parquet(mapped / f"results/chain/scores/{run}/shard-{k}.parquet") for k in (0, 1)]
+        frame = pd.concat(frames)
+        assert (frame["n_bytes"] > 0).all()
+        return (frame["nll"].to_numpy(np.float64) * frame["n_tokens"] / frame["n_bytes"] / np.log(2)).to_numpy()
+
+    base, sft, dpo, other = (bpb(r) for r in ("base", "sft", "dpo", "other"))
+    frame = matrix.to_pandas()
+    np.testing.assert_allclose(frame["sft"], sft - base, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(frame["dpo"], dpo - sft, rtol=1e-4, atol=1e-5)  # the stage before, not the base
+    np.testing.assert_allclose(frame["other"], other - base, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(frame["base_nll"], base, rtol=1e-5)
+    # the scored text is the same whatever the tokenizer: so are its bytes
+    bytes_of = {r: pd.concat([pd.read_parquet(mapped / f"results/chain/scores/{r}/shard-{k}.parquet") for k in (0, 1)])
+                for r in ("base", "other")}
+    lm = bytes_of["base"]["example_id"].str.startswith("doc-").to_numpy()
+    assert (bytes_of["base"]["n_bytes"].to_numpy()[lm] >= bytes_of["other"]["n_bytes"].to_numpy()[lm] - 8).all()
+    assert (bytes_of["base"]["n_tokens"] != bytes_of["other"]["n_tokens"]).any()  # other tokens, same text
+
+
+def test_correctness_compares_each_stage_with_the_one_before(mapped):
+    rates = pd.read_csv(mapped / "results/chain/correctness/rates.tsv", sep="\t")
+    tasks = rates[rates["level"] == "task"].set_index("task")
+    assert set(tasks.index) == {"sft", "dpo", "other"}
+
+    def correct(run):
+        frame = pd.concat([pd.read_parquet(mapped / f"results/chain/scores/{run}/shard-{k}.parquet") for k in (0, 1)])
+        return frame.dropna(subset=["correct"])["correct"].to_numpy()
+
+    base, sft, dpo = correct("base"), correct("sft"), correct("dpo")
+    assert tasks.loc["dpo", "n10"] == int(((sft == 1) & (dpo == 0)).sum())
+    assert tasks.loc["dpo", "n01"] == int(((sft == 0) & (dpo == 1)).sum())
+    assert tasks.loc["sft", "n10"] == int(((base == 1) & (sft == 0)).sum())
+    assert tasks.loc["dpo", "N"] == len(base) == 20
+
+
+def test_the_explorer_marks_checkpoint_rows(mapped):
+    page = (mapped / "results/chain/explorer.html").read_text()
+    data = json.loads(page.split('<script id="data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    rows = {t["name"]: t for t in data["tasks"]}
+    assert rows["dpo"]["kind"] == "checkpoint"
+    assert rows["dpo"]["checkpoint"] == {"path": "models/dpo", "reference": "sft"}
+    assert rows["other"]["category"] == "instruct"
+
+
+def test_the_base_is_prompted_few_shot_and_chat_rows_through_their_template(tmp_path):
+    from forgetmap.correctness.items import encode_items
+    from forgetmap.models import load_tokenizer
+
+    write_map(tmp_path)
+    frame = benchmark_frame()
+    settings = {"target_delimiter": " ", "max_length": 512, "max_new_tokens": 4, "chat_template": "auto", "shots": 2}
+    base = load_tokenizer(str(tmp_path / "models/base"))
+    rows, items = encode_items(base, frame, settings)
+    first = base.decode(items[0].context, skip_special_tokens=True)
+    assert first.count("Question:") == 3 and first.endswith(frame.loc[rows[0], "prompt"])
+    # the shots are solved items of the same source (mmlu), each with its gold answer, never the item itself
+    solved = {f"{r.prompt} {r.answer}" for r in frame.iloc[rows].itertuples() if r.source == "mmlu"}
+    shots = first.split("\n\n")[:-1]
+    assert len(shots) == 2 and set(shots) <= solved and first.count(frame.loc[rows[0], "prompt"]) == 1
+    again = encode_items(base, frame, settings)[1]
+    assert all(np.array_equal(a.context, b.context) for a, b in zip(items, again))  # seeded by the item
+    chat = load_tokenizer(str(tmp_path / "models/sft"))
+    zero = encode_items(chat, frame, {**settings, "chat_template": "tokenizer", "shots": 0})[1]
+    assert chat.decode(zero[-1].context).endswith("<|assistant|>\n") and "Question:" not in chat.decode(zero[-1].context)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["models"]["chain"].update(z="nats_per_token"),
+     "config key models.chain.z: nats_per_token, and checkpoint 'other' (org/other-instruct) splits text into other "
+     "tokens than its reference 'base'"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["dpo"].update(reference="rl"),
+     "config key models.chain.checkpoints.dpo.reference: value 'rl' is neither `base` nor a checkpoint"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["sft"].update(reference="dpo"),
+     "config key models.chain.checkpoints.sft.reference: the chain sft -> dpo -> sft is a cycle"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["sft"].update(path="org/not-cached"),
+     "config key models.chain.checkpoints.sft.path: the Hugging Face model 'org/not-cached' is not in the local "
+     "cache"),
+    (lambda c: c["models"]["chain"]["checkpoints"].update(raw={"path": "models/base", "category": "sft"}),
+     "config key models.chain.checkpoints.raw.chat_template: `tokenizer`, and 'models/base' has no chat template"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["sft"].update(category="rlhf"),
+     "config key models.chain.checkpoints.sft.category: value 'rlhf' is not a category"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["sft"].update(shots=3),
+     "config key models.chain.checkpoints.sft.shots: value 3: few-shot prompts are plain text"),
+    (lambda c: c["models"]["chain"]["base"].update(kind="demo"),
+     "config key models.chain.checkpoints: checkpoints are compared with a pretrained base"),
+])
+def test_a_bad_map_fails_before_any_job_naming_the_key(tmp_path, edit, message):
+    workdir = make_workdir(tmp_path / "wf", edited(map_config(), edit))
+    write_map(workdir)
+    proc = snakemake(workdir, "--dry-run", check=False, env=hub(workdir))
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
