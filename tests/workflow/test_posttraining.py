@@ -22,7 +22,8 @@ def map_config() -> dict:
     """No task at all: the rows are checkpoints."""
     return {
         "seed": 0, "shard_size": 16,
-        "upstream": {"bench": {"format": "parquet", "path": "resources/bench.parquet"}},
+        "upstream": {"bench": {"format": "parquet", "path": "resources/bench.parquet",
+                               "answers": {"sources": {"gsm": {"extract": "number"}}}}},
         "categories": {"sft": {"group": "in_domain"}, "preference": {"group": "in_domain"},
                        "instruct": {"group": "in_domain"}},
         "models": {"chain": {
@@ -33,7 +34,9 @@ def map_config() -> dict:
                 "dpo": {"path": "models/dpo", "category": "preference", "reference": "sft"},
                 "other": {"path": "org/other-instruct", "category": "instruct"},
             },
-            "score": {"token_budget": 1024, "max_length": 96, "correctness": {"max_new_tokens": 4}},
+            # Harmon et al.'s measurement: answers sampled with 2 seeds, extracted from the text
+            "score": {"token_budget": 1024, "max_length": 96,
+                      "correctness": {"answers": "sampled", "seeds": 2, "max_new_tokens": 6, "stop": []}},
             "resources": {s: {"gpu": 0, "threads": 1, "mem_mb": 1000, "runtime": 10} for s in STAGES}}},
     }
 
@@ -114,20 +117,37 @@ def test_the_map_gives_z_in_bits_per_byte_against_each_rows_reference(mapped):
     assert (bytes_of["base"]["n_tokens"] != bytes_of["other"]["n_tokens"]).any()  # other tokens, same text
 
 
-def test_correctness_compares_each_stage_with_the_one_before(mapped):
-    rates = pd.read_csv(mapped / "results/chain/correctness/rates.tsv", sep="\t")
-    tasks = rates[rates["level"] == "task"].set_index("task")
-    assert set(tasks.index) == {"sft", "dpo", "other"}
+def test_correctness_pairs_seeds_and_compares_each_stage_with_the_one_before(mapped):
+    rates = pd.read_csv(mapped / "results/chain/correctness/rates.tsv", sep="\t", dtype={"seed": str})
+    assert set(rates["seed"]) == {"all", "0", "1"}
 
-    def correct(run):
+    shards = pd.concat([pd.read_parquet(mapped / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)])
+
+    def scores(run):
         frame = pd.concat([pd.read_parquet(mapped / f"results/chain/scores/{run}/shard-{k}.parquet") for k in (0, 1)])
-        return frame.dropna(subset=["correct"])["correct"].to_numpy()
+        frame["source"] = shards["source"].to_numpy()
+        return frame.dropna(subset=["correct"])
 
-    base, sft, dpo = correct("base"), correct("sft"), correct("dpo")
-    assert tasks.loc["dpo", "n10"] == int(((sft == 1) & (dpo == 0)).sum())
-    assert tasks.loc["dpo", "n01"] == int(((sft == 0) & (dpo == 1)).sum())
-    assert tasks.loc["sft", "n10"] == int(((base == 1) & (sft == 0)).sum())
-    assert tasks.loc["dpo", "N"] == len(base) == 20
+    runs = {r: scores(r) for r in ("base", "sft", "dpo", "other")}
+    for frame in runs.values():  # every (item, seed): its raw text, its extracted answer (or none), its verdict
+        assert len(frame) == 20 and all(len(g) == 2 for g in frame["generations"])
+        assert all(len(a) == 2 and len(c) == 2 for a, c in zip(frame["answers"], frame["correct_seeds"]))
+        assert (frame["n_generated"] > 0).all() and (frame["correct"] == [c[0] for c in frame["correct_seeds"]]).all()
+    seeds = {r: np.array(f["correct_seeds"].tolist()) for r, f in runs.items()}
+    for seed in (0, 1):
+        tasks = rates[(rates["level"] == "task") & (rates["seed"] == str(seed))].set_index("task")
+        assert set(tasks.index) == {"sft", "dpo", "other"}
+        base, sft, dpo = seeds["base"][:, seed], seeds["sft"][:, seed], seeds["dpo"][:, seed]
+        assert tasks.loc["dpo", "n10"] == int(((sft == 1) & (dpo == 0)).sum())  # the stage before, same seed
+        assert tasks.loc["dpo", "n01"] == int(((sft == 0) & (dpo == 1)).sum())
+        assert tasks.loc["sft", "n10"] == int(((base == 1) & (sft == 0)).sum())
+    per_seed = rates[(rates["level"] == "overall") & (rates["seed"] != "all")]["F_true"]
+    overall = rates[(rates["level"] == "overall") & (rates["seed"] == "all")].iloc[0]
+    assert overall["F_true"] == pytest.approx(per_seed.mean()) and overall["F_true_sd"] == pytest.approx(per_seed.std())
+    # the share of answers nothing could be extracted from, per (row, source), after and before
+    gsm = rates[(rates["seed"] == "all") & (rates["source"] == "gsm") & (rates["task"] == "dpo")].iloc[0]
+    unread = np.array([[a is None for a in row] for row in runs["dpo"]["answers"]])[runs["dpo"]["source"] == "gsm"]
+    assert gsm["unextracted_after"] == pytest.approx(unread.mean())
 
 
 def test_the_explorer_marks_checkpoint_rows(mapped):
@@ -188,3 +208,15 @@ def test_a_bad_map_fails_before_any_job_naming_the_key(tmp_path, edit, message):
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_pattern_that_matches_no_answer_fails_at_the_first_job_naming_the_key(tmp_path):
+    config = edited(map_config(), lambda c: c["upstream"]["bench"]["answers"]["sources"].update(
+        gsm={"extract": "regex", "pattern": r"The final answer: (\d+)#"}))
+    workdir = make_workdir(tmp_path / "wf", config)
+    write_map(workdir)
+    proc = snakemake(workdir, "results/chain/scores/base/shard-1.parquet", check=False, env=hub(workdir))
+    log = (workdir / "results/logs/chain/score/base/shard-1.log").read_text()
+    assert proc.returncode != 0 and not (workdir / "results/chain/scores/base/shard-1.parquet").exists()
+    assert "config key upstream.bench.answers.sources.gsm.pattern: source 'gsm': the pattern 'The final answer: " in log
+    assert "matched none of 16 generated answers; one of them: '" in log and "Traceback" not in log

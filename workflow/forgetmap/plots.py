@@ -313,20 +313,43 @@ def transition_heatmap(codes, path):
 
 
 def transition_rates(table, path):
-    """Per task: forgetting F and backward transfer BT, raw and chance-adjusted, side by side."""
+    """Per row: forgetting F and backward transfer BT, raw and chance-adjusted, side by side (the mean over
+    sampling seeds, with their sd as error bars where there are several); and, as Harmon et al. plot
+    post-training types, each row's chance-adjusted forgetting against its backward transfer, coloured by
+    its category."""
     plt = _pyplot()
+    if "seed" in table:
+        table = table[table["seed"] == "all"]
     tasks = table[table["level"] == "task"].sort_values(["category", "task"], kind="stable")
     y = np.arange(len(tasks))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 1.2 + 0.28 * len(tasks)), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 1.6 + 0.28 * max(len(tasks), 8)),
+                             gridspec_kw={"width_ratios": [1, 1, 1.2]})
     for ax, (raw, adjusted, name, colour) in zip(axes, (("F", "F_true", "forgetting 1→0", "#c44e52"),
                                                          ("BT", "BT_true", "backward transfer 0→1", "#4c72b0"))):
+        error = {"xerr": tasks[f"{adjusted}_sd"]} if f"{adjusted}_sd" in tasks else {}
         ax.barh(y - 0.2, tasks[raw], height=0.4, color=colour, alpha=0.45, label=f"{raw} (raw)")
-        ax.barh(y + 0.2, tasks[adjusted], height=0.4, color=colour, label=f"{adjusted} (chance-adjusted)")
+        ax.barh(y + 0.2, tasks[adjusted], height=0.4, color=colour, label=f"{adjusted} (chance-adjusted)", **error)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("share of scored items")
         ax.legend(fontsize=7, loc="lower right")
-    axes[0].set_yticks(y, [f"{t} ({c})" for t, c in zip(tasks["task"], tasks["category"])], fontsize=7)
-    axes[0].invert_yaxis()
+        ax.set_yticks(y, [f"{t} ({c})" for t, c in zip(tasks["task"], tasks["category"])] if ax is axes[0] else [],
+                      fontsize=7)
+        ax.set_ylim(len(tasks) - 0.5, -0.5)
+    ax = axes[2]
+    for i, (category, rows) in enumerate(tasks.groupby("category", sort=True)):
+        error = {"xerr": rows["BT_true_sd"], "yerr": rows["F_true_sd"]} if "F_true_sd" in rows else {}
+        ax.errorbar(rows["BT_true"], rows["F_true"], fmt="o", ms=5, color=f"C{i}", label=category, capsize=2, **error)
+        for _, row in rows.iterrows():
+            ax.annotate(row["task"], (row["BT_true"], row["F_true"]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+    top = float(np.nanmax([tasks["F_true"].max(), tasks["BT_true"].max(), 0.01])) * 1.15
+    ax.plot([0, top], [0, top], color="0.7", lw=0.8, ls="--")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("backward transfer BT_true (0→1)")
+    ax.set_ylabel("forgetting F_true (1→0)")
+    ax.set_title("forgetting against backward transfer, by category", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right", title="category", title_fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)

@@ -23,6 +23,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     import pyarrow as pa
 
     from .correctness import items as correctness
+    from .correctness import sampled
     from .data.chat import encode_examples, scored_bytes, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
@@ -36,7 +37,9 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     item_settings = {**settings["correctness"], "chat_template": settings["chat_template"],
                      "shots": settings.get("shots", 0),
                      "max_length": settings["max_length"], "token_budget": settings["token_budget"]}
-    rows, items = correctness.encode_items(tokenizer, frame, item_settings)
+    is_sampled = item_settings.get("answers") == "sampled"  # Harmon et al.: answers sampled over seeds
+    encode = sampled.encode_questions if is_sampled else correctness.encode_items
+    rows, items = encode(tokenizer, frame, item_settings)
     start = time.perf_counter()
     if settings["backend"] == "vllm":
         lengths = [len(e.ids) for e in encoded] + [len(it.context) + item_settings["max_new_tokens"] for it in items]
@@ -47,12 +50,15 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
             max_length = min(max_length, fits)
             encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
             item_settings["max_length"] = max_length
-            rows, items = correctness.encode_items(tokenizer, frame, item_settings)
+            rows, items = encode(tokenizer, frame, item_settings)
         llm = vllm_engine(model_dir, max_model_len, settings)
         nll = score_with_vllm(llm, encoded)
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
         scored = time.perf_counter()
-        record = correctness.evaluate_vllm(llm, tokenizer, items, item_settings) if items else None
+        record = None
+        if items:
+            record = (sampled.evaluate_vllm(llm, items, item_settings) if is_sampled
+                      else correctness.evaluate_vllm(llm, tokenizer, items, item_settings))
     else:
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
@@ -61,6 +67,10 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
         if not items:
             nll, n_tokens = scorer.score(encoded)
             scored = time.perf_counter()
+        elif is_sampled:
+            nll, n_tokens = scorer.score(encoded)
+            scored = time.perf_counter()
+            record = sampled.evaluate_torch(model, tokenizer, items, item_settings)
         else:
             nll, n_tokens, is_greedy = scorer.score_greedy(encoded)
             scored = time.perf_counter()
@@ -81,6 +91,9 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     if items:
         summary.update(items=len(items), items_correct=int(record["correct"].sum()),
                        correctness_seconds=round(finished - scored, 3))
+        if is_sampled:
+            summary.update(seeds=item_settings["seeds"], generated_tokens=int(record["n_generated"].sum()),
+                           unextracted=int(sum(a is None for row in record["answers"] for a in row)))
     summary.update(**truncation(encoded, max_length, "upstream examples"),
                    **tokenizer_choices(tokenizer, settings["chat_template"]))
     if summary["nan"]:

@@ -56,14 +56,31 @@ def check_duplicate_keys(path: str) -> None:
 # --- upstream, tasks, models -------------------------------------------------------------------------
 
 def check_upstream(cfg: dict) -> None:
-    """Each corpus names its source."""
+    """Each corpus names its source; its answer extraction has a pattern that compiles where it needs one."""
     for name, corpus in cfg["upstream"].items():
+        check_extraction(f"upstream.{name}.answers", corpus["answers"])
+        for source, own in corpus["answers"]["sources"].items():
+            check_extraction(f"upstream.{name}.answers.sources.{source}", own)
         if corpus["format"] == "hf":
             if not corpus["dataset"]:
                 raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf'")
             continue
         if corpus["format"] != "demo" and not corpus["path"]:
             raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")
+
+
+def check_extraction(key: str, spec: dict) -> None:
+    """An extractor `regex` has a pattern, and a pattern compiles."""
+    import re
+
+    if spec.get("extract") == "regex" and not spec.get("pattern"):
+        raise ConfigError(f"config key {key}.pattern: required for extract 'regex'")
+    if spec.get("pattern"):
+        try:
+            re.compile(spec["pattern"])
+        except re.error as exc:
+            raise ConfigError(f"config key {key}.pattern: value {spec['pattern']!r} is not a regular expression: "
+                              f"{exc}") from None
 
 
 def check_tasks(cfg: dict) -> None:
@@ -103,6 +120,11 @@ def check_models(cfg: dict) -> None:
                                   f"allowed: {', '.join(cfg['tasks'])}")
         if model["base"]["kind"] == "pretrained" and not model["base"]["path"]:
             raise ConfigError(f"config key models.{name}.base.path: required when base.kind is 'pretrained'")
+        sampling = model["score"]["correctness"]
+        if sampling["answers"] == "sampled" and sampling["temperature"] == 0 and sampling["seeds"] > 1:
+            raise ConfigError(f"config key models.{name}.score.correctness.seeds: value {sampling['seeds']} seeds at "
+                              f"temperature 0 give the same greedy answer {sampling['seeds']} times; set one seed or a "
+                              f"temperature above 0")
         if model["score"]["backend"] == "vllm" and model["finetune"]["method"] == "lora":
             raise ConfigError(f"config key models.{name}.score.backend: vllm scores full checkpoints, and "
                               f"models.{name}.finetune.method is lora; use backend torch (it merges the adapter)")

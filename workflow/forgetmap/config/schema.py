@@ -96,7 +96,17 @@ SCORE = _obj({
                                                     "log-likelihoods; acc_norm = argmax per character (lm-eval)"),
         "target_delimiter": {"type": "string", "default": " ",
                              "description": "lm items: text between the prompt and each option (lm-eval: a space)"},
-        "max_new_tokens": _int(32, "free-form items: greedy decoding length cap", 1),
+        "answers": _enum("options", ("options", "sampled"),
+                         "options: multiple choice by option log-likelihood, free form by greedy decoding "
+                         "(deterministic); sampled: every item answered by text sampled over `seeds` (temperature, "
+                         "top_p), the answer extracted as upstream.NAME.answers says (Harmon et al.)"),
+        "seeds": _int(3, "sampled: sampling seeds per item (Harmon et al.: 3), paired seed by seed across runs", 1),
+        "seed": _int(0, "sampled: the first seed (seeds seed, seed+1, ...)", 0),
+        "temperature": _num(0.6, "sampled: sampling temperature (Harmon et al.: 0.6)", minimum=0),
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.95,
+                  "description": "sampled: nucleus sampling mass (Harmon et al.: 0.95)"},
+        "max_new_tokens": _int(32, "generation length cap: free-form greedy answers, or sampled answers (Harmon et "
+                                   "al. allow 32,768 for chain of thought)", 1),
         "stop": {"type": "array", "items": {"type": "string", "minLength": 1}, "default": ["\n\n"],
                  "description": "free-form items: the generation is cut at the first of these (paper: a blank line)"},
     }, description="items with an `answer`: how their correctness is scored", default={}),
@@ -254,6 +264,20 @@ CORPUS = _obj({
                                         "response, or messages)"),
     "source": {"type": ["string", "null"], "default": None,
                "description": "format hf without a `source` column: every row's source label (default: the dataset)"},
+    "answers": _obj({
+        "extract": _enum("auto", ("auto", "letter", "number", "regex", "exact"),
+                         "how a sampled answer is read from the generated text: letter (multiple choice, A, B, ...), "
+                         "number (GSM8K-style), regex (`pattern`), exact (the text, SQuAD-normalised); auto: letter "
+                         "for multiple choice, number where the answer is a number, else exact"),
+        "pattern": {"type": ["string", "null"], "default": None,
+                    "description": "extract regex: the pattern; its first group (or the match) is the answer"},
+        "sources": {"type": "object", "default": {},
+                    "additionalProperties": _obj({
+                        "extract": {"enum": ["auto", "letter", "number", "regex", "exact"]},
+                        "pattern": {"type": ["string", "null"]}}),
+                    "description": "per source label: its own extract / pattern"},
+    }, description="items answered by sampled text (score.correctness.answers: sampled): how the answer is "
+                   "extracted, for the corpus and per source", default={}),
     **_hf("upstream corpus", ("example_id", "source", "kind", "text", "prompt", "response", "choices", "answer")),
 }, description="an upstream corpus")
 

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 METRICS = ("acc", "acc_norm")
 ITEM_COLUMNS = ("predicted", "correct", "margin", "k")
+SAMPLED_COLUMNS = ("generations", "answers", "correct_seeds", "n_generated")  # answers sampled over seeds (sampled)
 
 
 @dataclass(frozen=True)
@@ -281,13 +282,33 @@ def loglik_naive(model, items: list[Item]) -> list[np.ndarray]:
 
 # --- free form ----------------------------------------------------------------------------------------------
 
-@torch.inference_mode()
 def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
                     token_budget: int) -> list[np.ndarray]:
     """Greedy continuations of left-padded contexts, batched under the token budget, stopped at EOS."""
+    return generate(model, contexts, pad_id, eos_id, max_new_tokens, token_budget)
+
+
+def sample_top_p(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
+    """One token per row drawn from softmax(logits / temperature) restricted to the smallest set of tokens
+    whose probability reaches top_p (nucleus sampling, as vLLM and transformers sample)."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    ordered, order = probs.sort(dim=-1, descending=True)
+    outside = ordered.cumsum(-1) - ordered > top_p  # the first token is always kept
+    ordered = ordered.masked_fill(outside, 0.0)
+    pick = torch.multinomial(ordered / ordered.sum(-1, keepdim=True), 1, generator=generator)
+    return order.gather(-1, pick)[:, 0]
+
+
+@torch.inference_mode()
+def generate(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
+             token_budget: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> list[np.ndarray]:
+    """Continuations of left-padded contexts, batched under the token budget, stopped at EOS: greedy at
+    temperature 0, else sampled (nucleus `top_p`) from a generator seeded with `seed`, so the same
+    contexts and seed give the same texts."""
     from ..models import cache_keyword
 
     device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     keyword = cache_keyword(model)
     lengths = np.array([len(c) for c in contexts])
     out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
@@ -308,7 +329,8 @@ def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int 
             result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
                            **{keyword: cache}, use_cache=True, logits_to_keep=1)  # the next token's only
             cache = getattr(result, keyword)
-            token = result.logits[:, -1].float().argmax(-1)
+            logits = result.logits[:, -1].float()
+            token = sample_top_p(logits, temperature, top_p, generator) if generator else logits.argmax(-1)
             token = torch.where(done, torch.full_like(token, pad_id), token)
             generated.append(token)
             if eos_id is not None:
@@ -415,8 +437,11 @@ def item_columns(n_rows: int, rows: np.ndarray, record: pd.DataFrame | None) -> 
     valid = np.zeros(n_rows, dtype=bool)
     valid[rows] = True
     columns = {}
-    types = {"predicted": pa.string(), "correct": pa.int8(), "margin": pa.float32(), "k": pa.int16()}
-    for name in ITEM_COLUMNS:
+    types = {"predicted": pa.string(), "correct": pa.int8(), "margin": pa.float32(), "k": pa.int16(),
+             "generations": pa.list_(pa.string()), "answers": pa.list_(pa.string()),
+             "correct_seeds": pa.list_(pa.int8()), "n_generated": pa.int32()}
+    names = [*ITEM_COLUMNS, *(c for c in SAMPLED_COLUMNS if record is not None and c in record)]
+    for name in names:
         values = [None] * n_rows
         if record is not None:
             for r, v in zip(rows, record[name].tolist()):

@@ -13,8 +13,13 @@ with s the expected share of spurious flips of items unknown at both times, (1 -
 (k - 1), computed within each group of items with the same k and weighted by its size (free-form items:
 no correction). The ceilings are the known shares kappa = max(0, (k acc - 1) / (k - 1)) (free form:
 acc) before (max F) and after (max BT). Tasks are averaged unweighted within a category, categories
-unweighted into the overall row. Evaluation is deterministic (option log-likelihoods, greedy
-decoding), so each (task, item) has one transition: there are no sampling seeds to average.
+unweighted into the overall row. Option log-likelihoods and greedy decoding are deterministic: each
+(task, item) has one transition. Sampled answers (`correctness.sampled`) have one per seed: seed s of a
+row is paired with seed s of its reference, every rate is computed per seed (task, category, overall),
+and the table's `seed` = all rows are the mean over seeds with the sample sd (ddof 1) in `*_sd` columns,
+as Harmon et al. aggregate; each seed's own rows follow. Where answers were extracted from text, each
+(task, source) row also gives the share of its answers that could not be extracted, after and before
+(its reference's). The matrices (transitions, Y, Y_BT) are seed 0's.
 
 With a margin `delta`, a multiple-choice item counts as correct only where the gold option wins by at
 least delta nats, at both times (the margin filter: guessers drop out instead of being corrected for).
@@ -35,6 +40,33 @@ log = logging.getLogger(__name__)
 
 RATE_COLUMNS = ("N", "n00", "n01", "n10", "n11", "acc_before", "acc_after", "F", "BT", "spurious", "F_true",
                 "BT_true", "relative_forgetting", "max_F", "max_BT")
+
+
+def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each seed's correctness of one run over every shard, (seeds, N) floats (1 / 0 / NaN where not scorable),
+    and which answers could not be extracted ((seeds, N) bool, or None where the run did not sample)."""
+    seeds, missing = [], []
+    for path in paths:
+        names = pq.read_schema(path).names
+        if "correct_seeds" not in names:
+            return read_correctness(paths, ids, margin)[0][None], None
+        table = pq.read_table(path, columns=["correct_seeds", "answers"])
+        per_item = table.column("correct_seeds").to_pylist()
+        answers = table.column("answers").to_pylist()
+        width = max((len(v) for v in per_item if v is not None), default=0)
+        block = np.full((width, len(per_item)), np.nan)
+        unread = np.zeros((width, len(per_item)), dtype=bool)
+        for i, (values, texts) in enumerate(zip(per_item, answers)):
+            if values is not None:
+                if len(values) != width:
+                    raise DataError(f"{path}: item {i} has {len(values)} seeds, others {width}; rescore it")
+                block[:, i] = values
+                unread[:, i] = [a is None for a in texts]
+        seeds.append(block)
+        missing.append(unread)
+    if len({b.shape[0] for b in seeds}) > 1:
+        raise DataError(f"{paths[0]}: its shards hold different numbers of seeds; rescore the run")
+    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1)
 
 
 def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
@@ -167,21 +199,27 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
         table = pq.read_table(shard, columns=["example_id", "source"])
         ids.append(table.column("example_id").to_numpy().astype(str))
         sources.append(table.column("source").to_numpy().astype(str))
-    before, k, _ = read_correctness(base_scores, ids, margin)
+    _, k, _ = read_correctness(base_scores, ids, margin)
+    base, base_missing = read_seeds(base_scores, ids, margin)
     base_nll = np.concatenate([pq.read_table(p, columns=["nll"]).column("nll").to_numpy() for p in base_scores])
-    items = np.flatnonzero(np.isfinite(before))
+    items = np.flatnonzero(np.isfinite(base[0]))
     if len(items) == 0:
         raise DataError("the upstream corpus has no item with an answer: nothing to score for correctness")
     tasks = list(task_scores)
-    after = np.empty((len(tasks), len(items)), dtype=np.float64)
-    for row, task in enumerate(tasks):
-        values = read_correctness(task_scores[task], ids, margin)[0]
-        if not np.isfinite(values[items]).all() or np.isfinite(values).sum() != len(items):
+    runs = {"base": base[:, items]}
+    missing = {"base": None if base_missing is None else base_missing[:, items]}
+    for task in tasks:
+        values, unread = read_seeds(task_scores[task], ids, margin)
+        if not np.isfinite(values[:, items]).all() or np.isfinite(values[0]).sum() != len(items):
             raise DataError(f"task {task!r}: its scores hold correctness for other items than the base's; rescore it")
-        after[row] = values[items]
-    runs = {"base": before[items], **{t: after[i] for i, t in enumerate(tasks)}}
+        if values.shape[0] != base.shape[0]:
+            raise DataError(f"task {task!r}: its scores hold {values.shape[0]} sampling seed(s) and the base's "
+                            f"{base.shape[0]}: seed s is paired with seed s; rescore them with the same seeds")
+        runs[task], missing[task] = values[:, items], None if unread is None else unread[:, items]
     references = references or {}
-    before = np.stack([runs[references.get(t, "base")] for t in tasks]) if tasks else before[items]
+    n_seeds = base.shape[0]
+    after = np.stack([runs[t] for t in tasks], axis=1) if tasks else np.zeros((n_seeds, 0, len(items)))
+    before = np.stack([runs[references.get(t, "base")] for t in tasks], axis=1) if tasks else after
     k = k[items].astype(np.int16)
     example_ids, item_sources = np.concatenate(ids)[items], np.concatenate(sources)[items]
     labels = (example_ids, item_sources, base_nll[items].astype(np.float32))
@@ -191,9 +229,45 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
     def matrix(values, statistic):
         return ForgettingMatrix(values, tasks, *labels, used, used_groups, statistic)
 
-    table = rate_table(before, after, k, item_sources, tasks, used)
-    return (matrix(transition_codes(before, after), "transition"), matrix(forgetting_matrix(before, after), "forgotten_1to0"),
-            matrix(backward_transfer_matrix(before, after), "transferred_0to1"), k, table)
+    table = seed_table([rate_table(before[s], after[s], k, item_sources, tasks, used) for s in range(n_seeds)])
+    if missing["base"] is not None:
+        table = with_unextracted(table, {t: missing[t] for t in tasks},
+                                 {t: missing[references.get(t, "base")] for t in tasks}, item_sources)
+    return (matrix(transition_codes(before[0], after[0]), "transition"),
+            matrix(forgetting_matrix(before[0], after[0]), "forgotten_1to0"),
+            matrix(backward_transfer_matrix(before[0], after[0]), "transferred_0to1"), k, table)
+
+
+KEYS = ["level", "task", "category", "source"]
+SD_COLUMNS = ("F", "BT", "F_true", "BT_true", "acc_before", "acc_after")
+
+
+def seed_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """One rate table per seed -> `seed` = all rows (the mean over seeds; with several seeds, the sd of each
+    rate in `*_sd`), then each seed's rows. One seed: its table, `seed` all."""
+    if len(tables) == 1:
+        return tables[0].assign(seed="all")
+    stacked = pd.concat([t.assign(seed=str(s)) for s, t in enumerate(tables)], ignore_index=True)
+    grouped = stacked.groupby(KEYS, sort=False)[list(RATE_COLUMNS)]
+    mean = grouped.mean()
+    sd = grouped.std(ddof=1)[list(SD_COLUMNS)].add_suffix("_sd")
+    summary = mean.join(sd).reset_index().assign(seed="all")
+    return pd.concat([summary, stacked], ignore_index=True)
+
+
+def with_unextracted(table: pd.DataFrame, after: dict[str, np.ndarray], before: dict[str, np.ndarray],
+                     sources: np.ndarray) -> pd.DataFrame:
+    """The share of answers (items x seeds) that could not be extracted, per (task, source) and per task, after
+    (the row's run) and before (its reference's), on the rows of `seed` all."""
+    out = table.copy()
+    out["unextracted_after"], out["unextracted_before"] = np.nan, np.nan
+    rows = (out["seed"] == "all") & out["level"].isin(["task", "source"])
+    for index in np.flatnonzero(rows.to_numpy()):
+        task, source = out.at[index, "task"], out.at[index, "source"]
+        at = np.ones(len(sources), dtype=bool) if source == "all" else sources == source
+        out.at[index, "unextracted_after"] = float(after[task][:, at].mean())
+        out.at[index, "unextracted_before"] = float(before[task][:, at].mean())
+    return out
 
 
 def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dict:
@@ -217,6 +291,6 @@ def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dic
     n_right = int(np.isfinite(y.values[0]).sum()) if len(tasks) else 0
     if n_right == 0:
         log.warning("the base model answers no item correctly: Y (1->0) is empty, only backward transfer is defined")
-    overall = table[table["level"] == "overall"].iloc[0]
+    overall = table[(table["level"] == "overall") & (table["seed"] == "all")].iloc[0]
     return {"items": int(codes.shape[1]), "base_correct": n_right, "F": float(overall["F"]),
             "F_true": float(overall["F_true"]), "BT": float(overall["BT"]), "BT_true": float(overall["BT_true"])}

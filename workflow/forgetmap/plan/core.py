@@ -214,16 +214,27 @@ class Plan:
     def score_settings(self, model: str) -> dict:
         """How the model's base and fine-tunes are scored (its chat template; its few-shot items, if any)."""
         spec = self.cfg["models"][model]
-        shots = {"shots": spec["shots"]} if spec["shots"] else {}
-        return {**spec["score"], "chat_template": spec["chat_template"], **shots}
+        return self._score_settings(model, spec["chat_template"], spec["shots"])
 
     def run_score_settings(self, model: str, run: str) -> dict:
         """How one run is scored: a checkpoint's own prompt format (its chat template, or few-shot text)."""
         checkpoint = self.cfg["models"][model]["checkpoints"].get(run)
         if checkpoint is None:
             return self.score_settings(model)
-        shots = {"shots": checkpoint["shots"]} if checkpoint["shots"] else {}
-        return {**self.cfg["models"][model]["score"], "chat_template": checkpoint["chat_template"], **shots}
+        return self._score_settings(model, checkpoint["chat_template"], checkpoint["shots"])
+
+    def _score_settings(self, model: str, chat_template: str, shots: int) -> dict:
+        """The model's scoring settings with a run's prompt format; sampled answers take the corpus's answer
+        extraction (keys appear only where used: the settings of other runs stay as they were)."""
+        spec = self.cfg["models"][model]
+        settings = {**copy.deepcopy(spec["score"]), "chat_template": chat_template, **({"shots": shots} if shots else {})}
+        if settings["correctness"]["answers"] == "sampled":
+            settings["correctness"]["extraction"] = {**self.cfg["upstream"][spec["upstream"]]["answers"],
+                                                     "corpus": spec["upstream"]}
+        else:
+            for key in ("answers", "seeds", "seed", "temperature", "top_p"):
+                settings["correctness"].pop(key)
+        return settings
 
     def checkpoint_settings(self, model: str, checkpoint: str) -> dict:
         """A checkpoint's pointer: where its files are and their identity (changed weights rerun its rows)."""
