@@ -28,6 +28,8 @@ Y_MODELS = fm_plan.alternatives(PLAN.y_models)  # models with a 1->0 matrix Y: i
 BINARY_IMPORTED = fm_plan.alternatives(PLAN.binary_imported)
 Z_IMPORTED = fm_plan.alternatives([m for m in PLAN.imported if m not in PLAN.binary_imported])
 Z_MODELS = fm_plan.alternatives(PLAN.z_models)  # models with a forgetting matrix Z
+SCORED_RUNS = fm_plan.alternatives(PLAN.scored_runs())  # runs a model scores itself
+LOGGED_RUNS = fm_plan.alternatives({r for m in PLAN.computed for r in PLAN.logged[m]})  # runs from eval logs
 REPLAY_ARMS = fm_plan.alternatives(PLAN.mitigation.replay_arms())
 
 

@@ -1,4 +1,5 @@
-# Per-example NLL of every upstream shard under every run, and the forgetting matrix per model.
+# Per-example NLL of every upstream shard under every run, and the forgetting matrix per model; a row whose
+# correctness comes from the user's evaluation logs gets its score files from those instead.
 
 
 rule score:
@@ -9,6 +10,7 @@ rule score:
         fm_plan.SCORES,
     wildcard_constraints:
         model=COMPUTED,
+        run=SCORED_RUNS,
     params:
         settings=settings(PLAN.run_score_settings),
     threads: resource("score", "threads")
@@ -51,3 +53,45 @@ rule forgetting_matrix:
     shell:
         "forgetmap forgetting-matrix --settings {params.settings:q} --shards {input.shards:q} "
         "--out {output:q} > {log:q} 2>&1"
+
+
+rule eval_log:  # a row whose correctness the user's evaluation logs give: aligned with the upstream items
+    input:
+        logs=job(PLAN.log_files),
+        shards=job(PLAN.shard_paths),
+    output:
+        fm_plan.LOGGED,
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.log_settings),
+    threads: resource("analysis", "threads")
+    resources:
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/eval_log/{logged}.log",
+    benchmark:
+        "results/benchmarks/{model}/eval_log/{logged}.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap eval-log --settings {params.settings:q} --shards {input.shards:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule logged_scores:  # an eval-log row's items of one shard, as a score file (correctness only, no NLL)
+    input:
+        table=fm_plan.LOGGED.replace("{logged}", "{run}"),
+        shard=job(PLAN.shard_path),
+    output:
+        fm_plan.SCORES,
+    wildcard_constraints:
+        model=COMPUTED,
+        run=LOGGED_RUNS,
+    localrule: True
+    log:
+        "results/logs/{model}/logged_scores/{run}/shard-{shard}.log",
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "forgetmap logged-scores --table {input.table:q} --shard {input.shard:q} --out {output:q} > {log:q} 2>&1"

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from evals import run_lighteval, run_lm_eval
 from helpers import by_rule, edited, library_warnings, make_workdir, planned_jobs, snakemake
 from standins import TULU_TEMPLATE, cache_standin, save_standin, sentences
 
@@ -220,3 +221,108 @@ def test_a_pattern_that_matches_no_answer_fails_at_the_first_job_naming_the_key(
     assert proc.returncode != 0 and not (workdir / "results/chain/scores/base/shard-1.parquet").exists()
     assert "config key upstream.bench.answers.sources.gsm.pattern: source 'gsm': the pattern 'The final answer: " in log
     assert "matched none of 16 generated answers; one of them: '" in log and "Traceback" not in log
+
+
+# --- evaluation logs the user already holds -------------------------------------------------------------------
+
+def logs_config() -> dict:
+    """Options scoring (lm-eval's acc): one row scored here, the same checkpoint's lm-eval log beside it."""
+    config = map_config()
+    config["upstream"]["bench"]["path"] = "resources/mc.parquet"
+    model = config["models"]["chain"]
+    model.update(shots=0, z="nats_per_token", score={"token_budget": 1024, "max_length": 96})
+    model["checkpoints"] = {
+        "sft": {"path": "models/sft", "category": "sft", "chat_template": "auto"},
+        "sft_log": {"logs": {"format": "lm_eval", "files": ["evals/sft/results/*/samples_bench_mc_*.jsonl"]},
+                    "category": "sft"},
+        "dpo_log": {"logs": {"format": "lm_eval", "files": ["evals/dpo/results/*/samples_*.jsonl"],
+                             "align": "id", "id": "{doc[example_id]}"}, "category": "preference",
+                    "reference": "sft_log"},
+        "dpo_lighteval": {"logs": {"format": "lighteval", "files": ["evals/dpo-lighteval/results/details/**/*.parquet"],
+                                   "metric": "acc"}, "category": "preference"},
+    }
+    return config
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("logs") / "wf", logs_config())
+    write_map(workdir)
+    frame = benchmark_frame()
+    frame = frame[frame["kind"] == "lm"].reset_index(drop=True)  # documents and multiple-choice items
+    frame.to_parquet(workdir / "resources/mc.parquet")
+    items = frame[frame["answer"].notna()]
+    for name in ("sft", "dpo"):
+        run_lm_eval(workdir / f"models/{name}", items, workdir / f"evals/{name}")
+    run_lighteval(workdir / "models/dpo", items, workdir / "evals/dpo-lighteval")
+    proc = snakemake(workdir, env=hub(workdir))
+    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
+    return workdir
+
+
+def test_an_lm_eval_log_gives_the_rates_forgetmap_measures_itself(logged):
+    assert "Traceback" not in (logged / "run.out").read_text()
+    rates = pd.read_csv(logged / "results/chain/correctness/rates.tsv", sep="\t")
+    tasks = rates[rates["level"] == "task"].set_index("task")
+    counts = ["N", "n00", "n01", "n10", "n11"]
+    assert tasks.loc["sft_log", counts].tolist() == tasks.loc["sft", counts].tolist()
+    assert tasks.loc["sft_log", "F_true"] == pytest.approx(tasks.loc["sft", "F_true"])
+    assert tasks.loc["sft", "N"] == 12
+    scored = pd.concat([pd.read_parquet(logged / f"results/chain/scores/sft/shard-{k}.parquet") for k in (0, 1)])
+    imported = pd.concat([pd.read_parquet(logged / f"results/chain/scores/sft_log/shard-{k}.parquet") for k in (0, 1)])
+    assert imported["correct"].fillna(-1).tolist() == scored["correct"].fillna(-1).tolist()  # item by item
+    assert imported["nll"].isna().all()  # a log has no NLL: the row is not in Z
+    matrix = pq.read_schema(logged / "results/chain/forgetting.parquet").names
+    assert "sft" in matrix and "sft_log" not in matrix and "dpo_log" not in matrix
+    # the id-aligned row is compared with the logged stage before it
+    dpo = imported.dropna(subset=["correct"])["correct"].to_numpy()
+    after = pd.concat([pd.read_parquet(logged / f"results/chain/scores/dpo_log/shard-{k}.parquet") for k in (0, 1)])
+    after = after.dropna(subset=["correct"])["correct"].to_numpy()
+    assert tasks.loc["dpo_log", "n10"] == int(((dpo == 1) & (after == 0)).sum())
+
+
+def test_logs_that_do_not_align_fail_naming_the_file_and_the_item(logged, tmp_path):
+    from forgetmap.correctness.logs import import_logs
+    from forgetmap.errors import DataError
+
+    shards = [str(logged / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)]
+    files = sorted((logged / "evals/sft/results").rglob("samples_*.jsonl"))
+    lines = files[0].read_text().splitlines()
+    settings = {"format": "lm_eval", "metric": None, "align": "prompt", "id": None}
+    short = tmp_path / "samples_short.jsonl"
+    short.write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(DataError, match=r"seed 0 .*: no log holds 1 upstream item\(s\): 'mc-11'"):
+        import_logs({**settings, "files": [[str(short)]]}, shards, str(tmp_path / "out.parquet"))
+    stray = tmp_path / "samples_stray.jsonl"
+    record = json.loads(lines[0])
+    record["arguments"]["gen_args_0"]["arg_0"] = "Question: nobody asked this?\nAnswer:"
+    stray.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    with pytest.raises(DataError, match=r"samples_stray.jsonl: line 1 \(doc_id 0\): its prompt .* is no upstream"):
+        import_logs({**settings, "files": [[str(stray)]]}, shards, str(tmp_path / "out.parquet"))
+    with pytest.raises(DataError, match=r"line 1 \(doc_id 0\): no metric field 'exact_match'; numeric fields: acc"):
+        import_logs({**settings, "metric": "exact_match", "files": [[str(files[0])]]}, shards,
+                    str(tmp_path / "out.parquet"))
+    # two seeds: one verdict per seed, seed 0's in `correct`
+    flipped = tmp_path / "samples_seed1.jsonl"
+    records = [json.loads(line) for line in lines]
+    for r in records:
+        r["acc"] = 1.0 - r["acc"]
+    flipped.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = import_logs({**settings, "files": [[str(files[0])], [str(flipped)]]}, shards, str(tmp_path / "two.parquet"))
+    table = pd.read_parquet(tmp_path / "two.parquet")
+    assert summary["seeds"] == 2 and all(a + b == 1 for a, b in table["correct_seeds"])
+    assert not (tmp_path / "out.parquet").exists()  # nothing half-written by the failures
+
+
+def test_lighteval_details_import_item_by_item(logged):
+    details = pd.concat([pd.read_parquet(p) for p in sorted((logged / "evals/dpo-lighteval/results").rglob("*.parquet"))])
+    verdict = {d["query"]: int(m["acc"]) for d, m in zip(details["doc"], details["metric"])}
+    shards = pd.concat([pd.read_parquet(logged / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)])
+    scores = pd.concat([pd.read_parquet(logged / f"results/chain/scores/dpo_lighteval/shard-{k}.parquet")
+                        for k in (0, 1)])
+    items = shards["answer"].notna().to_numpy()
+    assert scores["correct"].to_numpy()[items].tolist() == [verdict[p] for p in shards["prompt"][items]]
+    assert (scores["k"].to_numpy()[items] == shards["choices"][items].map(len).to_numpy()).all()
+    assert scores["predicted"].notna().sum() == 12
+    rates = pd.read_csv(logged / "results/chain/correctness/rates.tsv", sep="\t").set_index("task")
+    assert rates.loc["dpo_lighteval", "N"].max() == 12

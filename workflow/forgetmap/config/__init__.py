@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from . import checks
 from .checks import about, check_duplicate_keys
 from .families import expand_families
-from .schema import IMPORTED, SCHEMA, explain, with_defaults
+from .schema import IMPORTED, LOGS, SCHEMA, explain, with_defaults
 from .views import (checkpoint_rows, finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks,
                     row_categories)
 
@@ -37,6 +37,9 @@ def resolve(config: dict) -> dict:
     for model in cfg["models"].values():
         if model["imported"] is not None:
             model["imported"] = with_defaults(IMPORTED, model["imported"])
+        for checkpoint in model["checkpoints"].values():
+            if checkpoint["logs"] is not None:
+                checkpoint["logs"] = with_defaults(LOGS, checkpoint["logs"])
     cfg["tasks"] = expand_families(cfg["tasks"])
     prediction = cfg["prediction"]
     if isinstance(prediction["methods"], list):  # a list of names: each with its defaults

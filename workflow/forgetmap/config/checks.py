@@ -158,6 +158,13 @@ def check_checkpoints(cfg: dict, model: str) -> None:
         if checkpoint["category"] not in cfg["categories"]:
             raise ConfigError(f"{key}.category: value {checkpoint['category']!r} is not a category; allowed: "
                               f"{', '.join(cfg['categories'])}")
+        if (checkpoint["path"] is None) == (checkpoint["logs"] is None):
+            raise ConfigError(f"{key}: give `path` (a model to score) or `logs` (evaluation logs to import), "
+                              f"one of them")
+        logs = checkpoint["logs"]
+        if logs is not None and logs["align"] == "id" and not logs["id"]:
+            raise ConfigError(f"{key}.logs.id: required for align 'id' (a template giving the example_id, e.g. "
+                              f"'{{doc[id]}}')")
         if checkpoint["reference"] != "base" and checkpoint["reference"] not in checkpoints:
             raise ConfigError(f"{key}.reference: value {checkpoint['reference']!r} is neither `base` nor a checkpoint "
                               f"of model {model!r}; allowed: base, {', '.join(c for c in checkpoints if c != name)}")
@@ -174,18 +181,43 @@ def check_checkpoints(cfg: dict, model: str) -> None:
             at = checkpoints[at]["reference"]
 
 
+def check_logs(cfg: dict, model: str, files: dict[str, list[list[str]]], has_items: bool) -> None:
+    """Logged rows (`files`: row -> each seed's files): every seed's glob matches files, the corpus has items
+    to align them with, and a row pairs seed by seed with its reference (a scored run has the model's
+    sampling seeds, or one)."""
+    spec = cfg["models"][model]
+    correctness = spec["score"]["correctness"]
+    scored_seeds = correctness["seeds"] if correctness["answers"] == "sampled" else 1
+    for name, seeds in files.items():
+        key = f"config key models.{model}.checkpoints.{name}.logs"
+        if not has_items:
+            raise ConfigError(f"{key}: the upstream corpus {spec['upstream']!r} has no item with an answer to align "
+                              f"logged items with")
+        for pattern, found in zip(spec["checkpoints"][name]["logs"]["files"], seeds):
+            if not found:
+                raise ConfigError(f"{key}.files: {pattern!r} matches no file")
+        reference = spec["checkpoints"][name]["reference"]
+        theirs = len(files[reference]) if reference in files else scored_seeds
+        if len(seeds) != theirs:
+            raise ConfigError(f"{key}.files: {len(seeds)} seed(s), and its reference {reference!r} has {theirs}: seed s "
+                              f"is compared with seed s (models.{model}.score.correctness gives scored runs "
+                              f"{scored_seeds})")
+
+
 def check_checkpoint_files(cfg: dict, model: str, templates: dict[str, bool], tokenizers: dict[str, str | None]) -> None:
     """What a model's checkpoint files must give (read by the plan): a chat template where a row is prompted
     through it, and, for a per-token Z, the same tokenizer as the row's reference (`tokenizers`: run ->
     the digest of how it splits text)."""
     spec = cfg["models"][model]
     for name, checkpoint in spec["checkpoints"].items():
+        if name not in templates:  # an eval log: no files of a model
+            continue
         if checkpoint["chat_template"] == "tokenizer" and not templates[name]:
             raise ConfigError(f"config key models.{model}.checkpoints.{name}.chat_template: `tokenizer`, and "
                               f"{checkpoint['path']!r} has no chat template (a base model?); set chat_template: auto "
                               f"and shots (few-shot, as base models are prompted)")
         reference = checkpoint["reference"]
-        if spec["z"] == "nats_per_token" and tokenizers[name] != tokenizers[reference]:
+        if spec["z"] == "nats_per_token" and reference in tokenizers and tokenizers[name] != tokenizers[reference]:
             raise ConfigError(f"config key models.{model}.z: nats_per_token, and checkpoint {name!r} "
                               f"({checkpoint['path']}) splits text into other tokens than its reference {reference!r}: "
                               f"a per-token NLL change across tokenizers compares different units; set "

@@ -168,9 +168,31 @@ IMPORTED = _obj({
                "description": "prediction splits: name -> released split pickle"},
 }, required=("matrix",), description="a matrix the paper's authors released, imported instead of computed")
 
+LOGS = _obj({
+    "format": _enum("lm_eval", ("lm_eval", "lighteval"),
+                    "lm_eval: lm-evaluation-harness --log_samples files (samples_<task>_<date>.jsonl); lighteval: "
+                    "LightEval details (details_<task>_<date>.parquet)"),
+    "files": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+              "description": "one glob per sampling seed, each matching that seed's files (every task's)"},
+    "metric": {"type": ["string", "null"], "default": None,
+               "description": "the per-sample metric field read as correctness, rounded to 0/1 (null: acc for "
+                              "lm_eval, extractive_match for lighteval)"},
+    "align": _enum("prompt", ("prompt", "id"),
+                   "how logged items find their upstream item: prompt (the logged context is the item's prompt, or "
+                   "ends with it) or id (`id` formats the upstream example_id)"),
+    "id": {"type": ["string", "null"], "default": None,
+           "description": "align id: a template over the log's fields giving the example_id, e.g. '{doc[id]}' or "
+                          "'mmlu-{doc_id}'"},
+}, required=("files",), description="evaluation logs of the checkpoint, imported as its correctness (no model runs; "
+                                     "the row has no Z)")
+
 CHECKPOINT = _obj({
-    "path": {"type": "string", "description": "a local model directory or a Hugging Face id (in the local cache: "
-                                              "forgetmap never downloads)"},
+    "path": {"type": ["string", "null"], "default": None,
+             "description": "a local model directory or a Hugging Face id (in the local cache: forgetmap never "
+                            "downloads); or give `logs` instead"},
+    "logs": {"oneOf": [{"type": "null"}, LOGS], "default": None,
+             "description": "evaluation logs the user already holds, instead of `path`: the row's correctness "
+                            "is imported, nothing is scored"},
     "revision": {"type": ["string", "null"], "default": None, "description": "HF revision"},
     "category": {"type": "string", "description": "its post-training type (sft, preference, rl, distill, merge, "
                                                   "...): a key of `categories`; the row's category in every table"},
@@ -183,7 +205,7 @@ CHECKPOINT = _obj({
                            "model as Harmon et al. prompt it), auto or olmo (as models.NAME.chat_template)"),
     "shots": _int(0, "items prompted few-shot: solved items of the same source before each item (a base model as "
                      "Harmon et al. prompt it); 0: zero-shot", 0),
-}, required=("path", "category"), description="a checkpoint forgetmap did not train (a public post-trained model): a "
+}, required=("category",), description="a checkpoint forgetmap did not train (a public post-trained model): a "
                                                 "row of the model's matrices, scored as every run is, with no fine-tune")
 
 MODEL = _obj({

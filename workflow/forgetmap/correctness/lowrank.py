@@ -93,8 +93,9 @@ def _by_rank(r2: np.ndarray, n: int) -> np.ndarray:
 
 def analyse(z: ForgettingMatrix | None, y: ForgettingMatrix,
             max_rank: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rank table: logistic fit of Y beside the SVD R² of Z, point-biserial table). Without Z (an
-    imported binary matrix) the Z columns and the correlations are NaN."""
+    """(rank table: logistic fit of Y beside the SVD R² of Z, point-biserial table over Z's rows). Without Z
+    (an imported binary matrix) the Z columns and the correlations are NaN; rows of Y that Z lacks (eval
+    logs) join the logistic fit only."""
     observed = np.isfinite(y.values).all(axis=0)  # base-correct items: observed in every row
     max_rank = min(max_rank, len(y.tasks) - 1, max(0, int(observed.sum()) - 1))
     if observed.sum() == 0 or np.ptp(y.values[:, observed]) == 0:
@@ -107,8 +108,9 @@ def analyse(z: ForgettingMatrix | None, y: ForgettingMatrix,
         table["z_r2"] = table["z_r2_base_correct_items"] = np.nan
         nan = np.full(y.values.shape, np.nan)
         return table, point_biserial(nan, y.values, y.tasks)
-    if y.tasks != z.tasks:
-        raise ValueError("Y and Z must have the same tasks in the same order")
+    if [t for t in y.tasks if t in z.tasks] != z.tasks:  # Y may have more rows: imported eval logs have no Z
+        raise ValueError("Y must hold Z's tasks in Z's order")
+    rows = [y.tasks.index(t) for t in z.tasks]
     columns = pd.Index(z.example_ids).get_indexer(y.example_ids)
     if (columns < 0).any():
         raise ValueError("Y has items that are not columns of Z")
@@ -117,7 +119,7 @@ def analyse(z: ForgettingMatrix | None, y: ForgettingMatrix,
     r2_items = r2_by_rank(np.nan_to_num(z_items[:, observed]), max_rank) if max_rank and observed.any() else np.zeros(0)
     table["z_r2"] = _by_rank(r2_all, len(table))
     table["z_r2_base_correct_items"] = _by_rank(r2_items, len(table))
-    return table, point_biserial(z_items, y.values, y.tasks)
+    return table, point_biserial(z_items, y.values[rows], z.tasks)
 
 
 def lowrank_binary_command(matrix: str | None, forgetting: str, outputs: dict) -> dict:

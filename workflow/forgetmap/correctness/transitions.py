@@ -46,14 +46,16 @@ def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) ->
     """Each seed's correctness of one run over every shard, (seeds, N) floats (1 / 0 / NaN where not scorable),
     and which answers could not be extracted ((seeds, N) bool, or None where the run did not sample)."""
     seeds, missing = [], []
+    extracted = True  # answers extracted here (sampled); an imported log says only right or wrong
     for path in paths:
         names = pq.read_schema(path).names
         if "correct_seeds" not in names:
             return read_correctness(paths, ids, margin)[0][None], None
-        table = pq.read_table(path, columns=["correct_seeds", "answers"])
+        extracted &= "answers" in names
+        table = pq.read_table(path, columns=["correct_seeds", *["answers"] * ("answers" in names)])
         per_item = table.column("correct_seeds").to_pylist()
-        answers = table.column("answers").to_pylist()
-        width = max((len(v) for v in per_item if v is not None), default=0)
+        answers = table.column("answers").to_pylist() if "answers" in names else [[""] * width_of(per_item)] * len(per_item)
+        width = width_of(per_item)
         block = np.full((width, len(per_item)), np.nan)
         unread = np.zeros((width, len(per_item)), dtype=bool)
         for i, (values, texts) in enumerate(zip(per_item, answers)):
@@ -66,7 +68,12 @@ def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) ->
         missing.append(unread)
     if len({b.shape[0] for b in seeds}) > 1:
         raise DataError(f"{paths[0]}: its shards hold different numbers of seeds; rescore the run")
-    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1)
+    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1) if extracted else None
+
+
+def width_of(per_item: list) -> int:
+    """The number of seeds of a run's per-item lists (0 where it has no item)."""
+    return max((len(v) for v in per_item if v is not None), default=0)
 
 
 def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
@@ -230,7 +237,7 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
         return ForgettingMatrix(values, tasks, *labels, used, used_groups, statistic)
 
     table = seed_table([rate_table(before[s], after[s], k, item_sources, tasks, used) for s in range(n_seeds)])
-    if missing["base"] is not None:
+    if any(m is not None for m in missing.values()):
         table = with_unextracted(table, {t: missing[t] for t in tasks},
                                  {t: missing[references.get(t, "base")] for t in tasks}, item_sources)
     return (matrix(transition_codes(before[0], after[0]), "transition"),
@@ -258,15 +265,17 @@ def seed_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
 def with_unextracted(table: pd.DataFrame, after: dict[str, np.ndarray], before: dict[str, np.ndarray],
                      sources: np.ndarray) -> pd.DataFrame:
     """The share of answers (items x seeds) that could not be extracted, per (task, source) and per task, after
-    (the row's run) and before (its reference's), on the rows of `seed` all."""
+    (the row's run) and before (its reference's), on the rows of `seed` all (NaN for a run that did not
+    extract answers itself: an imported log)."""
     out = table.copy()
     out["unextracted_after"], out["unextracted_before"] = np.nan, np.nan
     rows = (out["seed"] == "all") & out["level"].isin(["task", "source"])
     for index in np.flatnonzero(rows.to_numpy()):
         task, source = out.at[index, "task"], out.at[index, "source"]
         at = np.ones(len(sources), dtype=bool) if source == "all" else sources == source
-        out.at[index, "unextracted_after"] = float(after[task][:, at].mean())
-        out.at[index, "unextracted_before"] = float(before[task][:, at].mean())
+        for column, shares in (("unextracted_after", after[task]), ("unextracted_before", before[task])):
+            if shares is not None:  # an imported log says only right or wrong
+                out.at[index, column] = float(shares[:, at].mean())
     return out
 
 

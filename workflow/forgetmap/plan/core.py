@@ -19,12 +19,13 @@ import copy
 
 from .. import config as fm_config
 from .. import pretrained
+from ..correctness import logs
 from .correctness import CorrectnessPlan
 from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
-from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM, POSTTRAINED,
-                    SCORES, SHARD, TASK, alternatives)
+from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOGGED, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM,
+                    POSTTRAINED, SCORES, SHARD, TASK, alternatives)
 from .prediction import PredictionPlan
 
 
@@ -62,12 +63,16 @@ class Plan:
             if spec["format"] == "hf":
                 with fm_config.about(f"tasks.{spec.get('family') or task}"):
                     check_dataset(spec)
-        self.categories: dict[str, dict[str, str]] = {}  # a computed model's rows -> their categories
+        self.categories: dict[str, dict[str, str]] = {}  # a computed model's rows (of Y) -> their categories
+        self.logged: dict[str, dict[str, list[list[str]]]] = {}  # a model's rows imported from eval logs
         for model in self.models:
             spec = cfg["models"][model]["imported"]
             if spec is None:
                 self.categories[model] = fm_config.row_categories(cfg, model)
-                self.tasks[model] = list(self.categories[model])
+                self.logged[model] = {c: logs.seed_files(s["logs"]["files"]) for c, s in
+                                      cfg["models"][model]["checkpoints"].items() if s["logs"] is not None}
+                fm_config.checks.check_logs(cfg, model, self.logged[model], model in self.item_models)
+                self.tasks[model] = [r for r in self.categories[model] if r not in self.logged[model]]
                 continue
             with fm_config.about(f"models.{model}.imported.matrix"):
                 self.tasks[model] = released_tasks(spec["matrix"], spec["meta"])
@@ -81,8 +86,10 @@ class Plan:
                     local = pretrained.locate(base["path"], base["revision"])
                 self.base_files[model] = {"local": str(local), "identity": pretrained.identity(local)}
         self.checkpoints = {m: self._checkpoints(m) for m in self.computed}  # name -> local files and identity
+        # a model whose every row is an imported eval log has no Z: only correctness
+        self.z_models = [m for m in self.z_models if m not in self.computed or self.tasks[m]]
         self.references = {m: {row: self.cfg["models"][m]["checkpoints"].get(row, {}).get("reference", BASE_RUN)
-                               for row in self.tasks[m]} for m in self.computed}
+                               for row in self.y_rows(m)} for m in self.computed}
         self.prediction = PredictionPlan(self)
         self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
@@ -96,6 +103,8 @@ class Plan:
         spec = self.cfg["models"][model]
         found = {}
         for name, checkpoint in spec["checkpoints"].items():
+            if checkpoint["path"] is None:  # an eval log: nothing to score
+                continue
             with fm_config.about(f"models.{model}.checkpoints.{name}.path"):
                 local = pretrained.locate(checkpoint["path"], checkpoint["revision"])
             found[name] = {"local": str(local), "identity": pretrained.identity(local),
@@ -115,6 +124,7 @@ class Plan:
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
                 "checkpoint": alternatives({c for m in self.computed for c in self.checkpoints[m]}),
+                "logged": alternatives({c for m in self.computed for c in self.logged[m]}),
                 "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
                 "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
                 "method": alternatives(self.cfg["prediction"]["methods"]),
@@ -123,8 +133,16 @@ class Plan:
     # --- runs and their files ------------------------------------------------------------------------
 
     def runs(self, model: str) -> list[str]:
-        """Every run of a computed model whose checkpoint is scored: the base, then each row (task or checkpoint)."""
-        return [BASE_RUN, *self.tasks[model]]
+        """Every run of a computed model with score files: the base, then each row (task, checkpoint, eval log)."""
+        return [BASE_RUN, *self.y_rows(model)]
+
+    def y_rows(self, model: str) -> list[str]:
+        """The rows of a computed model's correctness (Y): Z's rows, then the rows imported from eval logs."""
+        return [*self.tasks[model], *self.logged[model]]
+
+    def scored_runs(self) -> list[str]:
+        """Every run some computed model scores (not imported from eval logs): the score rule's runs."""
+        return sorted({r for m in self.computed for r in self.runs(m) if r not in self.logged[m]})
 
     def checkpoint(self, model: str, run: str) -> str:
         """The model directory a run is scored from: the base, a fine-tune, or a checkpoint's pointer."""
@@ -244,18 +262,32 @@ class Plan:
     def matrix_settings(self, model: str) -> dict:
         """The matrix's rows (tasks in config order, their categories and the categories' split groups)
         and the score files of every run it subtracts, shard by shard."""
-        categories = self.categories[model]
+        categories = {t: self.categories[model][t] for t in self.tasks[model]}
         groups = {c: self.cfg["categories"][c]["group"] for c in sorted(set(categories.values()))}
         settings = {"model": model, "tasks": self.tasks[model], "categories": categories, "groups": groups,
                     "base_scores": self.scores(model, BASE_RUN),
                     "task_scores": {t: self.scores(model, t) for t in self.tasks[model]}}
         if self.checkpoints[model]:  # what each row is compared with, and what each checkpoint is
-            settings["references"] = self.references[model]
+            settings["references"] = {t: self.references[model][t] for t in self.tasks[model]}
             settings["checkpoints"] = {c: {k: spec[k] for k in ("path", "reference", "category")}
-                                       for c, spec in self.cfg["models"][model]["checkpoints"].items()}
+                                       for c, spec in self.cfg["models"][model]["checkpoints"].items()
+                                       if c in self.checkpoints[model]}
         if self.cfg["models"][model]["z"] != "nats_per_token":
             settings["statistic"] = self.cfg["models"][model]["z"]
         return settings
+
+    # --- rows imported from evaluation logs ---------------------------------------------------------------
+
+    def log_table(self, model: str, logged: str) -> str:
+        return LOGGED.format(model=model, logged=logged)
+
+    def log_settings(self, model: str, logged: str) -> dict:
+        """An eval-log row's files (each seed's, found at planning) and how they are read and aligned."""
+        spec = self.cfg["models"][model]["checkpoints"][logged]["logs"]
+        return {**{k: spec[k] for k in ("format", "metric", "align", "id")}, "files": self.logged[model][logged]}
+
+    def log_files(self, model: str, logged: str) -> list[str]:
+        return [f for seed in self.logged[model][logged] for f in seed]
 
     # --- imported models -----------------------------------------------------------------------------
 
@@ -318,7 +350,7 @@ class Plan:
         out = []
         for model in self.models:
             out += self.prediction.split_targets(model)
-            if model in self.binary_imported:  # no Z: only what Y supports
+            if model not in self.z_models:  # no Z (a binary import, a map of eval logs): only what Y supports
                 out += self.correctness.targets(model)
                 continue
             out += [MATRIX.format(model=model), LOWRANK.format(model=model, name="r2.tsv")]

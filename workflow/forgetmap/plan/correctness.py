@@ -25,7 +25,16 @@ class CorrectnessPlan:
     # --- jobs ----------------------------------------------------------------------------------------
 
     def transitions_settings(self, model: str) -> dict:
-        return {**self.plan.matrix_settings(model), "margin": self.cfg["correctness"]["margin"]}
+        """Every row of Y (Z's rows and the rows imported from eval logs), each against its reference."""
+        rows = self.plan.y_rows(model)
+        categories = {t: self.plan.categories[model][t] for t in rows}
+        settings = {**self.plan.matrix_settings(model), "tasks": rows, "categories": categories,
+                    "groups": {c: self.cfg["categories"][c]["group"] for c in sorted(set(categories.values()))},
+                    "task_scores": {t: self.plan.scores(model, t) for t in rows},
+                    "margin": self.cfg["correctness"]["margin"]}
+        if self.plan.checkpoints[model] or self.plan.logged[model]:
+            settings["references"] = {t: self.plan.references[model][t] for t in rows}
+        return settings
 
     def lowrank_inputs(self, model: str) -> dict[str, str]:
         """Y, and Z where the model has it (the SVD R² and the point-biserial correlation beside Y's fit)."""

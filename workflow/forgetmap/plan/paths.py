@@ -13,6 +13,7 @@ TASK = "results/data/tasks/{task}.parquet"
 BASE = "results/{model}/base"
 CHECKPOINT = "results/{model}/checkpoints/{task}"
 POSTTRAINED = "results/{model}/posttrained/{checkpoint}"  # a pointer to a checkpoint the user did not train
+LOGGED = "results/{model}/logs/{logged}.parquet"  # a row's eval logs aligned with the upstream items
 SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
 MATRIX = "results/{model}/forgetting.parquet"
 SPLIT = "results/{model}/splits/{split}.json"

@@ -78,7 +78,8 @@ class PredictionPlan:
         spec = self.cfg["models"][model]["imported"]
         if spec is not None:
             return {name: {"name": name, "released": path} for name, path in spec["splits"].items()}
-        return prediction_splits(self.cfg, self.plan.categories[model])
+        rows = self.plan.tasks[model] if model in self.plan.z_models else self.plan.y_rows(model)
+        return prediction_splits(self.cfg, {t: self.plan.categories[model][t] for t in rows})
 
 
 def prediction_splits(cfg: dict, categories: dict[str, str]) -> dict[str, dict]:
