@@ -146,3 +146,62 @@ def miniature(cfg: dict, workdir: Path) -> None:
                                  "device": "cpu"}
         model["resources"] = {stage: {"gpu": 0, "mem_mb": 1000, "runtime": 10, "threads": 1}
                               for stage in ("base", "finetune", "score", "semantic", "gradient", "analysis")}
+
+
+# --- the post-training map: public checkpoints as stand-ins, the benchmarks as local files ------------------
+
+MAP_STANDINS = {  # hub id -> (architecture, chat template, vocabulary size): chat templates only on post-trained
+    "allenai/OLMo-2-0425-1B": ("olmo2", None, 400), "allenai/OLMo-2-0425-1B-SFT": ("olmo2", "tulu", 400),
+    "allenai/OLMo-2-0425-1B-DPO": ("olmo2", "tulu", 400), "allenai/OLMo-2-0425-1B-Instruct": ("olmo2", "tulu", 400),
+    "Qwen/Qwen2.5-3B": ("llama", None, 400), "Qwen/Qwen2.5-3B-Instruct": ("llama", "tulu", 400),
+    "Qwen/Qwen2.5-Coder-3B": ("llama", None, 400), "Qwen/Qwen2.5-7B": ("llama", None, 400),
+    "Qwen/Qwen2.5-7B-Instruct": ("llama", "tulu", 400), "Qwen/Qwen2.5-Math-7B": ("llama", None, 400),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": ("llama", "tulu", 300),  # another tokenizer
+}
+
+
+def benchmark_rows(dataset: str, n: int) -> list[dict]:
+    """Rows shaped as the hub benchmark's own (MMLU's subject and answer index, ARC's choices struct and
+    answerKey, GSM8K's worked solution, BBH's input and target)."""
+    texts = sentences(n, seed=len(dataset))
+    if dataset == "cais/mmlu":
+        subjects = ["high_school_mathematics", "college_physics", "world_religions", "marketing"]
+        return [{"question": t, "subject": subjects[i % 4], "choices": ["red", "green", "blue", "north"],
+                 "answer": i % 4} for i, t in enumerate(texts)]
+    if dataset == "allenai/ai2_arc":
+        return [{"question": t, "choices": {"text": ["yes", "no", "maybe"], "label": ["A", "B", "C"]},
+                 "answerKey": "ABC"[i % 3]} for i, t in enumerate(texts)]
+    if dataset == "openai/gsm8k":
+        return [{"question": t, "answer": f"{i} + 3 = {i + 3}\n#### {i + 3}"} for i, t in enumerate(texts)]
+    return [{"input": f"not ( True ) and {t.split()[0]}", "target": "True" if i % 2 else "False"}
+            for i, t in enumerate(texts)]
+
+
+def map_example(workdir: Path, per_part: int = 6) -> Path:
+    """config/examples/post-training-map.yaml in miniature: every hub checkpoint a cached stand-in, every
+    benchmark part a local jsonl in the hub dataset's shape, CPU sizes, torch sampling with 2 seeds."""
+    from standins import TULU_TEMPLATE
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((repo / "config/examples/post-training-map.yaml").read_text())
+    for hub_id, (architecture, template, vocab) in MAP_STANDINS.items():
+        cache_standin(workdir / "hub", hub_id, architecture, TULU_TEMPLATE if template else None,
+                      seed=len(hub_id), vocab_size=vocab)
+    for part in cfg["upstream"]["benchmarks"]["parts"]:
+        local = workdir / "resources/hf" / f"{part['dataset'].replace('/', '--')}-{part['name']}.jsonl"
+        write_jsonl(local, benchmark_rows(part["dataset"], per_part))
+        part.update(dataset="json", data_files=str(local), split="train")
+        del part["name"]  # a builder dataset has no configurations
+    cfg["shard_size"] = 16
+    # random stand-ins never write True or False, and a pattern matching none of a source's answers is an
+    # error by design (tests/unit/test_sampled.py): the miniature reads BBH's answers as plain text instead
+    cfg["upstream"]["benchmarks"]["answers"]["sources"]["bbh_boolean_expressions"] = {"extract": "exact"}
+    for model in cfg["models"].values():
+        model["score"] = {"backend": "torch", "token_budget": 1024, "max_length": 160,
+                          "correctness": {"answers": "sampled", "seeds": 2, "max_new_tokens": 8, "stop": []}}
+        model["resources"] = {stage: {"gpu": 0, "mem_mb": 1000, "runtime": 10, "threads": 1}
+                              for stage in ("base", "finetune", "score", "semantic", "gradient", "analysis")}
+    out = workdir / "config" / "post-training-map-mini.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return out

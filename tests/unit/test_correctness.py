@@ -255,3 +255,22 @@ def test_the_packing_check_tolerance_follows_the_options_length_not_the_contexts
     assert not packing_agrees(separate + [2.0, 0.0], separate, item, torch.bfloat16)  # a 2,000-token context
     assert not packing_agrees(separate + [0.0, 0.05], separate, item, torch.float32)
     assert packing_agrees(separate + [0.0, 0.002], separate, item, torch.float32)
+
+
+def test_harmon_aggregates_sources_within_benchmark_categories_then_over_categories():
+    """Harmon et al.: rates per sub-benchmark, the mean within a benchmark category, then over categories;
+    post-training types average their rows' overall."""
+    rng = np.random.default_rng(0)
+    sources = np.repeat(["mmlu_algebra", "mmlu_physics", "gsm8k"], 40)
+    before = rng.integers(0, 2, size=120).astype(float)
+    after = rng.integers(0, 2, size=(2, 120)).astype(float)
+    table = rate_table(before, after, np.full(120, 4), sources, ["sft", "dpo"], {"sft": "sft", "dpo": "pref"},
+                       {"stem": ["mmlu_*"]})
+    source = table[table["level"] == "source"].set_index(["task", "source"])["F_true"]
+    bench = table[table["level"] == "benchmark_category"].set_index(["task", "source"])["F_true"]
+    assert bench["sft", "stem"] == pytest.approx((source["sft", "mmlu_algebra"] + source["sft", "mmlu_physics"]) / 2)
+    assert bench["sft", "gsm8k"] == pytest.approx(source["sft", "gsm8k"])  # unlisted: a category of its own
+    overall = table[table["level"] == "benchmark_overall"].set_index("task")["F_true"]
+    assert overall["sft"] == pytest.approx((bench["sft", "stem"] + bench["sft", "gsm8k"]) / 2)
+    by_type = table[table["level"] == "type_overall"].set_index("category")["F_true"]
+    assert by_type["pref"] == pytest.approx(overall["dpo"])

@@ -37,6 +37,8 @@ def test_a_number_is_found_as_lm_eval_gsm8k_finds_it(text, expected):
 
 def test_answers_are_judged_by_their_kind():
     assert is_correct("1234", "1,234", "number") and is_correct("18.0", "18", "number")
+    assert is_correct("72", "She sold 48 + 24 = 72 clips.\n#### 72", "number")  # GSM8K's gold solution
+    assert choose_extractor("auto", 0, "48 + 24 = 72\n#### 72") == "number"
     assert not is_correct(None, "B", "letter") and is_correct("B", "B", "letter")
     assert extract("Final: Paris!\n\nmore", "regex", pattern=r"Final: (\w+)") == "Paris"
     assert is_correct("the Paris", "paris", "regex")

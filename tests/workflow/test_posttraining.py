@@ -326,3 +326,38 @@ def test_lighteval_details_import_item_by_item(logged):
     assert scores["predicted"].notna().sum() == 12
     rates = pd.read_csv(logged / "results/chain/correctness/rates.tsv", sep="\t").set_index("task")
     assert rates.loc["dpo_lighteval", "N"].max() == 12
+
+
+# --- the example config, in miniature ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def example_map(tmp_path_factory):
+    from examples import map_example
+
+    workdir = make_workdir(tmp_path_factory.mktemp("example-map") / "wf")
+    config = map_example(workdir)
+    proc = snakemake(workdir, "--configfile", str(config), env=hub(workdir), timeout=1500)
+    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
+    return workdir
+
+
+def test_the_example_map_runs_in_miniature_without_fine_tuning(example_map):
+    out = (example_map / "run.out").read_text()
+    assert "Traceback" not in out and "rule finetune" not in out
+    assert library_warnings(example_map) == []
+    for model, rows in (("olmo2_1b", {"sft", "dpo", "instruct"}), ("qwen2_5_3b", {"instruct", "coder"}),
+                        ("qwen2_5_7b", {"instruct", "math", "r1_distill"})):
+        rates = pd.read_csv(example_map / f"results/{model}/correctness/rates.tsv", sep="\t", dtype={"seed": str})
+        pair = rates[(rates["level"] == "benchmark_overall") & (rates["seed"] == "all")]
+        assert set(pair["task"]) == rows and pair["F_true_sd"].notna().all()  # mean and sd over 2 seeds
+        categories = set(rates[rates["level"] == "benchmark_category"]["source"])
+        assert {"math", "deduction", "science_technology_engineering", "liberal_arts"} <= categories
+        assert (example_map / f"results/{model}/explorer.html").exists()
+    meta = json.loads(pq.read_schema(example_map / "results/qwen2_5_7b/forgetting.parquet").metadata[b"forgetmap"])
+    assert meta["statistic"] == "bpb_change" and meta["references"]["r1_distill"] == "math"
+    # the chain: each stage against the one before it
+    meta = json.loads(pq.read_schema(example_map / "results/olmo2_1b/forgetting.parquet").metadata[b"forgetmap"])
+    assert meta["references"] == {"sft": "base", "dpo": "sft", "instruct": "dpo"}
+    shards = pd.concat([pd.read_parquet(p) for p in (example_map / "results/data/upstream/benchmarks").glob("*.parquet")])
+    assert {"arc_challenge", "gsm8k", "bbh_boolean_expressions"} <= set(shards["source"])
+    assert any(s.startswith("mmlu_") for s in shards["source"])

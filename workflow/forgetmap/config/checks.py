@@ -62,8 +62,8 @@ def check_upstream(cfg: dict) -> None:
         for source, own in corpus["answers"]["sources"].items():
             check_extraction(f"upstream.{name}.answers.sources.{source}", own)
         if corpus["format"] == "hf":
-            if not corpus["dataset"]:
-                raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf'")
+            if not corpus["dataset"] and not corpus["parts"]:
+                raise ConfigError(f"config key upstream.{name}.dataset: required for format 'hf' (or `parts`)")
             continue
         if corpus["format"] != "demo" and not corpus["path"]:
             raise ConfigError(f"config key upstream.{name}.path: required for format {corpus['format']!r}")

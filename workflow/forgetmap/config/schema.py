@@ -277,6 +277,14 @@ def _hf(what: str, contract: tuple[str, ...]) -> dict:
     }
 
 
+PART = _obj({
+    **{k: v for k, v in _hf("part", ("example_id", "source", "kind", "text", "prompt", "response", "choices",
+                                    "answer")).items() if k not in ("context_template",)},
+    "kind": {"enum": ["lm", "chat"], "description": "every row's kind, where the part has no `kind` column"},
+    "source": {"type": ["string", "null"], "description": "every row's source label, where the part has no "
+                                                          "`source` column (default: the dataset and configuration)"},
+}, required=("dataset",), description="one dataset of a corpus of several (format hf with `parts`)")
+
 CORPUS = _obj({
     "format": _enum("parquet", ("demo", "parquet", "jsonl", "hf"),
                     "demo: generated; parquet/jsonl: a file at `path`; hf: a Hugging Face dataset (`dataset`)"),
@@ -286,6 +294,12 @@ CORPUS = _obj({
                                         "response, or messages)"),
     "source": {"type": ["string", "null"], "default": None,
                "description": "format hf without a `source` column: every row's source label (default: the dataset)"},
+    "benchmark_categories": {"type": "object", "default": {},
+                             "additionalProperties": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                             "description": "benchmark categories of the sources (sub-benchmarks), as Harmon et al. "
+                                            "group them: category -> source names or globs (e.g. {math: ['gsm8k', "
+                                            "'mmlu_*math*']}); correctness rates are averaged over a category's "
+                                            "sources, then over categories; a source no category lists is one"},
     "answers": _obj({
         "extract": _enum("auto", ("auto", "letter", "number", "regex", "exact"),
                          "how a sampled answer is read from the generated text: letter (multiple choice, A, B, ...), "
@@ -301,6 +315,9 @@ CORPUS = _obj({
     }, description="items answered by sampled text (score.correctness.answers: sampled): how the answer is "
                    "extracted, for the corpus and per source", default={}),
     **_hf("upstream corpus", ("example_id", "source", "kind", "text", "prompt", "response", "choices", "answer")),
+    "parts": {"type": "array", "items": PART, "default": [],
+              "description": "format hf: several datasets, one after the other, as one corpus (e.g. MMLU, ARC, "
+                             "GSM8K); a key given at the corpus level is shared by every part, a part's own wins"},
 }, description="an upstream corpus")
 
 TASK = _obj({

@@ -7,7 +7,8 @@ One extractor per item, chosen per corpus or source (`upstream.NAME.answers`):
   end). Letters outside the item's k options are never taken.
 - `number`: lm-evaluation-harness's GSM8K extraction: the number after "####" (strict match), else the
   last number in the text (flexible extract); "$", thousands separators and a trailing period removed,
-  compared with the gold answer as numbers.
+  compared with the gold answer as numbers (a gold solution such as GSM8K's "... #### 72" gives its
+  final number).
 - `regex`: the user's pattern; its first group (or the whole match) at the first match, compared with the
   gold answer after SQuAD normalisation.
 - `exact`: the text cut at the first stop string, SQuAD-normalised exact match (the greedy measurement's
@@ -39,7 +40,7 @@ def choose_extractor(extractor: str, k: int, gold: str) -> str:
         return extractor
     if k >= 2:
         return "letter"
-    return "number" if as_number(gold) is not None else "exact"
+    return "number" if as_number(gold) is not None or STRICT_NUMBER.search(gold) else "exact"
 
 
 def as_number(text: str) -> float | None:
@@ -82,6 +83,10 @@ def is_correct(answer: str | None, gold: str, extractor: str) -> bool:
     if extractor == "letter":
         return answer == gold
     if extractor == "number":
-        mine, theirs = as_number(answer), as_number(gold)
+        theirs = as_number(gold)
+        if theirs is None:  # a worked solution: its final number
+            final = extract(gold, "number")
+            theirs = as_number(final) if final is not None else None
+        mine = as_number(answer)
         return mine is not None and theirs is not None and abs(mine - theirs) <= 1e-9 * max(1.0, abs(theirs))
     return normalize_answer(answer) == normalize_answer(gold)

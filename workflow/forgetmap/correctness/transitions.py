@@ -165,10 +165,37 @@ def rates(before: np.ndarray, after: np.ndarray, k: np.ndarray) -> dict[str, flo
     return rates_from_counts(values, _counts(before, after, group.ravel(), len(values)))
 
 
+def benchmark_category(source: str, benchmark_categories: dict[str, list[str]]) -> str:
+    """The benchmark category of an upstream source: the one with the most specific (longest) pattern
+    (a glob) that matches it, whatever the categories' order; else the source itself."""
+    import fnmatch
+
+    matches = [(len(p), name) for name, patterns in sorted(benchmark_categories.items()) for p in patterns
+               if fnmatch.fnmatchcase(source, p)]
+    return max(matches, key=lambda m: m[0])[1] if matches else source
+
+
+def harmon_levels(frame: pd.DataFrame, benchmark_categories: dict[str, list[str]]) -> pd.DataFrame:
+    """Harmon et al.'s aggregation of a row's per-source rates: the unweighted mean over the sources
+    (sub-benchmarks) of each benchmark category (`benchmark_category`), the mean over those categories
+    (`benchmark_overall`, their OVERALL of a model pair), and the mean of that over the rows of each row
+    category (`type_overall`: a post-training type)."""
+    numeric = list(RATE_COLUMNS)
+    sources = frame[frame["level"] == "source"].copy()
+    sources["benchmark"] = [benchmark_category(s, benchmark_categories) for s in sources["source"]]
+    per_category = sources.groupby(["task", "category", "benchmark"], sort=False)[numeric].mean().reset_index()
+    overall = per_category.groupby(["task", "category"], sort=False)[numeric].mean().reset_index()
+    by_type = overall.groupby("category", sort=False)[numeric].mean().reset_index()
+    per_category = per_category.rename(columns={"benchmark": "source"}).assign(level="benchmark_category")
+    return pd.concat([per_category, overall.assign(level="benchmark_overall", source="all"),
+                      by_type.assign(level="type_overall", task="all", source="all")], ignore_index=True)
+
+
 def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np.ndarray, tasks: list[str],
-               categories: dict[str, str]) -> pd.DataFrame:
+               categories: dict[str, str], benchmark_categories: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """Rates per (task, upstream source), per task (all items), per category (mean over its tasks) and
-    overall (mean over categories). One bincount per task over (source, k) groups: no pass per source.
+    overall (mean over categories); then Harmon et al.'s levels over the sources (`harmon_levels`). One
+    bincount per task over (source, k) groups: no pass per source.
     `before`: one vector for every task, or one per task (each row's reference)."""
     before = np.broadcast_to(np.atleast_2d(before), np.shape(after))
     names, source_index = np.unique(np.asarray(sources), return_inverse=True)
@@ -193,12 +220,14 @@ def rate_table(before: np.ndarray, after: np.ndarray, k: np.ndarray, sources: np
     overall.insert(1, "task", "all")
     overall.insert(2, "category", "all")
     overall["source"] = "all"
-    return pd.concat([frame, by_category, overall], ignore_index=True)[
+    harmon = harmon_levels(frame, benchmark_categories or {})
+    return pd.concat([frame, by_category, overall, harmon], ignore_index=True)[
         ["level", "task", "category", "source", *numeric]]
 
 
 def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list[str]], categories: dict[str, str],
-          groups: dict[str, str], margin: float | None, references: dict[str, str] | None = None):
+          groups: dict[str, str], margin: float | None, references: dict[str, str] | None = None,
+          benchmark_categories: dict[str, list[str]] | None = None):
     """(transition codes, Y, Y_BT as ForgettingMatrix over the scorable items, their k, the rate table).
     Each row is compared with its reference run (default: the base)."""
     ids, sources = [], []
@@ -236,7 +265,8 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
     def matrix(values, statistic):
         return ForgettingMatrix(values, tasks, *labels, used, used_groups, statistic)
 
-    table = seed_table([rate_table(before[s], after[s], k, item_sources, tasks, used) for s in range(n_seeds)])
+    table = seed_table([rate_table(before[s], after[s], k, item_sources, tasks, used, benchmark_categories)
+                        for s in range(n_seeds)])
     if any(m is not None for m in missing.values()):
         table = with_unextracted(table, {t: missing[t] for t in tasks},
                                  {t: missing[references.get(t, "base")] for t in tasks}, item_sources)
@@ -289,7 +319,7 @@ def transitions_command(settings: dict, shards: list[str], outputs: dict) -> dic
     tasks = settings["tasks"]
     codes, y, y_bt, k, table = build(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
                                      settings["categories"], settings["groups"], settings["margin"],
-                                     settings.get("references"))
+                                     settings.get("references"), settings.get("benchmark_categories"))
     meta, item_k = {"model": settings["model"], "margin": settings["margin"]}, {"k": pa.array(k, pa.int16())}
     for matrix, key in ((codes, "transitions"), (y, "forgetting"), (y_bt, "backward_transfer")):
         matrix.write(outputs[key], meta, item_k)

@@ -31,6 +31,9 @@ CONTEXT_TEMPLATE = "Context: {context}\n\n{prompt}"
 
 
 def describe(spec: dict) -> str:
+    if spec.get("parts") and not spec.get("dataset"):
+        return "datasets " + "; ".join(describe({**spec, "parts": None, **part})[len("dataset "):]
+                                       for part in spec["parts"])
     where = spec["dataset"] + (f" ({spec['name']})" if spec.get("name") else "")
     return f"dataset {where}, split {spec.get('split') or 'train'}"
 
@@ -149,7 +152,14 @@ def _filtered(rows: pd.DataFrame, where: dict, described: str) -> pd.DataFrame:
 
 
 def _column(rows: pd.DataFrame, source: str, described: str, contract: str) -> pd.Series:
-    """A dataset column, or a template over several (`{field}`), as strings."""
+    """A dataset column, a field of a struct column (`choices.text`, ARC's options), or a template over
+    several (`{field}`), as strings."""
+    if "{" not in source and source not in rows and "." in source and source.split(".", 1)[0] in rows:
+        column, field = source.split(".", 1)
+        try:
+            return rows[column].map(lambda v: None if v is None else v[field])
+        except (KeyError, TypeError, IndexError):
+            raise DataError(f"{described}: column {column!r} has no field {field!r} (for {contract!r})") from None
     if "{" not in source:
         if source not in rows:
             raise DataError(f"{described}: column {source!r} (for {contract!r}) not found; columns: "
@@ -194,13 +204,25 @@ def _turns(rows: pd.DataFrame, column: str, turns: str, described: str) -> tuple
 
 
 def _answer_texts(answers: pd.Series, choices: pd.Series, described: str) -> list:
-    """An integer answer (MMLU's index into its choices) as the choice's text; text answers stay."""
+    """An integer answer (MMLU's index into its choices), or a letter or number label that is not itself an
+    option (ARC's answerKey "B" or "2"), as the choice's text; text answers stay."""
     out = []
     for position, (answer, options) in enumerate(zip(answers, choices)):
-        if answer is None or isinstance(answer, str) or options is None:
+        if answer is None or options is None:
             out.append(answer)
             continue
         options = list(options)
+        if isinstance(answer, str):
+            label = answer.strip()
+            if label in options or not (len(label) == 1 and (label.isupper() or label.isdigit())):
+                out.append(answer)
+                continue
+            index = ord(label) - ord("A") if label.isalpha() else int(label) - 1  # ARC numbers its labels from 1
+            if not 0 <= index < len(options):
+                raise DataError(f"{described}: row {position}, column 'answer': label {label!r} is outside its "
+                                f"{len(options)} choices")
+            out.append(str(options[index]))
+            continue
         index = int(answer)
         if not 0 <= index < len(options):
             raise DataError(f"{described}: row {position}, column 'answer': index {index} is outside its "

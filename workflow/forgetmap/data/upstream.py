@@ -39,13 +39,18 @@ def describe(spec: dict) -> str:
 
 def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
     """The corpus's rows as stored: a file, or a Hugging Face dataset mapped to the contract's columns
-    (`kind` and `source` constants where it has no such column; ids by position where it has none)."""
+    (`kind` and `source` constants where it has no such column; ids by position where it has none), or
+    several (`parts`: each a dataset of its own, e.g. MMLU, ARC and GSM8K, one after the other)."""
     if spec["format"] != "hf":
         return read_table(spec["path"], columns=columns)
+    if spec.get("parts"):
+        shared = {k: v for k, v in spec.items() if k != "parts"}
+        frames = [_table({**shared, **part, "id_prefix": _part_prefix(part)}, columns) for part in spec["parts"]]
+        return pd.concat(frames, ignore_index=True)
     from . import hf
 
     frame, _ = hf.frame(spec, [*COLUMNS, "choices", "answer"])
-    name = spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+    name = spec.get("id_prefix") or spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
     if "kind" not in frame:
         frame["kind"] = spec.get("kind") or "lm"
     if "response" not in frame and "answer" in frame:  # an item's scored response is its answer (MMLU)
@@ -56,6 +61,15 @@ def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
         frame.insert(0, "example_id", [f"{name}-{i}" for i in range(len(frame))])
     frame["example_id"] = frame["example_id"].astype(str)
     return frame if columns is None else frame[[c for c in columns if c in frame]]
+
+
+def _part_prefix(part: dict) -> str:
+    """The id prefix of a part's rows (when it has no id column): its source label, else its dataset and
+    configuration (two BBH configurations of one dataset never share ids)."""
+    if part.get("source"):
+        return part["source"]
+    base = part["dataset"].rstrip("/").rsplit("/", 1)[-1]
+    return f"{base}-{part['name']}" if part.get("name") else base
 
 
 def read_corpus(spec: dict) -> pd.DataFrame:

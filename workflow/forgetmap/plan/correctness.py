@@ -34,6 +34,9 @@ class CorrectnessPlan:
                     "margin": self.cfg["correctness"]["margin"]}
         if self.plan.checkpoints[model] or self.plan.logged[model]:
             settings["references"] = {t: self.plan.references[model][t] for t in rows}
+        benchmarks = self.cfg["upstream"][self.plan.corpus(model)]["benchmark_categories"]
+        if benchmarks:
+            settings["benchmark_categories"] = benchmarks
         return settings
 
     def lowrank_inputs(self, model: str) -> dict[str, str]:
