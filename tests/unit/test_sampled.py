@@ -117,3 +117,12 @@ def test_few_shot_questions_carry_solved_items_of_their_source():
     assert [q.gold for q in questions] == ["B", "A", "B", "A"] and questions[0].extractor == "letter"
     lone = tok.decode(questions[3].context, skip_special_tokens=True)
     assert lone.count("Answer:") == 1  # source b has no other item to show
+
+
+def test_a_choice_is_the_option_the_text_names():
+    options = ("Quarry Hill", "Tolford", "Ravensby")
+    assert extract("Tolford\nmore", "choice", 3, stop=["\n"], options=options) == "Tolford"
+    assert extract("I think it is the quarry hill.", "choice", 3, options=options) == "Quarry Hill"
+    assert extract("Ravensby or maybe Tolford", "choice", 3, options=options) == "Tolford"  # the last named
+    assert extract("nowhere", "choice", 3, options=options) is None
+    assert choose_extractor("choice", 0, "tunlaw") == "exact" and is_correct("Tolford", "Tolford", "choice")

@@ -91,7 +91,9 @@ def check_gpus(plan) -> None:
     available = device_count()
     for model in plan.computed:
         spec = plan.cfg["models"][model]
-        used = [s for s in GPU_STAGES if s not in ("semantic", "gradient") or spec["correlations"][s]]
+        used = [s for s in GPU_STAGES if (s not in ("semantic", "gradient")
+                                          or (spec["correlations"][s] and plan.task_correlations(model)))
+                and (s != "finetune" or plan.finetuned[model])]  # a map of checkpoints fine-tunes nothing
         for stage in used:
             gpus = spec["resources"][stage]["gpu"]
             if stage == "base" and spec["base"]["kind"] == "pretrained":

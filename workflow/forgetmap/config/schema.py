@@ -301,15 +301,17 @@ CORPUS = _obj({
                                             "'mmlu_*math*']}); correctness rates are averaged over a category's "
                                             "sources, then over categories; a source no category lists is one"},
     "answers": _obj({
-        "extract": _enum("auto", ("auto", "letter", "number", "regex", "exact"),
-                         "how a sampled answer is read from the generated text: letter (multiple choice, A, B, ...), "
-                         "number (GSM8K-style), regex (`pattern`), exact (the text, SQuAD-normalised); auto: letter "
-                         "for multiple choice, number where the answer is a number, else exact"),
+        "extract": _enum("auto", ("auto", "letter", "choice", "number", "regex", "exact"),
+                         "how a sampled answer is read from the generated text: letter (multiple choice, options "
+                         "lettered A, B, ... after the prompt), choice (multiple choice whose prompt lists the options: "
+                         "the option named by its text), number (GSM8K-style), regex (`pattern`), exact (the text, "
+                         "SQuAD-normalised); auto: letter for multiple choice, number where the answer is a number, "
+                         "else exact"),
         "pattern": {"type": ["string", "null"], "default": None,
                     "description": "extract regex: the pattern; its first group (or the match) is the answer"},
         "sources": {"type": "object", "default": {},
                     "additionalProperties": _obj({
-                        "extract": {"enum": ["auto", "letter", "number", "regex", "exact"]},
+                        "extract": {"enum": ["auto", "letter", "choice", "number", "regex", "exact"]},
                         "pattern": {"type": ["string", "null"]}}),
                     "description": "per source label: its own extract / pattern"},
     }, description="items answered by sampled text (score.correctness.answers: sampled): how the answer is "

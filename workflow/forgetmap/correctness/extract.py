@@ -9,6 +9,9 @@ One extractor per item, chosen per corpus or source (`upstream.NAME.answers`):
   last number in the text (flexible extract); "$", thousands separators and a trailing period removed,
   compared with the gold answer as numbers (a gold solution such as GSM8K's "... #### 72" gives its
   final number).
+- `choice`: a multiple-choice option named by its text (the prompt lists the options as text): the
+  generation, cut at the first stop string, equal to an option after SQuAD normalisation, else the option
+  the text names last; free-form items are read as `exact`.
 - `regex`: the user's pattern; its first group (or the whole match) at the first match, compared with the
   gold answer after SQuAD normalisation.
 - `exact`: the text cut at the first stop string, SQuAD-normalised exact match (the greedy measurement's
@@ -24,7 +27,7 @@ import re
 
 from .items import cut_at_stop, normalize_answer
 
-EXTRACTORS = ("auto", "letter", "number", "regex", "exact")
+EXTRACTORS = ("auto", "letter", "choice", "number", "regex", "exact")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 LETTER_PATTERNS = (re.compile(r"(?i:answer is)\s*:?\s*\(?([A-Z])\b\)?"),
                    re.compile(r"(?i:answer)\s*:\s*\(?([A-Z])\b\)?"),
@@ -36,6 +39,8 @@ STRICT_NUMBER = re.compile(r"####\s*(-?\$?\d[\d,]*(?:\.\d+)?)")
 
 def choose_extractor(extractor: str, k: int, gold: str) -> str:
     """The extractor `auto` stands for, given the item's option count and gold answer."""
+    if extractor == "choice" and k < 2:
+        return "exact"
     if extractor != "auto":
         return extractor
     if k >= 2:
@@ -52,8 +57,16 @@ def as_number(text: str) -> float | None:
         return None
 
 
-def extract(text: str, extractor: str, k: int = 0, pattern: str | None = None, stop=()) -> str | None:
+def extract(text: str, extractor: str, k: int = 0, pattern: str | None = None, stop=(), options=()) -> str | None:
     """The answer an extractor finds in a generated text, or None."""
+    if extractor == "choice":
+        answer = normalize_answer(cut_at_stop(text, list(stop)))
+        named = {normalize_answer(o): o for o in options}
+        if answer in named:
+            return named[answer]
+        last = max(((answer.rfind(n), o) for n, o in named.items() if n and answer.rfind(n) >= 0), default=None,
+                   key=lambda m: m[0])
+        return last[1] if last else None
     if extractor == "letter":
         allowed = LETTERS[:k]
         for regex in LETTER_PATTERNS:
@@ -80,7 +93,7 @@ def is_correct(answer: str | None, gold: str, extractor: str) -> bool:
     """Does an extracted answer match the gold one (a letter, a number, a normalised text)?"""
     if answer is None:
         return False
-    if extractor == "letter":
+    if extractor in ("letter", "choice"):
         return answer == gold
     if extractor == "number":
         theirs = as_number(gold)

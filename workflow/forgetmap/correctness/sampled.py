@@ -3,8 +3,9 @@ several seeds (temperature, top-p, a cap on new tokens), the answer extracted fr
 (`forgetmap.correctness.extract`), each seed's answer judged on its own. Seed s of a run is later paired
 with seed s of its reference (`transitions`).
 
-The question a model sees: a multiple-choice item's prompt (a trailing "Answer:" taken off) with its
-options lettered A, B, C, ... and "Answer:" after them; a free-form item's prompt as it is. A `chat` item
+The question a model sees: for a letter answer, a multiple-choice item's prompt (a trailing "Answer:" taken
+off) with its options lettered A, B, C, ... and "Answer:" after them; otherwise the item's prompt as it is
+(a `choice` answer names its option by its text, as a prompt that lists them asks). A `chat` item
 is the user turn of the chat template; an `lm` item is plain text. Few-shot rows (`shots`) put solved
 questions of the same source first (`items.shot_prefixes`), each with its gold letter or answer.
 
@@ -41,9 +42,10 @@ class Question:
     gold: str             # the gold letter (multiple choice) or answer text
     k: int                # options; 0 for free form
     source: str
-    extractor: str        # letter, number, regex, exact
+    extractor: str        # letter, choice, number, regex, exact
     pattern: str | None
     key: str = "upstream.NAME.answers"  # the config key that chose the extractor (named in errors)
+    options: tuple[str, ...] = ()       # the option texts (multiple choice)
 
 
 def question_text(prompt: str, options: list[str] | None) -> str:
@@ -66,16 +68,21 @@ def encode_questions(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np
     """The row positions of the frame's items and each as a Question, under the run's template and shots."""
     rows = scorable(frame)
     template, delimiter = settings["chat_template"], settings["target_delimiter"]
-    texts, golds, ks = [], [], []
+    texts, golds, ks, how, choices = [], [], [], [], []
     for row in rows:
         record = frame.iloc[row]
         options = record.get("choices") if "choices" in frame else None
         options = [str(o) for o in options] if present(options) else None
         if options and record["answer"] not in options:
             raise DataError(f"item {record['example_id']!r}: answer {record['answer']!r} is not one of its choices")
-        texts.append(question_text(record["prompt"], options))
-        golds.append(LETTERS[options.index(record["answer"])] if options else str(record["answer"]))
+        extractor, pattern, key = extraction_of(settings, str(record["source"]))
+        extractor = choose_extractor(extractor, len(options or ()), str(record["answer"]))
+        lettered = extractor == "letter" and bool(options)  # the options lettered after the prompt
+        texts.append(question_text(record["prompt"], options if lettered else None))
+        golds.append(LETTERS[options.index(record["answer"])] if lettered else str(record["answer"]))
         ks.append(len(options) if options else 0)
+        how.append((extractor, pattern, key))
+        choices.append(tuple(options or ()))
     kinds = frame["kind"].to_numpy()[rows]
 
     def rendered(i: int, answer: str) -> tuple[str, str]:
@@ -92,10 +99,8 @@ def encode_questions(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np
     for i, row in enumerate(rows):
         context = prefixes[i] + rendered(i, golds[i])[0]
         ids = tokenizer(context, add_special_tokens=kinds[i] != "chat")["input_ids"]
-        source = str(frame["source"].iloc[row])
-        extractor, pattern, key = extraction_of(settings, source)
-        questions.append(Question(np.asarray(ids[-room:], dtype=np.int64), golds[i], ks[i], source,
-                                  choose_extractor(extractor, ks[i], golds[i]), pattern, key))
+        questions.append(Question(np.asarray(ids[-room:], dtype=np.int64), golds[i], ks[i],
+                                  str(frame["source"].iloc[row]), *how[i], choices[i]))
     return rows, questions
 
 
@@ -104,7 +109,7 @@ def judge(questions: list[Question], texts: list[list[str]], n_generated: np.nda
     item; a `regex` extractor that finds no answer in any text of a source is an error naming the source
     and showing one text."""
     n_seeds = len(texts)
-    answers = [[extract(texts[s][i], q.extractor, q.k, q.pattern, settings["stop"]) for s in range(n_seeds)]
+    answers = [[extract(texts[s][i], q.extractor, q.k, q.pattern, settings["stop"], q.options) for s in range(n_seeds)]
                for i, q in enumerate(questions)]
     correct = np.array([[is_correct(a, q.gold, q.extractor) for a in answers[i]] for i, q in enumerate(questions)],
                        dtype=np.int8).reshape(len(questions), n_seeds)
