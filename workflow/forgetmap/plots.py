@@ -342,9 +342,10 @@ def transition_rates(table, path):
         for _, row in rows.iterrows():
             ax.annotate(row["task"], (row["BT_true"], row["F_true"]), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
-    top = float(np.nanmax([tasks["F_true"].max(), tasks["BT_true"].max(), 0.01])) * 1.15
-    ax.plot([0, top], [0, top], color="0.7", lw=0.8, ls="--")
-    ax.set_xlim(0, top)
+    right = float(np.nanmax([tasks["BT_true"].max(), 0.01])) * 1.25  # each axis its own range: BT is often
+    top = float(np.nanmax([tasks["F_true"].max(), 0.01])) * 1.15    # tiny beside F; the dashed line is F = BT
+    ax.plot([0, max(right, top)], [0, max(right, top)], color="0.7", lw=0.8, ls="--")
+    ax.set_xlim(0, right)
     ax.set_ylim(0, top)
     ax.set_xlabel("backward transfer BT_true (0→1)")
     ax.set_ylabel("forgetting F_true (1→0)")
