@@ -37,7 +37,7 @@ rule forecast_scores:
     wildcard_constraints:
         model=COMPUTED,
     params:
-        settings=settings(PLAN.score_settings),
+        settings=settings(PLAN.forecast.score_settings),
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),

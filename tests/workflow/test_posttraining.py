@@ -64,6 +64,7 @@ def write_map(workdir):
     save_standin(workdir / "models/base", "llama", seed=0)  # a base: no chat template
     save_standin(workdir / "models/sft", "llama", TULU_TEMPLATE, seed=1)
     save_standin(workdir / "models/dpo", "llama", TULU_TEMPLATE, seed=2)
+    save_standin(workdir / "models/rl", "llama", TULU_TEMPLATE, seed=4)
     cache_standin(workdir / "hub", "org/other-instruct", "olmo2", TULU_TEMPLATE, seed=3, vocab_size=300)
 
 
@@ -201,6 +202,9 @@ def test_the_base_is_prompted_few_shot_and_chat_rows_through_their_template(tmp_
      "config key models.chain.checkpoints.sft.shots: value 3: few-shot prompts are plain text"),
     (lambda c: c["models"]["chain"]["base"].update(kind="demo"),
      "config key models.chain.checkpoints: checkpoints are compared with a pretrained base"),
+    (lambda c: c["models"]["chain"]["checkpoints"]["dpo"].update(forecast=True),
+     "config key models.chain.checkpoints.dpo.forecast: a forecast completes Z against the base in nats per token; "
+     "this row is compared with 'sft'"),
 ])
 def test_a_bad_map_fails_before_any_job_naming_the_key(tmp_path, edit, message):
     workdir = make_workdir(tmp_path / "wf", edited(map_config(), edit))
@@ -231,8 +235,12 @@ def logs_config() -> dict:
     config["upstream"]["bench"]["path"] = "resources/mc.parquet"
     model = config["models"]["chain"]
     model.update(shots=0, z="nats_per_token", score={"token_budget": 1024, "max_length": 96})
+    config["forecast"] = {"k": 6}
     model["checkpoints"] = {
         "sft": {"path": "models/sft", "category": "sft", "chat_template": "auto"},
+        "dpo": {"path": "models/dpo", "category": "preference", "chat_template": "auto"},
+        # a new checkpoint forecast from 6 scored probes: its pointer and one probe-scoring job, no shard
+        "rl": {"path": "models/rl", "category": "preference", "chat_template": "auto", "forecast": True},
         "sft_log": {"logs": {"format": "lm_eval", "files": ["evals/sft/results/*/samples_bench_mc_*.jsonl"]},
                     "category": "sft"},
         "dpo_log": {"logs": {"format": "lm_eval", "files": ["evals/dpo/results/*/samples_*.jsonl"],
@@ -288,10 +296,12 @@ def test_logs_that_do_not_align_fail_naming_the_file_and_the_item(logged, tmp_pa
     shards = [str(logged / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)]
     files = sorted((logged / "evals/sft/results").rglob("samples_*.jsonl"))
     lines = files[0].read_text().splitlines()
-    settings = {"format": "lm_eval", "metric": None, "align": "prompt", "id": None}
+    settings = {"format": "lm_eval", "metric": None, "align": "prompt", "id": None,
+                "key": "models.chain.checkpoints.sft_log.logs"}
     short = tmp_path / "samples_short.jsonl"
     short.write_text("\n".join(lines[:-1]) + "\n")
-    with pytest.raises(DataError, match=r"seed 0 .*: no log holds 1 upstream item\(s\): 'mc-11'"):
+    with pytest.raises(DataError, match=r"^config key models.chain.checkpoints.sft_log.logs: seed 0 .*: no log holds "
+                                        r"1 upstream item\(s\): 'mc-11'"):
         import_logs({**settings, "files": [[str(short)]]}, shards, str(tmp_path / "out.parquet"))
     stray = tmp_path / "samples_stray.jsonl"
     record = json.loads(lines[0])
@@ -361,3 +371,15 @@ def test_the_example_map_runs_in_miniature_without_fine_tuning(example_map):
     shards = pd.concat([pd.read_parquet(p) for p in (example_map / "results/data/upstream/benchmarks").glob("*.parquet")])
     assert {"arc_challenge", "gsm8k", "bbh_boolean_expressions"} <= set(shards["source"])
     assert any(s.startswith("mmlu_") for s in shards["source"])
+
+
+def test_a_new_checkpoint_is_forecast_from_k_scored_probes(logged):
+    forecast = pd.read_parquet(logged / "results/chain/forecast/forecast.parquet")
+    summary = pd.read_csv(logged / "results/chain/forecast/summary.tsv", sep="\t")
+    assert "rl" in forecast and forecast["rl"].notna().sum() >= 12 and list(summary["task"]) == ["rl"]
+    meta = json.loads(pq.read_schema(logged / "results/chain/forecast/forecast.parquet").metadata[b"forgetmap"])
+    assert meta["fit_tasks"] == ["sft", "dpo"] and len(meta["probe_ids"]) == 6
+    probes = pd.read_parquet(logged / "results/chain/forecast/scores/rl.parquet")
+    assert len(probes) == 6 and not (logged / "results/chain/scores/rl").exists()  # no shard scored
+    assert "rl" not in pq.read_schema(logged / "results/chain/forgetting.parquet").names
+    assert (logged / "results/chain/posttrained/rl/base.json").exists()

@@ -317,10 +317,21 @@ def check_forecast(cfg: dict) -> None:
         if not modes:
             continue
         forecasting = True
+        for row in modes:
+            checkpoint = model["checkpoints"].get(row)
+            if checkpoint is None:
+                continue
+            key = f"config key models.{name}.checkpoints.{row}.forecast"
+            if checkpoint["path"] is None:
+                raise ConfigError(f"{key}: a row from evaluation logs has nothing to score on the probes")
+            if checkpoint["reference"] != "base" or model["z"] != "nats_per_token":
+                raise ConfigError(f"{key}: a forecast completes Z against the base in nats per token; this row "
+                                  f"is compared with {checkpoint['reference']!r} and models.{name}.z is {model['z']}")
         fit = fit_tasks(cfg, name)
         if len(fit) < 2:
             first = next(iter(modes))
-            key = f"models.{name}.forecast" if first in listed else f"tasks.{first}.forecast"
+            key = f"models.{name}.forecast" if first in listed else (
+                f"models.{name}.checkpoints.{first}.forecast" if first in model["checkpoints"] else f"tasks.{first}.forecast")
             raise ConfigError(f"config key {key}: model {name!r} has {len(fit)} measured task(s) that are not "
                               f"forecast ({', '.join(fit) or 'none'}); a forecast is fitted on at least 2")
     method = cfg["forecast"]["method"]

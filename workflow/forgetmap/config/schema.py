@@ -205,6 +205,10 @@ CHECKPOINT = _obj({
                            "model as Harmon et al. prompt it), auto or olmo (as models.NAME.chat_template)"),
     "shots": _int(0, "items prompted few-shot: solved items of the same source before each item (a base model as "
                      "Harmon et al. prompt it); 0: zero-shot", 0),
+    "forecast": {"enum": [False, True, "check"], "default": False,
+                 "description": "true: forecast its Z row from `forecast.k` scored probes (one probe-scoring job) "
+                                "instead of scoring every shard; check: both, the forecast scored against the "
+                                "measurement (its reference must be the base, its Z per token)"},
 }, required=("category",), description="a checkpoint forgetmap did not train (a public post-trained model): a "
                                                 "row of the model's matrices, scored as every run is, with no fine-tune")
 

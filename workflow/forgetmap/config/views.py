@@ -20,9 +20,11 @@ def checkpoint_rows(cfg: dict, model: str) -> list[str]:
 
 
 def row_categories(cfg: dict, model: str) -> dict[str, str]:
-    """Every row of a computed model's matrices (its measured tasks, then its checkpoints) -> its category."""
+    """Every row of a computed model's matrices (its measured tasks, then its measured checkpoints) -> its
+    category."""
     rows = {t: cfg["tasks"][t]["category"] for t in measured_tasks(cfg, model)}
-    return {**rows, **{c: spec["category"] for c, spec in (cfg["models"][model].get("checkpoints") or {}).items()}}
+    return {**rows, **{c: spec["category"] for c, spec in (cfg["models"][model].get("checkpoints") or {}).items()
+                       if spec.get("forecast") is not True}}
 
 
 def forecast_modes(cfg: dict, model: str) -> dict[str, str]:
@@ -30,12 +32,13 @@ def forecast_modes(cfg: dict, model: str) -> dict[str, str]:
     from the task's own `forecast` key or the model's `forecast` list."""
     listed = cfg["models"][model].get("forecast") or []
     modes = {}
-    for task in model_tasks(cfg, model):
-        own = cfg["tasks"][task].get("forecast", False)
+    owns = [(t, cfg["tasks"][t].get("forecast", False)) for t in model_tasks(cfg, model)]
+    owns += [(c, spec.get("forecast", False)) for c, spec in (cfg["models"][model].get("checkpoints") or {}).items()]
+    for row, own in owns:
         if own == "check":
-            modes[task] = "check"
-        elif own is True or task in listed:
-            modes[task] = "forecast"
+            modes[row] = "check"
+        elif own is True or row in listed:
+            modes[row] = "forecast"
     return modes
 
 
@@ -46,9 +49,11 @@ def measured_tasks(cfg: dict, model: str) -> list[str]:
 
 
 def fit_tasks(cfg: dict, model: str) -> list[str]:
-    """The measured tasks a model's forecasts are fitted on: every measured task that is not forecast."""
+    """The rows of Z a model's forecasts are fitted on: every measured task and scored checkpoint that is
+    not forecast."""
     modes = forecast_modes(cfg, model)
-    return [t for t in measured_tasks(cfg, model) if t not in modes]
+    checkpoints = [c for c, spec in (cfg["models"][model].get("checkpoints") or {}).items() if spec.get("path")]
+    return [t for t in [*measured_tasks(cfg, model), *checkpoints] if t not in modes]
 
 
 def finetune_settings(cfg: dict, model: str, task: str) -> dict:

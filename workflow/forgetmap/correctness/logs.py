@@ -154,7 +154,17 @@ def align(logged: pd.DataFrame, items: pd.DataFrame, how: str, template: str | N
 
 def import_logs(settings: dict, shards: list[str], out: str) -> dict:
     """`forgetmap eval-log`: one row's logs (every seed) aligned with the upstream items, as one table:
-    example_id, correct (seed 0), k, predicted (seed 0), correct_seeds."""
+    example_id, correct (seed 0), k, predicted (seed 0), correct_seeds. An error names the row's config
+    key (`settings["key"]`), then the file and the item."""
+    try:
+        return _import_logs(settings, shards, out)
+    except DataError as exc:
+        if settings.get("key"):
+            raise DataError(f"config key {settings['key']}: {exc}") from None
+        raise
+
+
+def _import_logs(settings: dict, shards: list[str], out: str) -> dict:
     from ..io import write_table
     from ..data.upstream import scorable
 

@@ -119,7 +119,7 @@ class Plan:
     # --- wildcards -----------------------------------------------------------------------------------
 
     def wildcard_constraints(self) -> dict[str, str]:
-        computed_tasks = {t for m in self.computed for t in self.finetuned[m]}
+        computed_tasks = {t for m in self.computed for t in [*self.finetuned[m], *self.forecast.tasks(m)]}
         return {"model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
@@ -284,7 +284,8 @@ class Plan:
     def log_settings(self, model: str, logged: str) -> dict:
         """An eval-log row's files (each seed's, found at planning) and how they are read and aligned."""
         spec = self.cfg["models"][model]["checkpoints"][logged]["logs"]
-        return {**{k: spec[k] for k in ("format", "metric", "align", "id")}, "files": self.logged[model][logged]}
+        return {**{k: spec[k] for k in ("format", "metric", "align", "id")}, "files": self.logged[model][logged],
+                "key": f"models.{model}.checkpoints.{logged}.logs"}
 
     def log_files(self, model: str, logged: str) -> list[str]:
         return [f for seed in self.logged[model][logged] for f in seed]

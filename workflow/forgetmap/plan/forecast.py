@@ -37,8 +37,12 @@ class ForecastPlan:
         return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"],
                 "fit_tasks": self.fit_tasks(model)}
 
+    def score_settings(self, model: str, task: str) -> dict:
+        """How a forecast row is scored on the probes: as it would be on every shard (a checkpoint's prompts)."""
+        return self.plan.run_score_settings(model, task)
+
     def scores_inputs(self, model: str, task: str) -> dict[str, str]:
-        """A forecast task's fine-tune and the probes it is scored on."""
+        """A forecast task's fine-tune (or a checkpoint's pointer) and the probes it is scored on."""
         return {"model": self.plan.checkpoint(model, task), "shard": FORECAST_PROBES.format(model=model)}
 
     def forecast_inputs(self, model: str) -> dict[str, str | list[str]]:
