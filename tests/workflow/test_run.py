@@ -367,3 +367,26 @@ def test_the_explorer_shows_a_tasks_most_forgotten_example_and_finds_an_example(
         assert remote_requests(driver) == []  # offline: Plotly and the data are inside the page
     finally:
         driver.quit()
+
+
+def test_the_demo_map_maps_the_runs_fine_tunes_without_training(finished, tmp_path):
+    """config/examples/demo-map.yaml, the second documented command, on this run's outputs: its base and
+    fine-tunes read as checkpoints, quiz answers sampled over 3 seeds; nothing trained, no shard rewritten."""
+    import yaml
+
+    workdir = fresh_clone(finished, tmp_path)
+    config = yaml.safe_load((workdir / "config/examples/demo-map.yaml").read_text().replace("results/demo/",
+                                                                                              "results/tiny/"))
+    config.update(shard_size=70)
+    config["upstream"]["demo"]["n_examples"] = 140
+    model = config["models"]["demo_map"]
+    model["checkpoints"] = {t: spec for t, spec in model["checkpoints"].items() if t in ("city_qa", "mod10_add", "hex_copy")}
+    (workdir / "config/map.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(workdir, "--configfile", "config/map.yaml")
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out and "rule finetune" not in out and "rule shard_upstream" not in out
+    rates = pd.read_csv(workdir / "results/demo_map/correctness/rates.tsv", sep="\t", dtype={"seed": str})
+    rows = rates[(rates["level"] == "task") & (rates["seed"] == "all")]
+    assert set(rows["task"]) == {"city_qa", "mod10_add", "hex_copy"} and rows["F_true_sd"].notna().all()
+    assert set(rates["seed"]) == {"all", "0", "1", "2"}
+    assert (workdir / "results/demo_map/explorer.html").exists() and library_warnings(workdir) == []
