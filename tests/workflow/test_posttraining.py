@@ -383,3 +383,21 @@ def test_a_new_checkpoint_is_forecast_from_k_scored_probes(logged):
     assert len(probes) == 6 and not (logged / "results/chain/scores/rl").exists()  # no shard scored
     assert "rl" not in pq.read_schema(logged / "results/chain/forgetting.parquet").names
     assert (logged / "results/chain/posttrained/rl/base.json").exists()
+
+
+def test_adding_a_checkpoint_runs_only_its_pointer_its_scores_and_the_analyses(mapped):
+    """In place (a dry run changes nothing; the config is put back): a pointer records where its files are,
+    so a copy of the project elsewhere would rerun from the pointers on."""
+    from helpers import write_config
+
+    original = (mapped / "config/config.yaml").read_text()
+    write_config(mapped, edited(map_config(), lambda c: c["models"]["chain"]["checkpoints"].update(
+        rl={"path": "models/rl", "category": "preference", "reference": "dpo"})))
+    try:
+        jobs = planned_jobs(mapped, env=hub(mapped))
+    finally:
+        (mapped / "config/config.yaml").write_text(original)
+    counts = by_rule(jobs)
+    assert counts["posttrained"] == 1 and counts["score"] == 2 and "base_model" not in counts
+    assert {w["run"] for r, w in jobs if r == "score"} == {"rl"}
+    assert "finetune" not in counts and "shard_upstream" not in counts

@@ -322,8 +322,12 @@ def transition_rates(table, path):
         table = table[table["seed"] == "all"]
     tasks = table[table["level"] == "task"].sort_values(["category", "task"], kind="stable")
     y = np.arange(len(tasks))
-    fig, axes = plt.subplots(1, 3, figsize=(14, 1.6 + 0.28 * max(len(tasks), 8)),
-                             gridspec_kw={"width_ratios": [1, 1, 1.2]})
+    benchmarks = table[table["level"] == "benchmark_category"]
+    by_benchmark = benchmarks.pivot_table(index="task", columns="source", values="F_true", sort=False) \
+        if "level" in table and len(benchmarks) else None
+    panels = 4 if by_benchmark is not None and by_benchmark.shape[1] > 1 else 3
+    fig, axes = plt.subplots(1, panels, figsize=(14 + 4 * (panels - 3), 1.6 + 0.28 * max(len(tasks), 8)),
+                             gridspec_kw={"width_ratios": [1, 1, 1.2, 1.2][:panels]})
     for ax, (raw, adjusted, name, colour) in zip(axes, (("F", "F_true", "forgetting 1→0", "#c44e52"),
                                                          ("BT", "BT_true", "backward transfer 0→1", "#4c72b0"))):
         error = {"xerr": tasks[f"{adjusted}_sd"]} if f"{adjusted}_sd" in tasks else {}
@@ -351,6 +355,14 @@ def transition_rates(table, path):
     ax.set_ylabel("forgetting F_true (1→0)")
     ax.set_title("forgetting against backward transfer, by category", fontsize=9)
     ax.legend(fontsize=7, loc="upper right", title="category", title_fontsize=7)
+    if panels == 4:  # Harmon et al.'s view: each row's forgetting per benchmark category
+        grid = by_benchmark.reindex(tasks["task"])
+        ax = axes[3]
+        image = ax.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="Reds", vmin=0)
+        ax.set_xticks(np.arange(grid.shape[1]), grid.columns, rotation=60, ha="right", fontsize=6)
+        ax.set_yticks(y, [])
+        ax.set_title("F_true per benchmark category", fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.05)
     fig.tight_layout()
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
