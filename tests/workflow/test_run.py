@@ -70,7 +70,7 @@ def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
     assert m.groups == {"other": "out_of_domain", "world": "in_domain"}
     assert np.isfinite(m.values).all() and np.isfinite(m.base_nll).all() and (m.values != 0).any()
     scores = pd.read_parquet(finished / "results/tiny/scores/mod10_add/shard-1.parquet")
-    assert list(scores.columns) == ["example_id", "nll", "n_tokens", "predicted", "correct", "margin", "k"]
+    assert list(scores.columns) == ["example_id", "nll", "n_tokens", "n_bytes", "predicted", "correct", "margin", "k"]
     np.testing.assert_array_equal(m.row("mod10_add")[70:], scores["nll"].to_numpy() - m.base_nll[70:])
     log = [json.loads(line) for line in (finished / "results/tiny/base/pretrain_log.jsonl").read_text().splitlines()]
     curve = [r["upstream_nll"] for r in log if "upstream_nll" in r]
@@ -129,8 +129,9 @@ def test_the_run_scores_the_quiz_items_and_writes_their_transitions(finished):
     rates = pd.read_csv(finished / "results/tiny/correctness/rates.tsv", sep="\t")
     tasks = rates[rates["level"] == "task"]
     np.testing.assert_allclose(tasks["acc_after"] - tasks["acc_before"], tasks["BT"] - tasks["F"], atol=1e-6)
-    assert (tasks["F_true"] <= tasks["F"] + 1e-9).all() and set(rates["level"]) == {"task", "source", "category",
-                                                                                      "overall"}
+    assert (tasks["F_true"] <= tasks["F"] + 1e-9).all() and set(rates["level"]) == {
+        "task", "source", "category", "overall", "benchmark_category", "benchmark_overall", "type_overall"}
+    assert set(rates["seed"]) == {"all"}  # options and greedy answers: one measurement, no sampling seeds
     ranks = pd.read_csv(finished / "results/tiny/correctness/lowrank.tsv", sep="\t")
     assert ranks["rank"].tolist()[0] == 0 and "deviance_explained" in ranks
     scores = pd.read_csv(finished / "results/tiny/correctness/prediction_scores.tsv", sep="\t")
