@@ -252,3 +252,13 @@ def test_a_forecast_task_is_fine_tuned_but_not_a_row_of_the_matrix():
     listed["tasks"].update(job_qa={"category": "w"}, add_qa={"category": "w"})
     listed["models"]["m"]["forecast"] = ["add_qa"]  # the model's list marks it for that model alone
     assert Plan(listed).forecast.modes("m") == {"add_qa": "forecast"}
+
+
+def test_a_logged_row_named_as_a_scored_run_of_another_model_is_an_error():
+    base = {"upstream": "u", "base": {"kind": "pretrained", "path": "models/base"}, "tasks": []}
+    config = {"upstream": {"u": {"format": "parquet", "path": "u.parquet"}}, "categories": {"sft": {}},
+              "models": {"a": {**base, "checkpoints": {"sft": {"path": "models/sft", "category": "sft"}}},
+                         "b": {**base, "checkpoints": {"sft": {"logs": {"files": ["logs/*.jsonl"]}, "category": "sft"}}}}}
+    with pytest.raises(ConfigError, match=r"config key models.b.checkpoints.sft: a row from evaluation logs needs a "
+                                          r"name that no model scores"):
+        fm_config.resolve(config)

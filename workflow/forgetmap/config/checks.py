@@ -139,6 +139,19 @@ def check_models(cfg: dict) -> None:
         for task in model_tasks(cfg, name):
             check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
                             f"models.{name} / tasks.{task}")
+    check_logged_names(cfg)
+
+
+def check_logged_names(cfg: dict) -> None:
+    """A row imported from eval logs has a name no model scores: its score files come from another rule."""
+    computed = {n: m for n, m in cfg["models"].items() if m["imported"] is None}
+    scored = {r for n, m in computed.items()
+              for r in [*model_tasks(cfg, n), *(c for c, s in m["checkpoints"].items() if s["logs"] is None)]}
+    for name, model in computed.items():
+        for row, checkpoint in model["checkpoints"].items():
+            if checkpoint["logs"] is not None and row in scored:
+                raise ConfigError(f"config key models.{name}.checkpoints.{row}: a row from evaluation logs needs a "
+                                  f"name that no model scores ({row!r} is scored elsewhere)")
 
 
 def check_checkpoints(cfg: dict, model: str) -> None:
