@@ -220,7 +220,7 @@ def check_logs(cfg: dict, model: str, files: dict[str, list[list[str]]], has_ite
 def check_checkpoint_files(cfg: dict, model: str, templates: dict[str, bool], tokenizers: dict[str, str | None]) -> None:
     """What a model's checkpoint files must give (read by the plan): a chat template where a row is prompted
     through it, and, for a per-token Z, the same tokenizer as the row's reference (`tokenizers`: run ->
-    the digest of how it splits text)."""
+    the digest of how it splits text, read where Z is per token)."""
     spec = cfg["models"][model]
     for name, checkpoint in spec["checkpoints"].items():
         if name not in templates:  # an eval log: no files of a model

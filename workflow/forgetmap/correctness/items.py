@@ -119,6 +119,16 @@ def shot_prefixes(frame: pd.DataFrame, rows: np.ndarray, solved: list[str], shot
     return prefixes
 
 
+def rendered(tokenizer, kind: str, prompt: str, answer: str, template: str, delimiter: str) -> tuple[str, str]:
+    """(context, continuation) texts of an item answered by `answer`: a `chat` item's prompt through the chat
+    template up to the assistant marker, then the answer; an `lm` item's prompt, then the delimiter and the
+    answer. Joined, a solved example (a few-shot prefix's piece)."""
+    if kind == "chat":
+        prefix, body, _ = chat_pieces(tokenizer, prompt, answer, template)
+        return prefix, body
+    return prompt, delimiter + answer
+
+
 def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.ndarray, list[Item]]:
     """The row positions of the frame's scorable items and each item's tokens."""
     rows = scorable(frame)
@@ -128,10 +138,8 @@ def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.nda
     solved = []  # each item as a solved example (its context and gold answer), the few-shot prefixes' pieces
     for row in rows if shots else []:
         record = frame.iloc[row]
-        if record["kind"] == "chat":
-            solved.append("".join(chat_pieces(tokenizer, record["prompt"], record["answer"], template)[:2]))
-        else:
-            solved.append(record["prompt"] + delimiter + record["answer"])
+        solved.append("".join(rendered(tokenizer, record["kind"], record["prompt"], record["answer"], template,
+                                       delimiter)))
     prefixes = shot_prefixes(frame, rows, solved, shots)
     for row, prefix in zip(rows, prefixes):
         record = frame.iloc[row]

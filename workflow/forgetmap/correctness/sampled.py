@@ -24,11 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..data.chat import chat_pieces
 from ..data.upstream import present, scorable
 from ..errors import DataError
 from .extract import LETTERS, choose_extractor, extract, is_correct
-from .items import shot_prefixes
+from .items import rendered, shot_prefixes
 
 log = logging.getLogger(__name__)
 UNEXTRACTED_WARNING = 0.25  # a source whose share of unextracted answers is above this is reported loudly
@@ -85,19 +84,16 @@ def encode_questions(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np
         choices.append(tuple(options or ()))
     kinds = frame["kind"].to_numpy()[rows]
 
-    def rendered(i: int, answer: str) -> tuple[str, str]:
-        if kinds[i] == "chat":
-            prefix, body, _ = chat_pieces(tokenizer, texts[i], answer, template)
-            return prefix, body
-        return texts[i], delimiter + answer
+    def question(i: int) -> tuple[str, str]:
+        return rendered(tokenizer, kinds[i], texts[i], golds[i], template, delimiter)
 
     shots = settings.get("shots", 0)
-    solved = ["".join(rendered(i, golds[i])) for i in range(len(rows))] if shots else []
+    solved = ["".join(question(i)) for i in range(len(rows))] if shots else []
     prefixes = shot_prefixes(frame, rows, solved, shots)
     room = max(1, settings["max_length"] - settings["max_new_tokens"])
     questions = []
     for i, row in enumerate(rows):
-        context = prefixes[i] + rendered(i, golds[i])[0]
+        context = prefixes[i] + question(i)[0]
         ids = tokenizer(context, add_special_tokens=kinds[i] != "chat")["input_ids"]
         questions.append(Question(np.asarray(ids[-room:], dtype=np.int64), golds[i], ks[i],
                                   str(frame["source"].iloc[row]), *how[i], choices[i]))

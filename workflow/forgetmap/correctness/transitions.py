@@ -42,38 +42,38 @@ RATE_COLUMNS = ("N", "n00", "n01", "n10", "n11", "acc_before", "acc_after", "F",
                 "BT_true", "relative_forgetting", "max_F", "max_BT")
 
 
-def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Each seed's correctness of one run over every shard, (seeds, N) floats (1 / 0 / NaN where not scorable),
-    and which answers could not be extracted ((seeds, N) bool, or None where the run did not sample)."""
+def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
+    """One run over every shard: each seed's correctness, (seeds, N) floats (1 / 0 / NaN where not scorable);
+    which answers could not be extracted ((seeds, N) bool, or None where the run did not extract answers
+    itself); and the items' k. A run without sampled answers is one seed (`read_correctness`, which also
+    checks the files' example ids)."""
+    correct, k, _ = read_correctness(paths, ids, margin)
+    if "correct_seeds" not in pq.read_schema(paths[0]).names:
+        return correct[None], None, k
     seeds, missing = [], []
     extracted = True  # answers extracted here (sampled); an imported log says only right or wrong
     for path in paths:
-        names = pq.read_schema(path).names
-        if "correct_seeds" not in names:
-            return read_correctness(paths, ids, margin)[0][None], None
-        extracted &= "answers" in names
-        table = pq.read_table(path, columns=["correct_seeds", *["answers"] * ("answers" in names)])
+        has_answers = "answers" in pq.read_schema(path).names
+        extracted &= has_answers
+        table = pq.read_table(path, columns=["correct_seeds", *["answers"] * has_answers])
         per_item = table.column("correct_seeds").to_pylist()
-        answers = table.column("answers").to_pylist() if "answers" in names else [[""] * width_of(per_item)] * len(per_item)
-        width = width_of(per_item)
+        answers = table.column("answers").to_pylist() if has_answers else [None] * len(per_item)
+        width = max((len(v) for v in per_item if v is not None), default=0)
         block = np.full((width, len(per_item)), np.nan)
         unread = np.zeros((width, len(per_item)), dtype=bool)
         for i, (values, texts) in enumerate(zip(per_item, answers)):
-            if values is not None:
-                if len(values) != width:
-                    raise DataError(f"{path}: item {i} has {len(values)} seeds, others {width}; rescore it")
-                block[:, i] = values
+            if values is None:
+                continue
+            if len(values) != width:
+                raise DataError(f"{path}: item {i} has {len(values)} seeds, others {width}; rescore it")
+            block[:, i] = values
+            if texts is not None:
                 unread[:, i] = [a is None for a in texts]
         seeds.append(block)
         missing.append(unread)
     if len({b.shape[0] for b in seeds}) > 1:
         raise DataError(f"{paths[0]}: its shards hold different numbers of seeds; rescore the run")
-    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1) if extracted else None
-
-
-def width_of(per_item: list) -> int:
-    """The number of seeds of a run's per-item lists (0 where it has no item)."""
-    return max((len(v) for v in per_item if v is not None), default=0)
+    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1) if extracted else None, k
 
 
 def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
@@ -235,8 +235,7 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
         table = pq.read_table(shard, columns=["example_id", "source"])
         ids.append(table.column("example_id").to_numpy().astype(str))
         sources.append(table.column("source").to_numpy().astype(str))
-    _, k, _ = read_correctness(base_scores, ids, margin)
-    base, base_missing = read_seeds(base_scores, ids, margin)
+    base, base_missing, k = read_seeds(base_scores, ids, margin)
     base_nll = np.concatenate([pq.read_table(p, columns=["nll"]).column("nll").to_numpy() for p in base_scores])
     items = np.flatnonzero(np.isfinite(base[0]))
     if len(items) == 0:
@@ -245,7 +244,7 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
     runs = {"base": base[:, items]}
     missing = {"base": None if base_missing is None else base_missing[:, items]}
     for task in tasks:
-        values, unread = read_seeds(task_scores[task], ids, margin)
+        values, unread, _ = read_seeds(task_scores[task], ids, margin)
         if not np.isfinite(values[:, items]).all() or np.isfinite(values[0]).sum() != len(items):
             raise DataError(f"task {task!r}: its scores hold correctness for other items than the base's; rescore it")
         if values.shape[0] != base.shape[0]:

@@ -50,7 +50,7 @@ def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
     from . import hf
 
     frame, _ = hf.frame(spec, [*COLUMNS, "choices", "answer"])
-    name = spec.get("id_prefix") or spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+    name = spec.get("id_prefix") or _dataset_name(spec)
     if "kind" not in frame:
         frame["kind"] = spec.get("kind") or "lm"
     if "response" not in frame and "answer" in frame:  # an item's scored response is its answer (MMLU)
@@ -63,13 +63,17 @@ def _table(spec: dict, columns: list[str] | None = None) -> pd.DataFrame:
     return frame if columns is None else frame[[c for c in columns if c in frame]]
 
 
+def _dataset_name(spec: dict) -> str:
+    """The last component of a dataset's id or path: the prefix of ids made by position."""
+    return spec["dataset"].rstrip("/").rsplit("/", 1)[-1]
+
+
 def _part_prefix(part: dict) -> str:
     """The id prefix of a part's rows (when it has no id column): its source label, else its dataset and
     configuration (two BBH configurations of one dataset never share ids)."""
     if part.get("source"):
         return part["source"]
-    base = part["dataset"].rstrip("/").rsplit("/", 1)[-1]
-    return f"{base}-{part['name']}" if part.get("name") else base
+    return f"{_dataset_name(part)}-{part['name']}" if part.get("name") else _dataset_name(part)
 
 
 def read_corpus(spec: dict) -> pd.DataFrame:

@@ -107,12 +107,13 @@ class Plan:
                 continue
             with fm_config.about(f"models.{model}.checkpoints.{name}.path"):
                 local = pretrained.locate(checkpoint["path"], checkpoint["revision"])
-            found[name] = {"local": str(local), "identity": pretrained.identity(local),
-                           "tokenizer": pretrained.tokenizer_identity(local)}
+            found[name] = {"local": str(local), "identity": pretrained.identity(local)}
         if found:
             templates = {name: pretrained.has_chat_template(c["local"]) for name, c in found.items()}
-            tokenizers = {BASE_RUN: pretrained.tokenizer_identity(self.base_files[model]["local"]),
-                          **{name: c["tokenizer"] for name, c in found.items()}}
+            tokenizers = {}  # how each run splits text: compared only where Z is per token
+            if spec["z"] == "nats_per_token":
+                tokenizers = {name: pretrained.tokenizer_identity(c["local"]) for name, c in found.items()}
+                tokenizers[BASE_RUN] = pretrained.tokenizer_identity(self.base_files[model]["local"])
             fm_config.checks.check_checkpoint_files(self.cfg, model, templates, tokenizers)
         return found
 
