@@ -1,5 +1,6 @@
-# Forgetting less (paper §6): arms fine-tuned on the test tasks with replay, token masks or example
-# weights, each judged on held-out upstream examples that no arm ever replays, then paired tests.
+# Forgetting less (paper §6) and the mitigation arena: arms fine-tuned on the test tasks with replay, token
+# masks, example weights, LoRA, anchors, freezing or EMA (a swept knob inside one job), every fine-tune and
+# its interpolations toward the base judged on held-out upstream examples no arm replays; fronts and tests.
 
 mitigation_report = analysis_report(fm_plan.MITIGATION, "Forgetting less")
 
@@ -84,6 +85,7 @@ rule arm_run:
     params:
         settings=settings(PLAN.mitigation.arm_settings),
         score_settings=settings(PLAN.score_settings),
+        alphas=settings(PLAN.mitigation.alphas),
         options=optional_inputs("replay", "token_losses", "matrix", "split", "shards"),
     threads: resource("finetune", "threads")
     resources:
@@ -101,7 +103,7 @@ rule arm_run:
         "forgetmap arm --base {input.base:q} --task {input.task:q} --heldout {input.heldout:q} {params.options} "
         "--settings {params.settings:q} --score-settings {params.score_settings:q} --threads {threads} "
         "--gpus {resources.gpu} --out {output.checkpoint:q} --scores {output.scores:q} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        "--summary {output.summary:q} --alphas {params.alphas:q} > {log:q} 2>&1"
 
 
 rule plain_scores:
@@ -114,6 +116,7 @@ rule plain_scores:
         model=COMPUTED,
     params:
         settings=settings(PLAN.score_settings),
+        alphas=settings(PLAN.mitigation.alphas),
     threads: resource("score", "threads")
     resources:
         gpu=resource("score", "gpu"),
@@ -127,9 +130,9 @@ rule plain_scores:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap evaluate-arm --model-dir {input.model:q} --heldout {input.heldout:q} --task {input.task:q} "
-        "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output.scores:q} "
-        "--summary {output.summary:q} > {log:q} 2>&1"
+        "forgetmap evaluate-arm --model-dir {input.model:q} --base {input.base:q} --heldout {input.heldout:q} "
+        "--task {input.task:q} --settings {params.settings:q} --threads {threads} --gpus {resources.gpu} "
+        "--out {output.scores:q} --summary {output.summary:q} --alphas {params.alphas:q} > {log:q} 2>&1"
 
 
 rule mitigation_summary:
@@ -142,6 +145,10 @@ rule mitigation_summary:
         slopes=mitigation_report("paired.png", "mitigation_paired"),
         tradeoff=mitigation_report("tradeoff.png", "mitigation_tradeoff"),
         per_token=mitigation_report("per_token.png", "mitigation_per_token"),
+        fronts=mitigation_report("fronts.tsv", "mitigation_fronts"),
+        costs=mitigation_report("costs.tsv", "mitigation_costs"),
+        predictors=mitigation_report("predictors.tsv", "mitigation_predictors"),
+        fronts_figure=mitigation_report("fronts.png", "mitigation_fronts_figure"),
     wildcard_constraints:
         model=COMPUTED,
     params:
@@ -161,4 +168,6 @@ rule mitigation_summary:
         "forgetmap mitigation-summary --matrix {input.matrix:q} --settings {params.settings:q} "
         "--summary {output.summary:q} --tests {output.tests:q} --forgetting-figure {output.forgetting:q} "
         "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} "
-        "--per-token-figure {output.per_token:q} {params.transitions} > {log:q} 2>&1"
+        "--per-token-figure {output.per_token:q} --fronts {output.fronts:q} --costs {output.costs:q} "
+        "--predictors {output.predictors:q} --fronts-figure {output.fronts_figure:q} {params.transitions} "
+        "> {log:q} 2>&1"

@@ -148,6 +148,33 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: (c["tasks"].update(add_qa={"category": "w"}, mul_qa={"category": "w", "forecast": True}),
                 c.update(mitigation=mitigation(tasks=["mul_qa"], arms={"o": {"replay": "online", "method": "mf"}}))),
      "config key mitigation.arms.o: task 'mul_qa' is not a test task of any prediction split"),
+    # the arena's knobs out of range, two sweeps in one arm, two ways of freezing, FSDP
+    (lambda c: c.update(mitigation=mitigation(interpolation=[0.5, 1.5])),
+     "config key mitigation.interpolation.1: value 1.5 is invalid: 1.5 is greater than the maximum of 1"),
+    (lambda c: c.update(mitigation=mitigation(arms={"l2": {"l2_sp": -0.1}})),
+     "config key mitigation.arms.l2.l2_sp: value -0.1 is invalid: -0.1 is less than the minimum of 0"),
+    (lambda c: c.update(mitigation=mitigation(arms={"kl": {"kl_base": [0.1, -1]}})),
+     "config key mitigation.arms.kl.kl_base.1: value -1 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"e": {"ema": 1.0}})),
+     "config key mitigation.arms.e.ema: value 1.0 is invalid: 1.0 is greater than or equal to the maximum of 1"),
+    (lambda c: c.update(mitigation=mitigation(arms={"f": {"train_top": 0}})),
+     "config key mitigation.arms.f.train_top: value 0 is invalid"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"l2_sp": [0.1, 1], "kl_base": [0.1, 1]}})),
+     "config key mitigation.arms.x: knobs l2_sp and kl_base are both lists; an arm sweeps one knob"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"train_top": 1, "train_modules": ["mlp"]}})),
+     "config key mitigation.arms.x.train_modules: give train_top or train_modules, not both"),
+    (lambda c: (c["models"]["m"].update(finetune={"processes": 2}, resources={"finetune": {"gpu": 2}}),
+                c.update(mitigation=mitigation(arms={"x": {"kl_base": 0.1}}))),
+     "config key mitigation.arms.x.kl_base: the arena's training changes run in one training process; "
+     "models.m.finetune.processes is 2"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"targets": "sdft", "tokens": "stm"}})),
+     "config key mitigation.arms.x.targets: SDFT rewrites the responses that token masks and example weights"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"replay": "random", "generation": {"max_new_tokens": 8}}})),
+     "config key mitigation.arms.x.generation: not used by this arm (replay: random"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"replay": "self_generated", "temperature": 0.5}})),
+     "config key mitigation.arms.x.temperature: not used by this arm (replay: self_generated"),
+    (lambda c: c.update(mitigation=mitigation(arms={"x": {"lora": {"rank": 4}}})),
+     "config key mitigation.arms.x.lora: unknown key(s) rank; allowed: alpha, dropout, r, target_modules"),
 ])
 def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     raw = minimal()
@@ -157,6 +184,30 @@ def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     with pytest.raises(ConfigError) as err:
         Plan(raw)  # the config's checks, then the plan's (settings per job)
     assert expected in str(err.value)
+
+
+@pytest.mark.parametrize("arm, expected", [
+    ({"train_top": [1, 5]}, "mitigation.arms.x.train_top: value [1, 5]: the base of model 'm' (LlamaForCausalLM) has "
+                            "4 transformer blocks"),
+    ({"lora": {"r": 256}}, "mitigation.arms.x.lora.r: value 256: above the hidden size of the base of model 'm' "
+                           "(LlamaForCausalLM), 128"),
+    ({"train_modules": ["feed_forward"]}, "mitigation.arms.x.train_modules: feed_forward not in the base of model "
+                                          "'m' (LlamaForCausalLM); its modules: "),
+    ({"lora": {"target_modules": ["query_key_value"]}}, "mitigation.arms.x.lora.target_modules: query_key_value not in"),
+])
+def test_arena_knobs_the_demo_architecture_cannot_take_are_errors_before_any_job(arm, expected):
+    from forgetmap.config import preflight
+
+    raw = minimal()
+    raw["tasks"]["job_qa"] = {"category": "w"}
+    raw["prediction"] = {"splits": {"s": {"test": ["city_qa"]}}}
+    raw["mitigation"] = mitigation(arms={"x": arm})
+    plan = Plan(raw)
+    with pytest.raises(ConfigError) as err:
+        preflight.check(plan)
+    assert expected in str(err.value)
+    raw["mitigation"] = mitigation(arms={"x": {"train_top": [1, 4], "train_modules": None, "lora": None}})
+    preflight.check(Plan(raw))
 
 
 def test_replay_by_the_chance_of_1to0_reads_y_or_its_prediction():

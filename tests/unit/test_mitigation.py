@@ -203,18 +203,17 @@ def test_replay_by_p_1to0_scores_only_base_correct_items_and_never_draws_the_res
 def test_heldout_rates_count_1to0_and_0to1_against_the_base_with_the_margin_filter(tmp_path):
     import pandas as pd
 
-    from forgetmap.mitigation.summary import heldout_transitions
+    from forgetmap.mitigation.summary import transitions_of
 
     before = pd.Series([1.0, 1.0, 0.0, 0.0, 1.0], index=[f"e{i}" for i in range(5)])
     arm = pd.DataFrame({"example_id": ["e0", "e1", "e2", "e3", "e4", "x"],  # x: no answer
                         "correct": pd.array([0, 1, 1, 0, 1, None], dtype="Int8"),
                         "margin": [-1.0, 2.0, 0.1, -0.5, 0.2, np.nan], "k": [2, 4, 2, 3, 4, 0]})
-    arm.to_parquet(tmp_path / "arm.parquet")
     # e0 1->0, e1 1->1, e2 0->1, e3 0->0, e4 1->1: F = 1/5, BT = 1/5
-    assert heldout_transitions(str(tmp_path / "arm.parquet"), before, None) == {
+    assert transitions_of(arm, before, None) == {
         "heldout_items": 5, "heldout_F": 0.2, "heldout_BT": 0.2, "heldout_n10": 1, "heldout_n01": 1}
     # a margin of 0.5 nats: e2 and e4 win by less, so e2 stays 0 and e4 becomes 1->0
-    assert heldout_transitions(str(tmp_path / "arm.parquet"), before, 0.5) == {
+    assert transitions_of(arm, before, 0.5) == {
         "heldout_items": 5, "heldout_F": 0.4, "heldout_BT": 0.0, "heldout_n10": 2, "heldout_n01": 0}
 
 
@@ -296,7 +295,7 @@ def test_an_arms_run_gives_back_its_training_memory_before_it_is_judged(monkeypa
     gc.disable()  # only release_memory's collection may free the cycle
     try:
         monkeypatch.setattr(train, "finetune", fake_finetune)
-        monkeypatch.setattr(evaluate, "evaluate_command", fake_evaluate)
+        monkeypatch.setattr(evaluate, "judge", fake_evaluate)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append(("empty_cache", None)))
         arm.arm_command("base", "task", {}, {}, "heldout", 1, "out", "scores", "summary")

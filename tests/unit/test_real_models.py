@@ -149,6 +149,25 @@ def test_preflight_refuses_lora_targets_the_architecture_lacks(data_dir):
         preflight.check(plan_with(forecast))
 
 
+def test_preflight_checks_arena_knobs_against_a_gptneox_base(data_dir):
+    from forgetmap.config import preflight
+
+    save_standin(data_dir / "model", "gpt_neox")
+    config = pretrained_config(str(data_dir / "model"))
+    config["tasks"]["t2"] = {"category": "c", "path": "t1.jsonl"}
+    config["prediction"] = {"splits": {"s": {"test": ["t1"]}}, "k": 2}
+    config["mitigation"] = {"tasks": ["t1"], "heldout": 2, "arms": {"top": {"train_top": 3}}}
+    with pytest.raises(ConfigError, match=r"mitigation\.arms\.top\.train_top: value 3: the base of model 'm' "
+                                          r"\(GPTNeoXForCausalLM\) has 2 transformer blocks"):
+        preflight.check(plan_with(config))
+    config["mitigation"]["arms"] = {"lora": {"lora": {"target_modules": ["q_proj"]}}}
+    with pytest.raises(ConfigError, match=r"arms\.lora\.lora\.target_modules: q_proj not in .*query_key_value"):
+        preflight.check(plan_with(config))
+    config["mitigation"]["arms"] = {"top": {"train_top": 2}, "attn": {"train_modules": ["attention"]},
+                                    "lora": {"lora": {"r": [2, 4], "target_modules": ["query_key_value"]}}}
+    preflight.check(plan_with(config))
+
+
 def test_preflight_refuses_the_tokenizer_template_where_there_is_none(data_dir):
     from forgetmap.config import preflight
 

@@ -16,7 +16,7 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
                              "score": 8, "forgetting_matrix": 1, "lowrank": 1, "lowrank_summary": 1, "cross_task": 1,
                              "semantic_similarity": 1, "gradient_similarity": 1, "split_definition": 2,
                              "predict": 18, "prediction_scores": 1, "probe_evaluation": 2, "heldout_set": 1,
-                             "token_losses": 1, "replay_selection": 3, "arm_run": 4, "plain_scores": 1,
+                             "token_losses": 1, "replay_selection": 4, "arm_run": 7, "plain_scores": 1,
                              "mitigation_summary": 1, "transitions": 1, "lowrank_binary": 1, "predict_binary": 12,
                              "binary_prediction_scores": 1, "explorer": 1, "all": 1}
     runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}

@@ -158,7 +158,7 @@ def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_
     write_config(workdir, edited(tiny_config(), lambda c: c["tasks"]["mod10_add"].update(finetune={"lr": 5e-4})))
     jobs = planned_jobs(workdir)
     # mod10_add is the arms' task: every arm is fine-tuned again with the new settings
-    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_run": 4,
+    assert by_rule(jobs) == {"finetune": 1, "score": 2, **ANALYSES, "replay_selection": 1, "arm_run": 7,
                              "plain_scores": 1}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"mod10_add"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"mod10_add"}
@@ -170,8 +170,8 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     jobs = planned_jobs(workdir)
     # the held-out set is drawn from the grown corpus: every arm's run (its fine-tune and its judging, one
     # job) anew, and the matrix's plain fine-tune judged anew
-    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 3,
-                             "arm_run": 4, "plain_scores": 1}
+    assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 4,
+                             "arm_run": 7, "plain_scores": 1}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
 
 
@@ -222,8 +222,10 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
         assert len(replayed) == 6 and not heldout & set(replayed["example_id"])  # int(22 x 0.25) + 1
         scores = pd.read_parquet(finished / f"results/tiny/mitigation/{arm}/seed-0/mod10_add.parquet")
         assert set(scores["example_id"]) == heldout
-    summary = pd.read_csv(finished / "results/tiny/mitigation/summary.tsv", sep="\t")
-    assert summary["arm"].tolist() == ["none", "random", "predicted", "stm", "online"]
+    variants = pd.read_csv(finished / "results/tiny/mitigation/summary.tsv", sep="\t")
+    summary = variants[variants["alpha"] == 1].drop(columns="arm").rename(columns={"label": "arm"})
+    assert summary["arm"].tolist() == ["none", "random", "predicted", "stm", "online", "anchored kl_base=0.1",
+                                       "anchored kl_base=1", "frozen", "self_replay"]
     none = summary.set_index("arm").loc["none"]  # its own reduction: 0, or undefined where it forgot nothing
     assert none["reduction"] == 0 if none["heldout_forgetting"] > 0 else np.isnan(none["reduction"])
     assert summary.set_index("arm").loc["stm", "masked_share"] == pytest.approx(0.2, abs=0.01)
@@ -232,8 +234,9 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
     # the held-out quiz items: 1->0 and 0->1 rates against the base, tested beside the mean delta NLL
     assert (summary["heldout_items"] > 0).all() and summary["heldout_F"].between(0, 1).all()
     tests = pd.read_csv(finished / "results/tiny/mitigation/tests.tsv", sep="\t")
-    pairs = [("random", "none"), ("predicted", "none"), ("stm", "none"), ("online", "none"), ("predicted", "random"),
-             ("online", "random")]
+    pairs = [("random", "none"), ("predicted", "none"), ("stm", "none"), ("online", "none"),
+             ("anchored kl_base=0.1", "none"), ("anchored kl_base=1", "none"), ("frozen", "none"),
+             ("self_replay", "none"), ("predicted", "random"), ("online", "random"), ("self_replay", "random")]
     for statistic in ("heldout_forgetting", "heldout_F"):
         chosen = tests[tests["statistic"] == statistic]
         assert list(zip(chosen["arm"], chosen["baseline"])) == pairs
@@ -242,6 +245,44 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
     assert online["switch_step"] == 1 and online["replayed_online"] == 6 and online["online_seconds"] < 1
     assert not heldout & set(online["replayed_online_ids"]) and not heldout & set(online["probe_ids"])
     assert len(online["probe_ids"]) == 5 and online["probe_selection"] == "dopt"
+
+
+def costs_of(mitigation, arm):
+    return pd.read_csv(mitigation / "costs.tsv", sep="\t").set_index("arm").loc[arm]
+
+
+def test_the_arena_judges_every_fine_tune_and_interpolation_as_fronts_costs_and_signals(finished):
+    mitigation = finished / "results/tiny/mitigation"
+    variants = pd.read_csv(mitigation / "summary.tsv", sep="\t")
+    # every fine-tune as trained and halfway to the base; the sweep's two fine-tunes came from one job
+    assert sorted(variants["alpha"].unique()) == [0.5, 1.0] and len(variants) == 2 * 9
+    assert not list((mitigation / "anchored").glob("seed-0/*.1.parquet"))
+    swept = variants[variants["arm"] == "anchored"]
+    assert set(swept["knob"]) == {"kl_base"} and sorted(swept["value"].unique()) == [0.1, 1.0]
+    halfway = variants[variants["alpha"] == 0.5].set_index("label")["weight_distance"]
+    trained = variants[variants["alpha"] == 1].set_index("label")["weight_distance"]
+    np.testing.assert_allclose(halfway, trained / 2, rtol=1e-3)
+    frozen = json.loads((mitigation / "frozen/seed-0/mod10_add.json").read_text())
+    assert 0 < frozen["trained_parameters"] < frozen["parameters"] / 2  # one of the stand-in's blocks
+    assert frozen["ema_base_weight"] == pytest.approx(0.9 ** frozen["steps"])
+    assert 0 <= frozen["sdft_kept"] <= 1 and frozen["generated_tokens"] > 0  # the base rewrote the responses
+    generated = json.loads((mitigation / "self_replay/seed-0/mod10_add.json").read_text())
+    assert generated["replayed"] == 6 and 0 < generated["generated_tokens"] <= 6 * 12
+    assert costs_of(mitigation, "self_replay")["generated_tokens"] == generated["generated_tokens"]
+    fronts = pd.read_csv(mitigation / "fronts.tsv", sep="\t")
+    assert len(fronts) == 18 and fronts["on_front"].any() and fronts.groupby("arm")["on_arm_front"].any().all()
+    costs = pd.read_csv(mitigation / "costs.tsv", sep="\t").set_index("arm")
+    assert costs.loc["none", "tokens_vs_none"] == 1.0
+    kl = costs.loc["anchored kl_base=0.1"]  # the base's forward passes: twice the forward tokens of training
+    assert kl["forward_tokens"] == pytest.approx(2 * kl["backward_tokens"])
+    predictors = pd.read_csv(mitigation / "predictors.tsv", sep="\t")
+    assert set(predictors["signal"]) == {"kl_base", "weight_distance", "loss_drop"}
+    assert set(predictors["target"]) == {"heldout_forgetting", "heldout_F"}
+    tests = pd.read_csv(mitigation / "tests.tsv", sep="\t")
+    matched = tests[tests["statistic"] == "forgetting_at_matched_learning"]
+    assert list(matched["arm"]) == ["random", "predicted", "stm", "online", "anchored", "frozen", "self_replay"]
+    assert (matched["pairs"] == 1).all() and matched["reached"].between(0, 1).all()
+    assert (mitigation / "fronts.png").stat().st_size > 10_000
 
 
 def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
@@ -267,13 +308,13 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     # a new test task (hex_copy: a test task of the ood split, which the predicted arms then read)
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(tasks=["mod10_add", "hex_copy"])))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 3, "arm_run": 4, "plain_scores": 1,
+    assert by_rule(jobs) == {"token_losses": 1, "replay_selection": 4, "arm_run": 7, "plain_scores": 1,
                              "mitigation_summary": 1, "explorer": 1, "all": 1}
     assert {w["task"] for r, w in jobs if r not in ("mitigation_summary", "explorer", "all")} == {"hex_copy"}
     # a second seed: every arm once more at that seed, plain fine-tuning included
     write_config(workdir, edited(tiny_config(), lambda c: c["mitigation"].update(seeds=[0, 1])))
     jobs = planned_jobs(workdir)
-    assert by_rule(jobs) == {"replay_selection": 3, "arm_run": 5, "mitigation_summary": 1,
+    assert by_rule(jobs) == {"replay_selection": 4, "arm_run": 8, "mitigation_summary": 1,
                              "all": 1}
     assert {w["seed"] for r, w in jobs if r == "arm_run"} == {"1"}
 

@@ -46,6 +46,8 @@ ARM_INPUTS = [arg("--replay", default=None, help="upstream examples to mix in (r
               arg("--matrix", default=None, help="online replay: the forgetting matrix (train rows, base NLL)"),
               arg("--split", default=None, help="online replay: the split definition whose train rows complete the task"),
               arg("--shards", nargs="+", default=None, help="online replay: the upstream shards (the replay pool)")]
+ALPHAS = arg("--alphas", type=_json, default=[], help="JSON list: interpolation weights toward the fine-tune judged "
+                                                     "besides the fine-tune itself (mitigation.interpolation)")
 TASKS = arg("--tasks", nargs="+", required=True, help="TASK=task.parquet ...")
 RELEASED = [arg("--matrix", required=True, help="released Z as .npy (tasks x examples)"),
             arg("--meta", default=None, help="its .meta JSON (default: MATRIX.meta)"),
@@ -84,7 +86,7 @@ COMMANDS = [
       arg("--heldout", required=True, help="the held-out set: never replayed, every arm judged on it"),
       arg("--out", required=True, help="checkpoint directory to create"),
       arg("--scores", required=True, help="held-out scores to write (scores contract)"),
-      arg("--summary", required=True, help="JSON: validation NLL, training figures")], True),
+      arg("--summary", required=True, help="JSON: validation NLL, training figures"), ALPHAS], True),
     ("score", "per-example NLL of one upstream shard under one model", "score:score_shard",
      [arg("--model-dir", required=True), arg("--shard", required=True), SETTINGS, THREADS, GPUS, OUT], True),
     ("eval-log", "a row's evaluation logs (lm-eval samples, LightEval details) aligned with the upstream items",
@@ -154,13 +156,18 @@ COMMANDS = [
      False),
     ("evaluate-arm", "an arm's checkpoint on the held-out upstream examples and the task's validation split",
      "mitigation.evaluate:evaluate_command",
-     [arg("--model-dir", required=True), arg("--heldout", required=True), arg("--task", required=True), SETTINGS,
-      THREADS, GPUS, OUT, arg("--summary", required=True, help="JSON: validation NLL, training figures")], True),
+     [arg("--model-dir", required=True), arg("--base", required=True, help="the base model (interpolations, signals)"),
+      arg("--heldout", required=True), arg("--task", required=True), SETTINGS, THREADS, GPUS, OUT,
+      arg("--summary", required=True, help="JSON: validation NLL, signals, training figures"), ALPHAS], True),
     ("mitigation-summary", "per (arm, task, seed) forgetting, paired tests against none and random, figures",
      "mitigation.summary:summary_command",
      [MATRIX, SETTINGS, arg("--summary", required=True), arg("--tests", required=True),
       arg("--forgetting-figure", required=True), arg("--paired-figure", required=True),
       arg("--tradeoff-figure", required=True), arg("--per-token-figure", required=True),
+      arg("--fronts", required=True, help="TSV: every (arm, knob value, alpha) point and its Pareto fronts"),
+      arg("--costs", required=True, help="TSV: each fine-tune's costs against plain fine-tuning's"),
+      arg("--predictors", required=True, help="TSV: each cheap signal's R² for the held-out forgetting"),
+      arg("--fronts-figure", required=True),
       arg("--transitions", default=None, help="the transition codes (base correctness of the held-out items)")], False),
     ("probe-evaluation", "probe strategies side by side for one split: metrics by k, tests against random probes",
      "predict.probe_evaluation:probe_evaluation_command",

@@ -231,20 +231,21 @@ def _transitions(path: str) -> dict:
 
 def _protected(arms: dict, ids: np.ndarray, count: int, carried: Carried) -> dict:
     """Per task and arm, the held-out examples whose NLL rose least against plain fine-tuning's
-    (`none`): ΔNLL_none − ΔNLL_arm, largest first (the base NLL cancels)."""
-    import pandas as pd
+    (`none`): ΔNLL_none − ΔNLL_arm, largest first (the base NLL cancels); each run's first fine-tune as
+    trained (not its interpolations)."""
+    from .mitigation.evaluate import read_primary
 
     position = {str(e): k for k, e in enumerate(ids)}
     out = {}
     for task, paths in arms.items():
         if "none" not in paths:
             continue
-        plain = pd.read_parquet(paths["none"], columns=["example_id", "nll"]).set_index("example_id")["nll"]
+        plain = read_primary(paths["none"], ["example_id", "nll"]).set_index("example_id")["nll"]
         out[task] = {}
         for arm, path in paths.items():
             if arm == "none":
                 continue
-            scores = pd.read_parquet(path, columns=["example_id", "nll"]).set_index("example_id")["nll"]
+            scores = read_primary(path, ["example_id", "nll"]).set_index("example_id")["nll"]
             gain = (plain - scores.reindex(plain.index)).dropna().sort_values(ascending=False)[:count]
             out[task][arm] = [[str(e), round(float(v), 4)] for e, v in gain.items()]
             carried.add([position[str(e)] for e in gain.index if str(e) in position])

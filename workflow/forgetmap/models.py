@@ -235,17 +235,23 @@ def train_demo_tokenizer(texts: list[str], vocab_size: int):
 
 def build_demo_model(tokenizer, architecture: dict, seed: int):
     """A small Llama-style causal LM with freshly initialised, seeded weights."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=architecture["hidden_size"],
+    config = demo_config(len(tokenizer), architecture, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def demo_config(vocab_size: int, architecture: dict, pad_id: int | None = None, eos_id: int | None = None):
+    """The demo base's Llama configuration (`models.NAME.base.architecture`)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size, hidden_size=architecture["hidden_size"],
         intermediate_size=architecture["intermediate_size"], num_hidden_layers=architecture["layers"],
         num_attention_heads=architecture["heads"], num_key_value_heads=architecture["heads"],
         max_position_embeddings=architecture["max_position_embeddings"], tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-        attn_implementation="sdpa")
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+        pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa")
 
 
 def n_parameters(model) -> int:

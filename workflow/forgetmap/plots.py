@@ -260,6 +260,34 @@ def mitigation_tradeoff(frame, path):
     plt.close(fig)
 
 
+def mitigation_fronts(frame, points, path):
+    """Learning against forgetting, one point per (arm, knob value, α) (mean over tasks and seeds): each
+    arm's points in its colour, its Pareto front as a line, the fine-tunes as trained filled and their
+    interpolations toward the base hollow; plain fine-tuning's learning as a dotted line."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (arm, rows) in enumerate(points.groupby("arm", sort=False)):
+        colour = colours[k % len(colours)]
+        trained = rows["alpha"] == 1.0
+        ax.scatter(rows.loc[trained, "heldout_forgetting"], rows.loc[trained, "target_nll"], color=colour, s=22,
+                   label=arm, zorder=3)
+        ax.scatter(rows.loc[~trained, "heldout_forgetting"], rows.loc[~trained, "target_nll"], facecolors="none",
+                   edgecolors=colour, s=22, zorder=3)
+        front = rows[rows["on_arm_front"]].sort_values("target_nll")
+        ax.plot(front["heldout_forgetting"], front["target_nll"], color=colour, lw=1, alpha=0.8)
+    plain = points[(points["arm"] == "none") & (points["alpha"] == 1.0)]
+    if len(plain):
+        ax.axhline(float(plain["target_nll"].iloc[0]), color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("held-out forgetting (mean ΔNLL)")
+    ax.set_ylabel("target validation NLL (lower: learned more)")
+    ax.set_title("The arena: learning vs forgetting (lower left is better;\nhollow: interpolations toward the base)",
+                 fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="best")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
 def mitigation_per_token(frame, path):
     """Held-out forgetting removed per 1,000 tokens trained beyond plain fine-tuning, per arm that trains
     more tokens (replay): mean over tasks and seeds, each (task, seed) a dot."""

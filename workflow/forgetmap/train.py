@@ -28,6 +28,7 @@ from .config import with_defaults
 from .config.schema import FINETUNE
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
+from .mitigation.hooks import Hook, Hooks
 from .models import autocast_for
 from .nll import head_reproduces_logits
 
@@ -86,16 +87,24 @@ def kept_positions_only(model, device: torch.device, world: int, autocast) -> bo
 
 
 def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: dict, pad_id: int,
-          log_path: Path | None, on_step: Callable[[int], dict] | None = None) -> dict:
+          log_path: Path | None, on_step: Callable[[int], dict] | None = None, hooks: Hook | None = None) -> dict:
     """Train `model` in place for `total` steps drawn from `batches` (each step: its micro-batches);
     one JSON line per optimizer step goes to `log_path`.
 
     Under torch.distributed (FSDP) every rank draws the same step's micro-batches (grad_accum x world
     of them) from the same source and runs its share; the loss is scaled by the world size because FSDP
     averages gradients over ranks, so a step's gradient is exactly the one-process gradient of all of
-    them. Only rank 0 writes the log (`log_path` None on the others)."""
+    them. Only rank 0 writes the log (`log_path` None on the others).
+
+    A mitigation arm's `hooks` (forgetmap.mitigation.hooks) choose the trained parameters, add a loss term,
+    and change the weights after each step and after training; the summary counts the tokens of every
+    forward and backward pass and the peak memory, for the arms' cost table."""
     rank, world = _world()
     device = next(model.parameters()).device
+    hooks = hooks if hooks is not None else Hooks()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    hooks.start(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings["lr"], betas=(0.9, 0.999),
                                   weight_decay=settings["weight_decay"],
@@ -103,7 +112,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     autocast = autocast_for(device, settings["bf16"])
     if settings["gradient_checkpointing"]:  # non-reentrant: works with LoRA's frozen inputs, any transformers
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    kept_only = kept_positions_only(model, device, world, autocast)
+    kept_only = not hooks.needs_logits and kept_positions_only(model, device, world, autocast)
     model.train()
     started = time.perf_counter()
     step_log = StepLog(log_path)
@@ -125,28 +134,45 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
                 if kept_only:
                     loss = kept_loss(model, batch, n_targets)
                 else:
-                    loss = batch_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                                      batch, n_targets)
+                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                    loss = batch_loss(logits, batch, n_targets)
+                    term = hooks.micro_loss(model, batch, logits, n_targets)
+                    if term is not None:
+                        loss = loss + term
             (loss * world).backward()
             loss_sum += loss.detach()
         if world > 1:
             dist.all_reduce(loss_sum)
+        hooks.before_step(model)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, settings["max_grad_norm"])
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
             grad_norm = grad_norm.full_tensor()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        hooks.after_step(model)
         line = {"step": step + 1, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "tokens": tokens,
                 "targets": n_targets, "tokens_per_s": None, "elapsed_s": round(time.perf_counter() - started, 3)}
         if on_step is not None:
             line.update(on_step(step + 1))
         step_log.add(line)
     last = step_log.close()
+    facts = hooks.finish(model)
     model.eval()
     if not math.isfinite(last.get("loss", 0.0)):
         raise FloatingPointError(f"training diverged: loss {last['loss']} at step {last['step']}")
     return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3),
-            "tokens": sum_tokens}
+            "tokens": sum_tokens, "forward_tokens": sum_tokens + hooks.extra_forward_tokens,
+            "backward_tokens": sum_tokens, "peak_memory_mb": peak_memory_mb(device), **facts}
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak memory of training: on a GPU, what torch allocated since `train` began; on the CPU, the
+    process's peak resident set so far (it includes what the job held before training)."""
+    if device.type == "cuda":
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
 
 
 class StepLog:
@@ -280,6 +306,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
                   replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
+    from .mitigation.knobs import arm_hooks
     from .data.tasks import training_examples
     from .data.chat import truncation
     from .models import (load_model, load_tokenizer, n_parameters, pick_attention, pick_device, set_threads,
@@ -307,9 +334,9 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
             model = attach_lora(model, settings["lora"], settings["seed"])
         parameters, architecture = n_parameters(model), type(model).__name__
     batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
-                                              online)
+                                              online, task_path)
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
-                    into / "train_log.jsonl" if rank == 0 else None)
+                    into / "train_log.jsonl" if rank == 0 else None, hooks=arm_hooks(settings))
     summary.update(arm_summary)
     state = None
     if world > 1:  # every rank takes part in gathering the full weights; rank 0 writes them

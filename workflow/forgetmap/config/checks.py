@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ..errors import ConfigError, ForgetmapError
+from ..mitigation.knobs import ARENA
 from .views import finetune_settings, fit_tasks, forecast_modes, model_tasks
 
 RESERVED_RUNS = ("base", "example_id", "source", "base_nll")  # run names and matrix label columns
@@ -386,7 +387,10 @@ ARM_KEYS = {
     "ground_truth": {"statistic"},
     "online": {"method", "split", "probes", "probe_selection", "warmup"},
     "stm": {"stm_mode", "tau", "q"},
+    "self_generated": {"generation"},
+    "sdft": {"generation"},
 }
+ARENA_KEYS = set(ARENA)  # any arm may add these
 
 
 def check_arm_keys(name: str, arm: dict) -> None:
@@ -395,11 +399,13 @@ def check_arm_keys(name: str, arm: dict) -> None:
     if not isinstance(arm, dict):
         return  # the schema says what is wrong
     replay = arm.get("replay", "none")
-    read = {"replay", "tokens", "weights"}
+    read = {"replay", "tokens", "weights", "targets", *ARENA_KEYS}
     if replay != "none":
         read |= ARM_KEYS["replay"] | ARM_KEYS.get(replay, set())
-        if replay != "random":
+        if replay not in ("random", "self_generated"):  # drawn uniformly: no scores to weight
             read |= ARM_KEYS["weighted"]
+    if arm.get("targets", "original") == "sdft":
+        read |= ARM_KEYS["sdft"]
     if arm.get("tokens", "none") != "none":
         read |= ARM_KEYS["stm"]
     for key in arm:
@@ -447,6 +453,7 @@ def check_arms(cfg: dict, model: str, tasks: list[str], splits: dict, arm_splits
     for arm, spec in cfg["mitigation"]["arms"].items():
         key = f"config key mitigation.arms.{arm}"
         processes = cfg["models"][model]["finetune"]["processes"]
+        _check_arena_arm(key, spec, model, processes)
         if spec["replay"] == "online" and processes > 1:
             raise ConfigError(f"{key}.replay: online replay measures the model inside one training process; "
                               f"models.{model}.finetune.processes is {processes}")
@@ -479,6 +486,28 @@ def check_arms(cfg: dict, model: str, tasks: list[str], splits: dict, arm_splits
         if spec["prediction_seed"] >= cfg["prediction"]["seeds"]:
             raise ConfigError(f"{key}.prediction_seed: value {spec['prediction_seed']} is not below "
                               f"prediction.seeds ({cfg['prediction']['seeds']})")
+
+
+def _check_arena_arm(key: str, spec: dict, model: str, processes: int) -> None:
+    """One swept knob at most, one way of choosing the trained part, and one training process: the anchors,
+    EMA and freezing hold their copies and choices in the process that trains (not under FSDP)."""
+    from ..mitigation.knobs import KNOBS, knob_value
+
+    lists = [knob for knob in KNOBS if isinstance(knob_value(spec, knob), list)]
+    if len(lists) > 1:
+        raise ConfigError(f"{key}: knobs {' and '.join(lists)} are both lists; an arm sweeps one knob (make another "
+                          f"arm for the other)")
+    if spec["train_top"] is not None and spec["train_modules"]:
+        raise ConfigError(f"{key}.train_modules: give train_top or train_modules, not both")
+    if spec["targets"] == "sdft" and (spec["tokens"] != "none" or spec["weights"] != "none"):
+        raise ConfigError(f"{key}.targets: SDFT rewrites the responses that token masks and example weights are "
+                          f"computed on; use it without tokens/weights")
+    used = [k for k in ARENA_KEYS - {"lr"} if spec.get(k) not in (None, [], {})]
+    used += ["replay"] if spec["replay"] == "self_generated" else []
+    used += ["targets"] if spec["targets"] == "sdft" else []
+    if used and processes > 1:
+        raise ConfigError(f"{key}.{sorted(used)[0]}: the arena's training changes run in one training process; "
+                          f"models.{model}.finetune.processes is {processes}")
 
 
 def _check_binary_arm(cfg: dict, model: str, key: str, spec: dict, has_items: bool) -> None:

@@ -21,10 +21,59 @@ GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources 
 
 
 def check(plan) -> None:
-    """The base models' checks (the Snakefile runs `check_gpus` when a local run starts: a dry run or a
-    cluster run needs no GPU here)."""
+    """The base models' checks, and the mitigation arms' against the architecture (the Snakefile runs
+    `check_gpus` when a local run starts: a dry run or a cluster run needs no GPU here)."""
     for model, files in plan.base_files.items():
         check_base(plan, model, Path(files["local"]))
+    for model in plan.computed:
+        if plan.mitigation.tasks(model):
+            check_arena(plan, model)
+
+
+def architecture(plan, model: str):
+    """The base model's architecture on the meta device (no weights): from its config (a pretrained base)
+    or from `models.NAME.base.architecture` (the demo's)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    base = plan.cfg["models"][model]["base"]
+    if base["kind"] == "pretrained":
+        config = AutoConfig.from_pretrained(plan.base_files[model]["local"], local_files_only=True)
+    else:
+        from ..models import demo_config
+
+        config = demo_config(base["vocab_size"], base["architecture"])
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def check_arena(plan, model: str) -> None:
+    """Every arena knob fits the architecture: no more trained blocks than it has, no LoRA rank above its
+    hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`)."""
+    from ..mitigation.freezing import blocks, matching_modules, module_names
+    from ..mitigation.knobs import knob_value
+
+    arms = {name: spec for name, spec in plan.cfg["mitigation"]["arms"].items()
+            if any(spec.get(k) for k in ("train_top", "train_modules", "lora"))}
+    if not arms:
+        return
+    net = architecture(plan, model)
+    where = f"the base of model {model!r} ({type(net).__name__})"
+    for name, spec in arms.items():
+        key = f"config key mitigation.arms.{name}"
+        top = knob_value(spec, "train_top")
+        if top is not None and max(top if isinstance(top, list) else [top]) > len(blocks(net)):
+            raise ConfigError(f"{key}.train_top: value {top}: {where} has {len(blocks(net))} transformer blocks")
+        rank = knob_value(spec, "lora.r")
+        hidden = getattr(net.config, "hidden_size", None)
+        if rank is not None and hidden and max(rank if isinstance(rank, list) else [rank]) > hidden:
+            raise ConfigError(f"{key}.lora.r: value {rank}: above the hidden size of {where}, {hidden}")
+        for sub, names in (("train_modules", spec.get("train_modules")),
+                           ("lora.target_modules", (spec.get("lora") or {}).get("target_modules"))):
+            missing = [t for t, found in matching_modules(net, names or []).items() if not found]
+            if missing:
+                raise ConfigError(f"{key}.{sub}: {', '.join(missing)} not in {where}; its modules: "
+                                  f"{', '.join(module_names(net))}")
 
 
 def check_base(plan, model: str, directory: Path) -> None:

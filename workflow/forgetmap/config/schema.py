@@ -402,13 +402,24 @@ PREDICTION = _obj({
                "default": {}, "description": "prediction splits by name"},
 }, description="forgetting prediction (paper §5)", default={})
 
+def _knob(description: str, kind: str = "number", minimum=None, maximum_exclusive=None, minimum_exclusive=None) -> dict:
+    """An arena knob: a value, or a list of values the arm's job sweeps (null: not set)."""
+    bounds = {k: v for k, v in (("minimum", minimum), ("exclusiveMaximum", maximum_exclusive),
+                                ("exclusiveMinimum", minimum_exclusive)) if v is not None}
+    return {"type": [kind, "array", "null"], **bounds, "items": {"type": kind, **bounds}, "minItems": 1,
+            "uniqueItems": True, "default": None, "description": description + " (a list: swept)"}
+
+
 ARM = _obj({
-    "replay": _enum("none", ("none", "random", "predicted", "ground_truth", "high_base_nll", "online"),
+    "replay": _enum("none", ("none", "random", "predicted", "ground_truth", "high_base_nll", "online",
+                             "self_generated"),
                     "which upstream examples to replay: none; random (uniform); predicted (softmax of a completion "
                     "method's predicted row / temperature); ground_truth (the task's true row: the oracle); "
                     "high_base_nll (the examples the base model finds hardest); online (the paper's partition runs: "
                     "random replay for the first `warmup` share of steps, then the forgetting of `probes` examples "
-                    "measured in the job, the row completed by `method`, and predicted replay for the rest)"),
+                    "measured in the job, the row completed by `method`, and predicted replay for the rest); "
+                    "self_generated (text the base model generates itself, from the prompts of randomly drawn upstream "
+                    "examples or from nothing: `generation`)"),
     "method": {"type": ["string", "null"], "default": None,
                "description": "predicted replay: the completion method (a configured prediction method)"},
     "split": {"type": ["string", "null"], "default": None,
@@ -447,7 +458,42 @@ ARM = _obj({
           "description": "STM quantile mode: share of response tokens masked"},
     "weights": _enum("none", ("none", "flow"), "flow: weight each task example by exp(-base loss / tau), tau the "
                                               "median base loss (Sanyal et al., ICML 2025)"),
-}, description="a mitigation arm: replay, token masks and example weights combine")
+    "targets": _enum("original", ("original", "sdft"),
+                     "sdft: the base model rewrites each training response, shown the prompt and the reference, and "
+                     "the rewrite replaces it where it still carries the answer (Yang et al., ACL 2024)"),
+    "generation": _obj({
+        "prompts": _enum("upstream", ("upstream", "none"),
+                         "self-generated replay: continue the drawn upstream examples' prompts (chat) or first "
+                         "`prefix_tokens` tokens (lm), or generate from nothing"),
+        "prefix_tokens": _int(8, "self-generated replay from upstream lm examples: tokens of each kept as its prompt", 0),
+        "temperature": {"type": ["number", "null"], "minimum": 0, "default": None,
+                        "description": "sampling temperature (null: 1 for self-generated replay, 0 (greedy) for SDFT)"},
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1.0,
+                  "description": "nucleus sampling mass"},
+        "max_new_tokens": _int(64, "tokens generated at most per text (stopped at EOS)", 1),
+    }, description="self-generated replay and SDFT: how the base model writes", default={}),
+    "lora": {"type": ["object", "null"], "default": None, "additionalProperties": False,
+             "properties": {"r": _knob("LoRA rank", "integer", minimum=1),
+                            "alpha": {"type": "number", "exclusiveMinimum": 0, "description": "LoRA alpha"},
+                            "dropout": {"type": "number", "minimum": 0, "description": "LoRA dropout"},
+                            "target_modules": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                               "description": "modules that get adapters"}},
+             "description": "LoRA as a mitigation: the arm fine-tunes adapters (keys not given: the model's "
+                            "finetune.lora); a list of ranks is swept"},
+    "lr": _knob("the peak learning rate of the arm's fine-tunes (null: the model's; LoRA usually wants a larger "
+                "one; a list sweeps it, as early stopping and a smaller step size would)", minimum_exclusive=0),
+    "l2_sp": _knob("L2-SP: the loss gains lambda/2 * ||theta - theta_0||^2 over the trained parameters (Li et al., "
+                   "2018)", minimum=0),
+    "kl_base": _knob("KL anchor: the loss gains beta * KL(p_base || p_theta) on the task's target tokens (the base: "
+                     "a frozen copy, or under LoRA the adapter switched off)", minimum=0),
+    "train_top": _knob("layer freezing: only the top n transformer blocks train", "integer", minimum=1),
+    "train_modules": {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                      "default": None, "description": "layer freezing: only these modules train (matched as LoRA's "
+                                                      "target_modules: mlp, self_attn, lm_head, layers.3)"},
+    "ema": _knob("EMA of the weights with this decay, the result the slow weights (SuRe); a modifier of any arm",
+                 maximum_exclusive=1, minimum=0),
+}, description="a mitigation arm: replay, token masks, example weights, LoRA, anchors, freezing and EMA combine; "
+               "at most one knob (lr, lora.r, l2_sp, kl_base, train_top, ema) is a list, swept inside the arm's job")
 
 FORECAST = _obj({
     "k": _int(30, "probe examples scored for each forecast task (the paper's k)", 1),
@@ -487,6 +533,10 @@ MITIGATION = _obj({
     "heldout_seed": _int(0, "seed of the held-out draw", 0),
     "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.95,
               "description": "level of the bootstrap intervals"},
+    "interpolation": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}, "uniqueItems": True,
+                      "default": [], "description": "WiSE-FT: every fine-tune of every arm (plain fine-tuning too) is "
+                                                    "also judged at theta = (1 - a) theta_base + a theta_ft for each a "
+                                                    "(LoRA: the adapter scaled by a), without training again"},
 }, description="forgetting less: arms fine-tuned on the test tasks, judged on held-out upstream examples",
     default={})
 

@@ -1,56 +1,151 @@
-"""An arm's run judged: its checkpoint's NLL on the held-out upstream examples, its loss on the task.
+"""An arm's run judged: every fine-tune of its job and every interpolation of it toward the base, on the
+held-out upstream examples (forgetting) and on the task's validation split (learning).
 
-The held-out examples are scored exactly as the forgetting matrix scores upstream shards (same
-backend, spans and settings), so ΔNLL against the matrix's base NLL is the forgetting the arm caused.
-The target side is the mean NLL of the task's validation responses. The checkpoint's training summary
-(steps, tokens, seconds, replayed examples, masked share) travels along for the cost figures.
+The held-out examples are scored exactly as the forgetting matrix scores upstream shards (same backend,
+spans and settings), so ΔNLL against the matrix's base NLL is the forgetting the run caused. The learning
+side is the mean NLL of the task's validation responses, measured with the base model beside the
+fine-tune so that the cheap signals (forgetmap.mitigation.signals: KL from the base on the task's data,
+‖θ − θ_base‖, the validation loss drop) come from the same pass.
 
-`evaluate_command` judges a checkpoint: an arm's (inside its run, forgetmap.arm) or the matrix's own
-plain fine-tune (a job of its own).
+A job's fine-tunes are one per value of its swept knob (forgetmap.mitigation.knobs); each is judged at
+α = 1 (itself) and at every α of `mitigation.interpolation` (forgetmap.mitigation.interpolation: θ_α
+written to a temporary checkpoint, scored and deleted). The scores file holds every variant's held-out
+scores (the scores contract plus `knob`, `value`, `alpha`); the JSON summary lists the variants with
+their learning and signals, and each fine-tune's training costs.
+
+`evaluate_command` judges the matrix's own plain fine-tune (a job of its own); `judge` serves it and an
+arm's run (forgetmap.arm).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+
+VARIANT = ("knob", "value", "alpha")
+TRAINING = ("steps", "tokens", "seconds", "examples", "replayed", "replayed_tokens", "masked_share", "online",
+            "forward_tokens", "backward_tokens", "generated_tokens", "peak_memory_mb", "trained_parameters",
+            "kl_base_training", "l2_sp_distance", "ema_base_weight", "parameters",
+            "generation_seconds", "sdft_kept")
 
 
-def validation_nll(model_dir: str, task: str, settings: dict, threads: int) -> float:
-    """Mean over the task's validation examples of each response's mean NLL (NaN without any)."""
-    import pandas as pd
-    import torch
-
-    from ..data.chat import encode_chat
-    from ..models import load_model, load_tokenizer, pick_device, set_threads
-    from ..nll import TorchScorer
-
-    frame = pd.read_parquet(task)
-    frame = frame[frame["split"] == "validation"]
-    if frame.empty:
-        return float("nan")
-    set_threads(threads)
-    tokenizer = load_tokenizer(model_dir)
-    device = pick_device(settings["device"])
-    model = load_model(model_dir, device, torch.float32 if device.type == "cpu" else torch.bfloat16)
-    encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
-                          settings["chat_template"], settings["max_length"])
-    nll, _ = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"]).score(encoded)
-    return float(np.nanmean(nll))
+def primary(frame: pd.DataFrame) -> pd.DataFrame:
+    """The scores of a run's first fine-tune as trained (α = 1), one row per held-out example (a file
+    written before variants existed is that alone)."""
+    if "alpha" not in frame:
+        return frame
+    first = frame["value"].iloc[0]
+    same = frame["value"].isna() if pd.isna(first) else frame["value"] == first
+    return frame[same & (frame["alpha"] == 1.0)].reset_index(drop=True)
 
 
-def evaluate_command(model_dir: str, heldout: str, task: str, settings: dict, threads: int, out: str,
-                     summary: str) -> dict:
-    """`forgetmap evaluate-arm`: held-out scores (the scores contract) and a JSON summary."""
-    from ..io import atomic_path
-    from ..score import score_shard
+def read_primary(path: str, columns: list[str]) -> pd.DataFrame:
+    """`primary` of a held-out scores file, with `columns`."""
+    import pyarrow.parquet as pq
 
-    scored = score_shard(model_dir, heldout, settings, threads, out)
-    training = json.loads((Path(model_dir) / "train_summary.json").read_text())
-    result = {"validation_nll": validation_nll(model_dir, task, settings, threads), "heldout": scored["examples"],
-              **{k: training.get(k) for k in ("steps", "tokens", "seconds", "examples", "replayed",
-                                               "replayed_tokens", "masked_share", "online")}}
+    names = pq.read_schema(path).names
+    extra = [c for c in ("value", "alpha") if c in names and c not in columns]
+    return primary(pd.read_parquet(path, columns=[*columns, *extra]))[columns]
+
+
+class Judge:
+    """The base model and the task's validation examples, loaded once, judging checkpoint after checkpoint."""
+
+    def __init__(self, base: str, heldout: str, task: str, settings: dict, threads: int):
+        import torch
+
+        from ..data.chat import encode_chat
+        from ..models import load_model, load_tokenizer, pick_device, set_threads
+
+        set_threads(threads)
+        self.base_dir, self.heldout, self.settings, self.threads = base, heldout, settings, threads
+        self.device = pick_device(settings["device"])
+        self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        self.tokenizer = load_tokenizer(base)
+        frame = pd.read_parquet(task)
+        frame = frame[frame["split"] == "validation"]
+        self.validation = encode_chat(self.tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
+                                      settings["chat_template"], settings["max_length"]) if len(frame) else []
+        self.base = load_model(base, self.device, self.dtype)
+        self.base_nll = self._signals(self.base)["validation_nll"]
+
+    def _signals(self, model) -> dict:
+        from .signals import task_signals
+
+        return task_signals(model, self.base, self.validation, self.tokenizer.pad_token_id)
+
+    def _learning(self, model) -> dict:
+        from .signals import weight_distance
+
+        signals = self._signals(model)
+        return {**signals, "weight_distance": weight_distance(model, self.base),
+                "loss_drop": self.base_nll - signals["validation_nll"]}
+
+    def variant(self, model_dir: str | Path, into: Path) -> tuple[pd.DataFrame, dict]:
+        """One checkpoint: its held-out scores and its learning and signals."""
+        from ..models import load_model, release_memory
+        from ..score import score_shard
+
+        scores = into / "scores.parquet"
+        scored = score_shard(str(model_dir), self.heldout, self.settings, self.threads, str(scores))
+        model = load_model(model_dir, self.device, self.dtype)
+        learning = self._learning(model)
+        del model
+        release_memory()
+        return pd.read_parquet(scores), {"heldout": scored["examples"], **learning}
+
+
+def judge(fine_tunes: list[dict], base: str, heldout: str, task: str, settings: dict, alphas: list[float],
+          threads: int, out: str, summary: str) -> dict:
+    """Every fine-tune ({knob, value, dir}) at α = 1 and at every α of `alphas`: the variants' held-out
+    scores into `out`, their learning, signals and the fine-tunes' training facts into `summary`."""
+    from ..io import atomic_path, write_table
+
+    import pyarrow as pa
+
+    judge_ = Judge(base, heldout, task, settings, threads)
+    tables, variants, trainings = [], [], []
+    work = Path(tempfile.mkdtemp(prefix=".variants.", dir=Path(out).parent))
+    try:
+        for tune in fine_tunes:
+            training = json.loads((Path(tune["dir"]) / "train_summary.json").read_text())
+            trainings.append({"knob": tune["knob"], "value": tune["value"],
+                              **{k: training.get(k) for k in TRAINING}})
+            for alpha in sorted({*alphas, 1.0}, reverse=True):
+                model_dir = Path(tune["dir"])
+                if alpha != 1.0:
+                    from .interpolation import interpolate
+
+                    model_dir = interpolate(base, tune["dir"], alpha, work / f"alpha-{alpha:g}")
+                frame, facts = judge_.variant(model_dir, work)
+                if alpha != 1.0:
+                    shutil.rmtree(model_dir)
+                frame["knob"] = tune["knob"] or ""
+                frame["value"] = np.float64(tune["value"])
+                frame["alpha"] = np.float64(alpha)
+                tables.append(frame)
+                variants.append({"knob": tune["knob"], "value": tune["value"], "alpha": alpha, **facts})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_table(pa.Table.from_pandas(pd.concat(tables, ignore_index=True), preserve_index=False), out,
+                {"base": str(base), "backend": settings["backend"]})
+    first = variants[0]  # the first fine-tune as trained: the run's headline figures
+    result = {"validation_nll": first["validation_nll"], "base_validation_nll": judge_.base_nll,
+              "heldout": first["heldout"], **{k: v for k, v in trainings[0].items() if k not in ("knob", "value")},
+              "variants": variants, "fine_tunes": trainings}
     with atomic_path(summary) as tmp:
         tmp.write_text(json.dumps(result, indent=1))
-    return result
+    return {k: v for k, v in result.items() if k not in ("variants", "fine_tunes")} | {"variants": len(variants)}
+
+
+def evaluate_command(model_dir: str, base: str, heldout: str, task: str, settings: dict, alphas: list[float],
+                     threads: int, out: str, summary: str) -> dict:
+    """`forgetmap evaluate-arm`: a checkpoint (the matrix's plain fine-tune) judged, with its interpolations."""
+    return judge([{"knob": None, "value": math.nan, "dir": model_dir}], base, heldout, task, settings, alphas,
+                 threads, out, summary)

@@ -62,7 +62,8 @@ class MitigationPlan:
 
     def replay_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
         spec = self.arms()[arm]
-        kind = "random" if spec["replay"] == "online" else spec["replay"]  # online: its first phase's replay
+        # online: its first phase's replay; self-generated: the drawn examples' prompts seed the generation
+        kind = "random" if spec["replay"] in ("online", "self_generated") else spec["replay"]
         return {"task": task, "seed": seed, "replay": kind, "statistic": spec["statistic"], "ratio": spec["ratio"],
                 "temperature": spec["temperature"], "selection": spec["selection"],
                 "prediction_seed": spec["prediction_seed"], "risk": spec["risk"], "risk_level": spec["risk_level"]}
@@ -92,8 +93,10 @@ class MitigationPlan:
 
     def arm_settings(self, model: str, arm: str, seed: int, task: str) -> dict:
         """The task's fine-tuning settings at this seed, the arm, and the step budget replay stretches."""
+        from ..mitigation.knobs import compact
+
         spec = self.arms()[arm]
-        settings = {**self.plan.finetune_settings(model, task), "seed": seed, "arm": {"name": arm, **spec}}
+        settings = {**self.plan.finetune_settings(model, task), "seed": seed, "arm": {"name": arm, **compact(spec)}}
         if spec["replay"] == "online":  # the completion runs inside the job: its method's parameters too
             settings["arm"].update(split=self.prediction_split(model, arm, task), task=task,
                                    params=self.cfg["prediction"]["methods"][spec["method"]],
@@ -119,10 +122,15 @@ class MitigationPlan:
                           shards=self.plan.shard_paths(model))
         return inputs
 
+    def alphas(self, model: str) -> list[float]:
+        """The interpolation weights every fine-tune is judged at besides itself (WiSE-FT's sweep)."""
+        return sorted(set(self.cfg["mitigation"]["interpolation"]))
+
     def plain_inputs(self, model: str, task: str) -> dict[str, str]:
-        """The matrix's fine-tune of the task, the held-out set, the task (its validation split)."""
-        return {"model": self.plan.checkpoint(model, task), "heldout": HELDOUT.format(model=model),
-                "task": TASK.format(task=task)}
+        """The matrix's fine-tune of the task, the base (interpolation, signals), the held-out set, the task
+        (its validation split)."""
+        return {"model": self.plan.checkpoint(model, task), "base": BASE.format(model=model),
+                "heldout": HELDOUT.format(model=model), "task": TASK.format(task=task)}
 
     # --- the summary ---------------------------------------------------------------------------------
 

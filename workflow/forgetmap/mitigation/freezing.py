@@ -1,0 +1,68 @@
+"""Layer freezing: train only the top n transformer blocks, or only named modules; every other weight
+keeps the base model's value bit for bit (it never reaches the optimizer).
+
+The blocks are the model's list of decoder layers (the module list whose entries are the classes the
+architecture names unsplittable, `_no_split_modules`: LlamaDecoderLayer, OlmoDecoderLayer,
+GPTNeoXLayer, ...); "top" is the output end. Named modules match as LoRA's target modules do: a module
+whose qualified name is the name or ends with "." + the name (`mlp`, `self_attn`, `lm_head`,
+`layers.3`). Under LoRA only the adapters inside the chosen part train.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .hooks import Hook
+
+
+def blocks(model) -> torch.nn.ModuleList:
+    """The transformer's blocks, input end first (the longest module list of unsplittable layers)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kinds = set(getattr(inner, "_no_split_modules", None) or [])
+    lists = [m for m in inner.modules() if isinstance(m, torch.nn.ModuleList) and len(m)
+             and (type(m[0]).__name__ in kinds or not kinds)]
+    if not lists:
+        raise ValueError(f"{type(inner).__name__}: no list of transformer blocks found to freeze")
+    return max(lists, key=len)
+
+
+def matching_modules(model, names: list[str]) -> dict[str, list[str]]:
+    """For every configured name, the qualified names of the modules it matches."""
+    qualified = [n for n, _ in model.named_modules() if n]
+    return {t: [n for n in qualified if n == t or n.endswith("." + t)] for t in names}
+
+
+def module_names(model) -> list[str]:
+    """The last components of the model's module names (for a message listing what a name could be)."""
+    return sorted({n.rsplit(".", 1)[-1] for n, _ in model.named_modules() if n and not n.rsplit(".", 1)[-1].isdigit()})
+
+
+class Freeze(Hook):
+    """Only the top `top` blocks, or only the modules named in `modules`, train."""
+
+    def __init__(self, top: int | None = None, modules: list[str] | None = None) -> None:
+        super().__init__()
+        self.top, self.modules = top, modules
+
+    def start(self, model) -> None:
+        if self.top is not None:
+            layers = blocks(model)
+            if self.top > len(layers):
+                raise ValueError(f"train_top {self.top}: the model has {len(layers)} transformer blocks")
+            keep = {id(p) for block in list(layers)[len(layers) - self.top:] for p in block.parameters()}
+        else:
+            matched = matching_modules(model, self.modules)
+            missing = [t for t, found in matched.items() if not found]
+            if missing:
+                raise ValueError(f"train_modules {', '.join(missing)}: no such module in {type(model).__name__}; its "
+                                 f"modules: {', '.join(module_names(model))}")
+            modules = dict(model.named_modules())
+            keep = {id(p) for found in matched.values() for n in found for p in modules[n].parameters()}
+        for p in model.parameters():
+            if id(p) not in keep:
+                p.requires_grad_(False)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ValueError("layer freezing left no parameter to train (under LoRA: no adapter in the trained part)")
+
+    def finish(self, model) -> dict:
+        return {"trained_parameters": int(sum(p.numel() for p in model.parameters() if p.requires_grad))}
