@@ -149,6 +149,7 @@ rule mitigation_summary:
         costs=mitigation_report("costs.tsv", "mitigation_costs"),
         predictors=mitigation_report("predictors.tsv", "mitigation_predictors"),
         fronts_figure=mitigation_report("fronts.png", "mitigation_fronts_figure"),
+        protection=mitigation_report("protection.tsv", "mitigation_protection"),
     wildcard_constraints:
         model=COMPUTED,
     params:
@@ -169,5 +170,6 @@ rule mitigation_summary:
         "--summary {output.summary:q} --tests {output.tests:q} --forgetting-figure {output.forgetting:q} "
         "--paired-figure {output.slopes:q} --tradeoff-figure {output.tradeoff:q} "
         "--per-token-figure {output.per_token:q} --fronts {output.fronts:q} --costs {output.costs:q} "
-        "--predictors {output.predictors:q} --fronts-figure {output.fronts_figure:q} {params.transitions} "
+        "--predictors {output.predictors:q} --fronts-figure {output.fronts_figure:q} "
+        "--protection {output.protection:q} {params.transitions} "
         "> {log:q} 2>&1"

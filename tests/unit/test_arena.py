@@ -255,3 +255,23 @@ def test_sdft_keeps_a_rewrite_only_where_it_still_carries_the_answer(monkeypatch
     assert out["response"].tolist() == ["It is 48.", "Paris"]
     assert facts == {"sdft_kept": 0.5, "generated_tokens": 9}
     assert "### Reference Answer:\n48" in shown[0] and "<|assistant|>" in shown[0]  # the whole rewrite prompt
+
+
+def test_protection_aimed_where_the_prediction_points_shows_in_rho_and_the_top_tenths_share():
+    from forgetmap.mitigation.fronts import at_learning, pareto
+    from forgetmap.mitigation.protection import protection_row
+
+    rng = np.random.default_rng(0)
+    predicted = rng.normal(size=200)
+    aimed = np.where(predicted >= np.quantile(predicted, 0.9), 1.0, 0.0) + rng.normal(0, 0.01, 200)
+    blind = rng.normal(0.1, 0.05, 200)
+    row = protection_row(aimed, predicted)
+    assert row["top_share"] > 0.9 and row["protection_top"] > row["protection_rest"]
+    unaimed = protection_row(blind, predicted)
+    assert 0.0 < unaimed["top_share"] < 0.25 and row["spearman"] > abs(unaimed["spearman"]) + 0.1
+    assert np.isnan(protection_row(np.zeros(200), predicted)["spearman"])  # nothing protected: undefined
+    # the front: (learning, forgetting) pairs, lower is better on both; read between its points only
+    learning, forgetting = np.array([1.0, 2.0, 3.0, 2.5]), np.array([0.3, 0.1, 0.0, 0.2])
+    assert pareto(learning, forgetting).tolist() == [True, True, True, False]
+    assert at_learning(learning, forgetting, 1.5) == pytest.approx(0.2)
+    assert np.isnan(at_learning(learning, forgetting, 0.5)) and np.isnan(at_learning(learning, forgetting, 3.5))

@@ -247,6 +247,10 @@ def test_the_arms_are_judged_on_heldout_examples_none_of_them_replayed(finished)
     assert len(online["probe_ids"]) == 5 and online["probe_selection"] == "dopt"
 
 
+def summary_labels(variants):
+    return variants[variants["alpha"] == 1]["label"].tolist()
+
+
 def costs_of(mitigation, arm):
     return pd.read_csv(mitigation / "costs.tsv", sep="\t").set_index("arm").loc[arm]
 
@@ -283,6 +287,12 @@ def test_the_arena_judges_every_fine_tune_and_interpolation_as_fronts_costs_and_
     assert list(matched["arm"]) == ["random", "predicted", "stm", "online", "anchored", "frozen", "self_replay"]
     assert (matched["pairs"] == 1).all() and matched["reached"].between(0, 1).all()
     assert (mitigation / "fronts.png").stat().st_size > 10_000
+    # what each fine-tune protected, against the held-out examples mod10_add was predicted to forget
+    protection = pd.read_csv(mitigation / "protection.tsv", sep="\t")
+    assert protection["arm"].tolist() == summary_labels(variants)[1:] and (protection["task"] == "mod10_add").all()
+    assert (protection["examples"] == 20).all() and protection["spearman"].between(-1, 1).all()
+    interpolated = tests[tests["statistic"] == "forgetting_vs_interpolation"]
+    assert interpolated["arm"].tolist() == summary_labels(variants)[1:] and (interpolated["pairs"] == 1).all()
 
 
 def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):

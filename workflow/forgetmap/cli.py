@@ -168,6 +168,7 @@ COMMANDS = [
       arg("--costs", required=True, help="TSV: each fine-tune's costs against plain fine-tuning's"),
       arg("--predictors", required=True, help="TSV: each cheap signal's R² for the held-out forgetting"),
       arg("--fronts-figure", required=True),
+      arg("--protection", required=True, help="TSV: what each fine-tune protected against the predicted row"),
       arg("--transitions", default=None, help="the transition codes (base correctness of the held-out items)")], False),
     ("probe-evaluation", "probe strategies side by side for one split: metrics by k, tests against random probes",
      "predict.probe_evaluation:probe_evaluation_command",

@@ -265,10 +265,11 @@ def mitigation_fronts(frame, points, path):
     arm's points in its colour, its Pareto front as a line, the fine-tunes as trained filled and their
     interpolations toward the base hollow; plain fine-tuning's learning as a dotted line."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    arms = list(dict.fromkeys(points["arm"]))
+    palette = plt.get_cmap("tab10" if len(arms) <= 10 else "tab20")
     for k, (arm, rows) in enumerate(points.groupby("arm", sort=False)):
-        colour = colours[k % len(colours)]
+        colour = palette(k % palette.N)
         trained = rows["alpha"] == 1.0
         ax.scatter(rows.loc[trained, "heldout_forgetting"], rows.loc[trained, "target_nll"], color=colour, s=22,
                    label=arm, zorder=3)
@@ -283,7 +284,7 @@ def mitigation_fronts(frame, points, path):
     ax.set_ylabel("target validation NLL (lower: learned more)")
     ax.set_title("The arena: learning vs forgetting (lower left is better;\nhollow: interpolations toward the base)",
                  fontsize=9)
-    ax.legend(fontsize=7, frameon=False, loc="best")
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
 

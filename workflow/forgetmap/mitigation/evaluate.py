@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import DataError
+
 VARIANT = ("knob", "value", "alpha")
 TRAINING = ("steps", "tokens", "seconds", "examples", "replayed", "replayed_tokens", "masked_share", "online",
             "forward_tokens", "backward_tokens", "generated_tokens", "peak_memory_mb", "trained_parameters",
@@ -52,6 +54,23 @@ def read_primary(path: str, columns: list[str]) -> pd.DataFrame:
     names = pq.read_schema(path).names
     extra = [c for c in ("value", "alpha") if c in names and c not in columns]
     return primary(pd.read_parquet(path, columns=[*columns, *extra]))[columns]
+
+
+def read_variants(path: str, items: bool) -> list[tuple[tuple, pd.DataFrame]]:
+    """A run's held-out scores split by variant ((value, alpha), file order); `items`: with correctness."""
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    if items and "correct" not in names:
+        raise DataError(f"{path}: no column 'correct': the arm was scored before correctness was; rescore it")
+    columns = ["example_id", "nll", *(["correct", "margin", "k"] if items else []),
+               *[c for c in ("value", "alpha") if c in names]]
+    table = pd.read_parquet(path, columns=columns)
+    if "alpha" not in table:
+        return [((np.nan, 1.0), table)]
+    key = table["value"].fillna(-np.inf).astype(str) + "|" + table["alpha"].astype(str)
+    return [((part["value"].iloc[0], float(part["alpha"].iloc[0])), part.reset_index(drop=True))
+            for _, part in table.groupby(key, sort=False)]
 
 
 class Judge:

@@ -21,7 +21,8 @@ forgetmap.mitigation.fronts) with plain fine-tuning's; and each fine-tune's forg
 fine-tuning's interpolation front at the same learning; the `statistic` column says which. `fronts.tsv`
 has every point's means and Pareto membership, `costs.tsv` every fine-tune's costs against plain
 fine-tuning's, `predictors.tsv` each cheap signal's R² for the held-out forgetting (and F) across the
-fine-tunes as trained.
+fine-tunes as trained, `protection.tsv` which examples each fine-tune protected against the examples the
+task was predicted to forget (forgetmap.mitigation.protection).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import DataError
 from ..matrix import ForgettingMatrix, forgotten
 from ..stats import paired_test, rate_differences
+from .evaluate import read_variants
 from .signals import SIGNALS
 
 NO_ARM = "none"
@@ -56,23 +57,6 @@ def transitions_of(table: pd.DataFrame, before: pd.Series, margin: float | None)
     n10, n01 = int(np.sum((base == 1) & (after == 0))), int(np.sum((base == 0) & (after == 1)))
     return {"heldout_items": int(items.sum()), "heldout_F": n10 / int(items.sum()),
             "heldout_BT": n01 / int(items.sum()), "heldout_n10": n10, "heldout_n01": n01}
-
-
-def read_variants(path: str, items: bool) -> list[tuple[tuple, pd.DataFrame]]:
-    """A run's held-out scores split by variant ((value, alpha), file order); `items`: with correctness."""
-    import pyarrow.parquet as pq
-
-    names = pq.read_schema(path).names
-    if items and "correct" not in names:
-        raise DataError(f"{path}: no column 'correct': the arm was scored before correctness was; rescore it")
-    columns = ["example_id", "nll", *(["correct", "margin", "k"] if items else []),
-               *[c for c in ("value", "alpha") if c in names]]
-    table = pd.read_parquet(path, columns=columns)
-    if "alpha" not in table:
-        return [((np.nan, 1.0), table)]
-    key = table["value"].fillna(-np.inf).astype(str) + "|" + table["alpha"].astype(str)
-    return [((part["value"].iloc[0], float(part["alpha"].iloc[0])), part.reset_index(drop=True))
-            for _, part in table.groupby(key, sort=False)]
 
 
 def _same(a: float, b: float) -> bool:
@@ -190,11 +174,13 @@ def cost_table(trained: pd.DataFrame) -> pd.DataFrame:
 
 def summary_command(matrix: str, settings: dict, summary: str, tests: str, forgetting_figure: str,
                     paired_figure: str, tradeoff_figure: str, per_token_figure: str, fronts: str, costs: str,
-                    predictors: str, fronts_figure: str, transitions: str | None = None) -> dict:
-    """`forgetmap mitigation-summary`."""
+                    predictors: str, fronts_figure: str, protection: str, transitions: str | None = None) -> dict:
+    """`forgetmap mitigation-summary`; `settings["predictions"]`: task -> the prediction directory whose
+    row says which held-out examples the task was predicted to forget."""
     from .. import plots
     from ..io import atomic_path
     from .fronts import against_interpolation, fronts_table, interpolation_tests, matched_learning, matched_tests
+    from .protection import protection_table, value_key
     from .signals import predictor_table
 
     codes = None if transitions is None else ForgettingMatrix.read(transitions)
@@ -208,8 +194,10 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
     runs = frame[frame["alpha"] == 1.0]  # the fine-tunes as trained (an interpolation is no run of its own)
     signals = pd.concat([predictor_table(runs, target) for target in ("heldout_forgetting", "heldout_F")
                          if target in runs and runs[target].notna().any()], ignore_index=True)
+    labels = {(arm, value_key(value)): label for arm, value, label in zip(frame["arm"], frame["value"], frame["label"])}
+    protected = protection_table(settings["runs"], settings.get("predictions") or {}, labels)
     for data, path in ((frame, summary), (table, tests), (points, fronts), (cost_table(trained), costs),
-                       (signals, predictors)):
+                       (signals, predictors), (protected, protection)):
         with atomic_path(path) as tmp:
             data.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
     plots.mitigation_forgetting(trained, table[table["statistic"].isin(["heldout_forgetting", "heldout_F"])],

@@ -139,15 +139,25 @@ class MitigationPlan:
         runs = [{"arm": arm, "seed": seed, "task": task, "scores": self.scores(model, arm, seed, task)}
                 for arm, seed, task in self.runs(model)]
         arms = self.arms()  # a list: the settings' JSON sorts mapping keys, and the order is the config's
-        return {"runs": runs, "arms": [{"name": name, **spec} for name, spec in arms.items()],
+        from ..mitigation.knobs import compact
+
+        return {"runs": runs, "arms": [{"name": name, **compact(spec)} for name, spec in arms.items()],
+                "predictions": self.predictions(model),
                 "level": self.cfg["mitigation"]["level"],
                 "threshold": self.cfg["prediction"]["threshold"], "margin": self.cfg["correctness"]["margin"]}
+
+    def predictions(self, model: str) -> dict[str, str]:
+        """The arms' tasks that a split predicts -> the prediction directory the explorer shows (its method,
+        seed 0): which held-out examples each task was predicted to forget, beside what each arm protected."""
+        shown = self.plan.explorer.predictions(model)
+        return {task: shown[task] for task in self.tasks(model) if task in shown}
 
     def summary_inputs(self, model: str) -> dict[str, str | list[str]]:
         """Every arm's held-out scores, the matrix (base NLL) and, where upstream items carry an answer,
         the transitions (base correctness)."""
         inputs = {"matrix": MATRIX.format(model=model),
-                  "scores": [self.scores(model, *run) for run in self.runs(model)]}
+                  "scores": [self.scores(model, *run) for run in self.runs(model)],
+                  "predictions": sorted(set(self.predictions(model).values()))}
         if model in self.plan.item_models:
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
         return inputs
