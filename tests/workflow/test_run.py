@@ -295,6 +295,31 @@ def test_the_arena_judges_every_fine_tune_and_interpolation_as_fronts_costs_and_
     assert interpolated["arm"].tolist() == summary_labels(variants)[1:] and (interpolated["pairs"] == 1).all()
 
 
+def test_the_arena_example_runs_every_arm_in_miniature(finished, tmp_path):
+    """config/examples/arena.yaml's arms and interpolations on this run's tiny model and one task: every arm
+    kind trains, every sweep value and α is judged, and the summary writes every table."""
+    import yaml
+
+    workdir = fresh_clone(finished, tmp_path)
+    from forgetmap.mitigation.knobs import swept
+
+    arena = yaml.safe_load((workdir / "config/examples/arena.yaml").read_text())["mitigation"]
+    for spec in arena["arms"].values():  # the tiny model has 64 positions: short generations
+        if spec.get("replay") == "self_generated" or spec.get("targets") == "sdft":
+            spec["generation"] = {**spec.get("generation", {}), "max_new_tokens": 8}
+    config = tiny_config()
+    config["mitigation"].update(arms=arena["arms"], interpolation=arena["interpolation"])
+    write_config(workdir, config)
+    proc = snakemake(workdir)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    variants = pd.read_csv(workdir / "results/tiny/mitigation/summary.tsv", sep="\t")
+    fine_tunes = 1 + sum(len(swept(spec)[1]) for spec in arena["arms"].values())  # plain fine-tuning first
+    assert fine_tunes == 22 and len(variants) == fine_tunes * (1 + len(arena["interpolation"]))
+    assert set(variants["arm"]) == {"none", *arena["arms"]}
+    for name in ("fronts.tsv", "costs.tsv", "predictors.tsv", "protection.tsv", "tests.tsv"):
+        assert len(pd.read_csv(workdir / "results/tiny/mitigation" / name, sep="\t")) > 0, name
+
+
 def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
     workdir = fresh_clone(finished, tmp_path)
     # a new arm: its own fine-tune and scores, and the summary

@@ -7,7 +7,9 @@ paper's label masking; `lm` examples: every token but the first), less what a lo
 scaled by its example's weight. The loss of one optimizer step is the (weighted) sum over the kept
 target tokens of all its micro-batches divided by how many were kept, as one large batch would give.
 AdamW with linear warm-up then linear decay to zero, gradient clipping, bf16 autocast and fused AdamW
-on CUDA, optional gradient checkpointing. `python -m forgetmap.train` is one FSDP worker.
+on CUDA, optional gradient checkpointing. What a mitigation method changes beyond the batches (the
+trained parameters, a loss term, the weights after each step and after training) arrives as hooks
+(forgetmap.mitigation.hooks), never as flags inside the loop. `python -m forgetmap.train` is one FSDP worker.
 """
 
 from __future__ import annotations
