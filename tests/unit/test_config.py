@@ -194,6 +194,8 @@ def test_errors_name_the_key_the_value_and_what_is_allowed(mutate, expected):
     ({"train_modules": ["feed_forward"]}, "mitigation.arms.x.train_modules: feed_forward not in the base of model "
                                           "'m' (LlamaForCausalLM); its modules: "),
     ({"lora": {"target_modules": ["query_key_value"]}}, "mitigation.arms.x.lora.target_modules: query_key_value not in"),
+    ({"targets": "sdft", "generation": {"max_new_tokens": 256}}, "mitigation.arms.x.generation.max_new_tokens: value "
+                                                                "256: the base of model 'm' (LlamaForCausalLM) has 256 positions"),
 ])
 def test_arena_knobs_the_demo_architecture_cannot_take_are_errors_before_any_job(arm, expected):
     from forgetmap.config import preflight

@@ -47,14 +47,20 @@ def architecture(plan, model: str):
         return AutoModelForCausalLM.from_config(config)
 
 
+def generates(spec: dict) -> bool:
+    """Does the arm write training text with the base model (self-generated replay, SDFT)?"""
+    return spec.get("replay") == "self_generated" or spec.get("targets") == "sdft"
+
+
 def check_arena(plan, model: str) -> None:
     """Every arena knob fits the architecture: no more trained blocks than it has, no LoRA rank above its
-    hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`)."""
+    hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`), generations shorter
+    than its positions."""
     from ..mitigation.freezing import blocks, matching_modules, module_names
     from ..mitigation.knobs import knob_value
 
     arms = {name: spec for name, spec in plan.cfg["mitigation"]["arms"].items()
-            if any(spec.get(k) for k in ("train_top", "train_modules", "lora"))}
+            if any(spec.get(k) for k in ("train_top", "train_modules", "lora")) or generates(spec)}
     if not arms:
         return
     net = architecture(plan, model)
@@ -68,6 +74,10 @@ def check_arena(plan, model: str) -> None:
         hidden = getattr(net.config, "hidden_size", None)
         if rank is not None and hidden and max(rank if isinstance(rank, list) else [rank]) > hidden:
             raise ConfigError(f"{key}.lora.r: value {rank}: above the hidden size of {where}, {hidden}")
+        positions = getattr(net.config, "max_position_embeddings", None)
+        if generates(spec) and positions and spec["generation"]["max_new_tokens"] >= positions:
+            raise ConfigError(f"{key}.generation.max_new_tokens: value {spec['generation']['max_new_tokens']}: "
+                              f"{where} has {positions} positions, and a generated text needs its prompt beside it")
         for sub, names in (("train_modules", spec.get("train_modules")),
                            ("lora.target_modules", (spec.get("lora") or {}).get("target_modules"))):
             missing = [t for t, found in matching_modules(net, names or []).items() if not found]
