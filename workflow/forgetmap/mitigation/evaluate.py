@@ -30,7 +30,6 @@ import pandas as pd
 
 from ..errors import DataError
 
-VARIANT = ("knob", "value", "alpha")
 TRAINING = ("steps", "tokens", "seconds", "examples", "replayed", "replayed_tokens", "masked_share", "online",
             "forward_tokens", "backward_tokens", "generated_tokens", "peak_memory_mb", "trained_parameters",
             "kl_base_training", "l2_sp_distance", "ema_base_weight", "parameters",

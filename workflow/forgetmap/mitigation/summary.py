@@ -59,7 +59,9 @@ def transitions_of(table: pd.DataFrame, before: pd.Series, margin: float | None)
             "heldout_BT": n01 / int(items.sum()), "heldout_n10": n10, "heldout_n01": n01}
 
 
-def _same(a: float, b: float) -> bool:
+def _same(a: float | None, b: float | None) -> bool:
+    """Are two knob values the same (None and NaN: no knob)?"""
+    a, b = (float("nan") if x is None else float(x) for x in (a, b))
     return (np.isnan(a) and np.isnan(b)) or a == b
 
 
@@ -77,9 +79,8 @@ def per_run(matrix: ForgettingMatrix, runs: list[dict], threshold: float = 0.0,
         swept = len(tunes) > 1
         for (value, alpha), scores in read_variants(run["scores"], before is not None):
             value = float("nan") if value is None else float(value)
-            judged = next(v for v in variants if _same(float("nan") if v["value"] is None else v["value"], value)
-                          and v["alpha"] == alpha)
-            trained = next(t for t in tunes if _same(float("nan") if t["value"] is None else t["value"], value))
+            judged = next(v for v in variants if _same(v["value"], value) and v["alpha"] == alpha)
+            trained = next(t for t in tunes if _same(t["value"], value))
             delta = scores["nll"].to_numpy(np.float64) - base.reindex(scores["example_id"]).to_numpy()
             label = f"{run['arm']} {judged['knob']}={value:g}" if swept else run["arm"]
             deltas[(label, alpha, run["seed"], run["task"])] = delta
