@@ -34,7 +34,6 @@ class L2SP(Hook):
     """λ/2 · ‖θ − θ₀‖² over the trained parameters."""
 
     def __init__(self, strength: float) -> None:
-        super().__init__()
         self.strength = strength
 
     def start(self, model) -> None:
@@ -58,7 +57,6 @@ class KLToBase(Hook):
     needs_logits = True
 
     def __init__(self, strength: float) -> None:
-        super().__init__()
         self.strength = strength
         self.kl_sum: torch.Tensor | float = 0.0
         self.tokens: torch.Tensor | int = 0

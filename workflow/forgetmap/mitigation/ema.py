@@ -13,7 +13,6 @@ from .hooks import Hook, trainable
 
 class EMA(Hook):
     def __init__(self, decay: float) -> None:
-        super().__init__()
         self.decay = decay
 
     def start(self, model) -> None:

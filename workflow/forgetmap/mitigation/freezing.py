@@ -41,7 +41,6 @@ class Freeze(Hook):
     """Only the top `top` blocks, or only the modules named in `modules`, train."""
 
     def __init__(self, top: int | None = None, modules: list[str] | None = None) -> None:
-        super().__init__()
         self.top, self.modules = top, modules
 
     def start(self, model) -> None:

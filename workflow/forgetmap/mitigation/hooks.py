@@ -26,9 +26,7 @@ class Hook:
     """One method's changes to the training loop; every place does nothing unless overridden."""
 
     needs_logits = False
-
-    def __init__(self) -> None:
-        self.extra_forward_tokens = 0
+    extra_forward_tokens = 0  # a hook that runs forward passes of its own counts their tokens here
 
     def start(self, model) -> None:
         pass
@@ -50,7 +48,6 @@ class Hooks(Hook):
     """Several hooks, run in the order given (an arm's freezing before its anchor, its EMA last)."""
 
     def __init__(self, hooks: list[Hook] | None = None) -> None:
-        super().__init__()
         self.hooks = list(hooks or [])
         self.needs_logits = any(h.needs_logits for h in self.hooks)
 
@@ -82,10 +79,6 @@ class Hooks(Hook):
     @property
     def extra_forward_tokens(self) -> int:
         return sum(h.extra_forward_tokens for h in self.hooks)
-
-    @extra_forward_tokens.setter
-    def extra_forward_tokens(self, value: int) -> None:  # Hook.__init__ sets it; the sum is the hooks'
-        pass
 
 
 def trainable(model) -> list[torch.nn.Parameter]:
