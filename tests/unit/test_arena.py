@@ -275,3 +275,45 @@ def test_protection_aimed_where_the_prediction_points_shows_in_rho_and_the_top_t
     assert pareto(learning, forgetting).tolist() == [True, True, True, False]
     assert at_learning(learning, forgetting, 1.5) == pytest.approx(0.2)
     assert np.isnan(at_learning(learning, forgetting, 0.5)) and np.isnan(at_learning(learning, forgetting, 3.5))
+
+
+@pytest.mark.parametrize("architecture, targets", [("gpt_neox", ["query_key_value"]), ("olmo2", ["q_proj", "v_proj"])])
+def test_the_arenas_changes_hold_on_other_architectures_and_plain_text(tmp_path, architecture, targets):
+    """A GPT-NeoX (no pad token) and an OLMo-2 stand-in, trained on plain-text and chat examples that are not
+    the demo's: the lower block and embeddings stay bit-identical under freezing, the KL term starts at
+    zero, and a LoRA adapter on the architecture's own projections scaled by 0 merges into the base exactly."""
+    from standins import build_model, sentences, train_tokenizer
+
+    from forgetmap.data.batches import collate
+    from forgetmap.data.chat import encode_lm
+    from forgetmap.mitigation.interpolation import interpolate
+    from forgetmap.models import load_model
+
+    tok = train_tokenizer(architecture)
+    texts = sentences(24, seed=3)
+    examples = encode_lm(tok, texts[:12], 48) + encode_chat(tok, texts[12:18], texts[18:], "olmo", 48)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    base, model = build_model(architecture, tok), build_model(architecture, tok)
+    kl = KLToBase(1.0)
+    train(model, task_batches(examples, 4, 1, 0), 3, SETTINGS, pad, None, hooks=Hooks([Freeze(top=1), kl, EMA(0.5)]))
+    assert all(torch.equal(p, q) for p, q in zip(blocks(model)[0].parameters(), blocks(base)[0].parameters()))
+    assert torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)
+    assert not all(torch.equal(p, q) for p, q in zip(blocks(model)[1].parameters(), blocks(base)[1].parameters()))
+    assert kl.extra_forward_tokens > 0
+    fresh = build_model(architecture, tok)
+    first = KLToBase(1.0)
+    first.start(fresh)
+    batch = collate(examples[:4], pad)
+    logits = fresh(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    assert float(first.micro_loss(fresh, batch, logits, 10).detach()) == 0.0
+    base.save_pretrained(tmp_path / "base")
+    tok.save_pretrained(tmp_path / "base")
+    task = tmp_path / "t.parquet"
+    pd.DataFrame({"prompt": texts[:16], "response": texts[8:], "split": ["train"] * 12 + ["validation"] * 4}).to_parquet(task)
+    lora = {**SETTINGS, "method": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": targets}}
+    finetune(str(tmp_path / "base"), str(task), lora, 1, str(tmp_path / "lora"))
+    cpu = torch.device("cpu")
+    reference = dict(load_model(tmp_path / "base", cpu, torch.float32).named_parameters())
+    merged = load_model(interpolate(str(tmp_path / "base"), str(tmp_path / "lora"), 0.0, tmp_path / "a0"), cpu,
+                        torch.float32)
+    assert all(torch.equal(p, reference[n]) for n, p in merged.named_parameters())

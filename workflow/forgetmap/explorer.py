@@ -240,12 +240,12 @@ def _protected(arms: dict, ids: np.ndarray, count: int, carried: Carried) -> dic
     for task, paths in arms.items():
         if "none" not in paths:
             continue
-        plain = read_primary(paths["none"], ["example_id", "nll"]).set_index("example_id")["nll"]
+        plain = read_primary(paths["none"]).set_index("example_id")["nll"]
         out[task] = {}
         for arm, path in paths.items():
             if arm == "none":
                 continue
-            scores = read_primary(path, ["example_id", "nll"]).set_index("example_id")["nll"]
+            scores = read_primary(path).set_index("example_id")["nll"]
             gain = (plain - scores.reindex(plain.index)).dropna().sort_values(ascending=False)[:count]
             out[task][arm] = [[str(e), round(float(v), 4)] for e, v in gain.items()]
             carried.add([position[str(e)] for e in gain.index if str(e) in position])

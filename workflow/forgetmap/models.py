@@ -254,5 +254,12 @@ def demo_config(vocab_size: int, architecture: dict, pad_id: int | None = None, 
         pad_token_id=pad_id, eos_token_id=eos_id, bos_token_id=None, attn_implementation="sdpa")
 
 
+def matching_modules(model, names: list[str]) -> dict[str, list[str]]:
+    """For every configured module name, the qualified names of the modules it matches: the name itself or
+    a name ending in "." + it (as peft matches LoRA's `target_modules`)."""
+    qualified = [n for n, _ in model.named_modules() if n]
+    return {t: [n for n in qualified if n == t or n.endswith("." + t)] for t in names}
+
+
 def n_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())

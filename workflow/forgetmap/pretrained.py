@@ -104,15 +104,16 @@ def target_modules_missing(directory: Path, targets: list[str]) -> tuple[list[st
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .models import matching_modules
+
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    names = [name for name, _ in model.named_modules() if name]
     linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                      if isinstance(module, torch.nn.Linear) and name})
     if targets in ("all-linear", ["all-linear"]):
         return [], linear
-    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    missing = [t for t, found in matching_modules(model, targets).items() if not found]
     return missing, linear
 
 

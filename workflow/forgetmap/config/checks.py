@@ -491,7 +491,7 @@ def check_arms(cfg: dict, model: str, tasks: list[str], splits: dict, arm_splits
 def _check_arena_arm(key: str, spec: dict, model: str, processes: int) -> None:
     """One swept knob at most, one way of choosing the trained part, and one training process: the anchors,
     EMA and freezing hold their copies and choices in the process that trains (not under FSDP)."""
-    from ..mitigation.knobs import KNOBS, knob_value
+    from ..mitigation.knobs import KNOBS, generates, knob_value
 
     lists = [knob for knob in KNOBS if isinstance(knob_value(spec, knob), list)]
     if len(lists) > 1:
@@ -503,8 +503,8 @@ def _check_arena_arm(key: str, spec: dict, model: str, processes: int) -> None:
         raise ConfigError(f"{key}.targets: SDFT rewrites the responses that token masks and example weights are "
                           f"computed on; use it without tokens/weights")
     used = [k for k in ARENA_KEYS - {"lr"} if spec.get(k) not in (None, [], {})]
-    used += ["replay"] if spec["replay"] == "self_generated" else []
-    used += ["targets"] if spec["targets"] == "sdft" else []
+    if generates(spec):  # named by the key that makes it generate
+        used.append("replay" if spec["replay"] == "self_generated" else "targets")
     if used and processes > 1:
         raise ConfigError(f"{key}.{sorted(used)[0]}: the arena's training changes run in one training process; "
                           f"models.{model}.finetune.processes is {processes}")

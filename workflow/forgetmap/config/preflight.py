@@ -47,17 +47,13 @@ def architecture(plan, model: str):
         return AutoModelForCausalLM.from_config(config)
 
 
-def generates(spec: dict) -> bool:
-    """Does the arm write training text with the base model (self-generated replay, SDFT)?"""
-    return spec.get("replay") == "self_generated" or spec.get("targets") == "sdft"
-
-
 def check_arena(plan, model: str) -> None:
     """Every arena knob fits the architecture: no more trained blocks than it has, no LoRA rank above its
     hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`), generations shorter
     than its positions."""
-    from ..mitigation.freezing import blocks, matching_modules, module_names
-    from ..mitigation.knobs import knob_value
+    from ..mitigation.freezing import blocks, module_names
+    from ..mitigation.knobs import generates, knob_values
+    from ..models import matching_modules
 
     arms = {name: spec for name, spec in plan.cfg["mitigation"]["arms"].items()
             if any(spec.get(k) for k in ("train_top", "train_modules", "lora")) or generates(spec)}
@@ -67,13 +63,14 @@ def check_arena(plan, model: str) -> None:
     where = f"the base of model {model!r} ({type(net).__name__})"
     for name, spec in arms.items():
         key = f"config key mitigation.arms.{name}"
-        top = knob_value(spec, "train_top")
-        if top is not None and max(top if isinstance(top, list) else [top]) > len(blocks(net)):
-            raise ConfigError(f"{key}.train_top: value {top}: {where} has {len(blocks(net))} transformer blocks")
-        rank = knob_value(spec, "lora.r")
+        tops = knob_values(spec, "train_top")
+        if tops and max(tops) > len(blocks(net)):
+            raise ConfigError(f"{key}.train_top: value {spec['train_top']}: {where} has {len(blocks(net))} "
+                              f"transformer blocks")
+        ranks = knob_values(spec, "lora.r")
         hidden = getattr(net.config, "hidden_size", None)
-        if rank is not None and hidden and max(rank if isinstance(rank, list) else [rank]) > hidden:
-            raise ConfigError(f"{key}.lora.r: value {rank}: above the hidden size of {where}, {hidden}")
+        if ranks and hidden and max(ranks) > hidden:
+            raise ConfigError(f"{key}.lora.r: value {spec['lora']['r']}: above the hidden size of {where}, {hidden}")
         positions = getattr(net.config, "max_position_embeddings", None)
         if generates(spec) and positions and spec["generation"]["max_new_tokens"] >= positions:
             raise ConfigError(f"{key}.generation.max_new_tokens: value {spec['generation']['max_new_tokens']}: "

@@ -81,13 +81,18 @@ def _read_user_file(path: str, spec: dict) -> pd.DataFrame:
     return frame
 
 
-def training_examples(tokenizer, task: str, chat_template: str, max_length: int):
-    """A task file's training split encoded as fine-tuning encodes it (what every fine-tune trains on, and
-    what token masks and example weights are computed over)."""
+def training_frame(task: str) -> pd.DataFrame:
+    """A task file's training split (prompt, response, ...)."""
+    frame = pd.read_parquet(task)
+    return frame[frame["split"] == "train"]
+
+
+def training_examples(tokenizer, task: str, chat_template: str, max_length: int, frame: pd.DataFrame | None = None):
+    """A task file's training split (or `frame`, its rewritten responses) encoded as fine-tuning encodes it
+    (what every fine-tune trains on, and what token masks and example weights are computed over)."""
     from .chat import encode_chat
 
-    frame = pd.read_parquet(task)
-    frame = frame[frame["split"] == "train"]
+    frame = training_frame(task) if frame is None else frame
     return encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(), chat_template, max_length)
 
 

@@ -32,16 +32,14 @@ def arm_batches(settings: dict, tokenizer, examples: list[Encoded], world: int, 
     arm = settings.get("arm") or PLAIN
     summary: dict = {}
     if arm.get("targets", "original") == "sdft":
-        from ..data.chat import encode_chat
+        from ..data.tasks import training_examples, training_frame
         from .sdft import distilled
 
         if model is None or task is None:
             raise ValueError(f"arm {arm.get('name')!r}: SDFT needs the base model and the task file")
-        frame = pd.read_parquet(task)
         started = time.perf_counter()
-        rewritten, facts = distilled(model, tokenizer, frame[frame["split"] == "train"], arm["generation"], settings)
-        examples = encode_chat(tokenizer, rewritten["prompt"].tolist(), rewritten["response"].tolist(),
-                               settings["chat_template"], settings["max_length"])
+        rewritten, facts = distilled(model, tokenizer, training_frame(task), arm["generation"], settings)
+        examples = training_examples(tokenizer, task, settings["chat_template"], settings["max_length"], rewritten)
         summary.update(facts, generation_seconds=round(time.perf_counter() - started, 3))
     if arm["tokens"] != "none" or arm["weights"] != "none":
         from .tokens import flow_weights, random_masks, read_token_losses, stm_masks, weighted

@@ -36,25 +36,6 @@ TRAINING = ("steps", "tokens", "seconds", "examples", "replayed", "replayed_toke
             "generation_seconds", "sdft_kept")
 
 
-def primary(frame: pd.DataFrame) -> pd.DataFrame:
-    """The scores of a run's first fine-tune as trained (α = 1), one row per held-out example (a file
-    written before variants existed is that alone)."""
-    if "alpha" not in frame:
-        return frame
-    first = frame["value"].iloc[0]
-    same = frame["value"].isna() if pd.isna(first) else frame["value"] == first
-    return frame[same & (frame["alpha"] == 1.0)].reset_index(drop=True)
-
-
-def read_primary(path: str, columns: list[str]) -> pd.DataFrame:
-    """`primary` of a held-out scores file, with `columns`."""
-    import pyarrow.parquet as pq
-
-    names = pq.read_schema(path).names
-    extra = [c for c in ("value", "alpha") if c in names and c not in columns]
-    return primary(pd.read_parquet(path, columns=[*columns, *extra]))[columns]
-
-
 def read_variants(path: str, items: bool) -> list[tuple[tuple, pd.DataFrame]]:
     """A run's held-out scores split by variant ((value, alpha), file order); `items`: with correctness."""
     import pyarrow.parquet as pq
@@ -70,6 +51,12 @@ def read_variants(path: str, items: bool) -> list[tuple[tuple, pd.DataFrame]]:
     key = table["value"].fillna(-np.inf).astype(str) + "|" + table["alpha"].astype(str)
     return [((part["value"].iloc[0], float(part["alpha"].iloc[0])), part.reset_index(drop=True))
             for _, part in table.groupby(key, sort=False)]
+
+
+def read_primary(path: str) -> pd.DataFrame:
+    """The held-out scores (example_id, nll) of a run's first fine-tune as trained (α = 1): the first
+    variant at α = 1 in the file's order, which `judge` writes fine-tune by fine-tune."""
+    return next(part for (_, alpha), part in read_variants(path, False) if alpha == 1.0)[["example_id", "nll"]]
 
 
 class Judge:

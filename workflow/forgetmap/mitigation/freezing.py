@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..models import matching_modules
 from .hooks import Hook
 
 
@@ -24,12 +25,6 @@ def blocks(model) -> torch.nn.ModuleList:
     if not lists:
         raise ValueError(f"{type(inner).__name__}: no list of transformer blocks found to freeze")
     return max(lists, key=len)
-
-
-def matching_modules(model, names: list[str]) -> dict[str, list[str]]:
-    """For every configured name, the qualified names of the modules it matches."""
-    qualified = [n for n, _ in model.named_modules() if n]
-    return {t: [n for n in qualified if n == t or n.endswith("." + t)] for t in names}
 
 
 def module_names(model) -> list[str]:

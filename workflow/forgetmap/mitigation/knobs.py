@@ -25,9 +25,14 @@ def compact(arm: dict) -> dict:
     out = {k: v for k, v in arm.items() if not (k in ARENA and v is None)}
     if out.get("targets") == "original":
         del out["targets"]
-    if out.get("replay") != "self_generated" and "targets" not in out:
+    if not generates(out):
         out.pop("generation", None)
     return out
+
+
+def generates(arm: dict) -> bool:
+    """Does the arm write training text with the base model (self-generated replay, SDFT)?"""
+    return arm.get("replay") == "self_generated" or arm.get("targets") == "sdft"
 
 
 def knob_value(arm: dict, knob: str):
@@ -37,14 +42,20 @@ def knob_value(arm: dict, knob: str):
     return arm.get(knob)
 
 
+def knob_values(arm: dict, knob: str) -> list:
+    """The values the arm gives `knob`: its list, [its value], or [] where it does not set it."""
+    value = knob_value(arm, knob)
+    return list(value) if isinstance(value, list) else [] if value is None else [value]
+
+
 def swept(arm: dict) -> tuple[str | None, list]:
     """(the knob the arm sweeps or else the one it sets, its values); (None, [None]) for an arm without one."""
     for knob in KNOBS:
         if isinstance(knob_value(arm, knob), list):
-            return knob, list(knob_value(arm, knob))
+            return knob, knob_values(arm, knob)
     for knob in KNOBS:
         if knob_value(arm, knob) is not None:
-            return knob, [knob_value(arm, knob)]
+            return knob, knob_values(arm, knob)
     return None, [None]
 
 

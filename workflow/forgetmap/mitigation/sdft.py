@@ -6,13 +6,12 @@ text closer to the base's own distribution moves the model less (their finding; 
 The rewriting prompt is Yang et al.'s ("Below are an instruction that describes a task along with a
 reference answer. Using the reference answer as a guide, write your own response."), rendered through the
 model's chat template; generation is greedy unless `generation.temperature` says otherwise. "Carries the
-answer": the reference's last number (where it has one), else the whole reference, appears in the
+answer": the reference's number as forgetmap.correctness.extract's GSM8K extraction finds it (after "####",
+else the last), else the whole reference, appears in the
 rewrite after the normalisation exact-match scoring uses (case, articles, punctuation, spaces).
 """
 
 from __future__ import annotations
-
-import re
 
 import pandas as pd
 
@@ -21,15 +20,15 @@ from .generate import chat_contexts, context_limit, continuations
 REWRITE = ("Below are an instruction that describes a task along with a reference answer. Using the reference "
            "answer as a guide, write your own response.\n### Instruction:\n{prompt}\n### Reference Answer:\n"
            "{response}\n### Response:\n")
-NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")
 
 
 def carries_answer(rewrite: str, reference: str) -> bool:
-    """Does the rewrite still hold the reference's answer (its last number, or else all of it)?"""
+    """Does the rewrite still hold the reference's answer (its number as the GSM8K extraction finds it, or
+    else all of it)?"""
+    from ..correctness.extract import extract
     from ..correctness.items import normalize_answer
 
-    numbers = NUMBER.findall(reference)
-    answer = numbers[-1] if numbers else reference
+    answer = extract(reference, "number") or reference
     wanted = normalize_answer(answer)
     return bool(wanted) and wanted in normalize_answer(rewrite)
 
