@@ -1,11 +1,14 @@
 """Dry runs: the DAG's shape, config errors before any job, and the paper-scale example configs."""
 
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
 
 from examples import example_config
-from helpers import by_rule, edited, make_workdir, planned_jobs, planned_with_resources, snakemake, tiny_config
+from helpers import REPO, by_rule, edited, make_workdir, planned_jobs, planned_with_resources, snakemake, tiny_config
 
 pytestmark = pytest.mark.workflow
 
@@ -21,6 +24,26 @@ def test_every_finetune_and_every_scoring_shard_is_a_job(tmp_path):
                              "binary_prediction_scores": 1, "explorer": 1, "all": 1}
     runs = {(w["run"], w["shard"]) for r, w in jobs if r == "score"}
     assert runs == {(run, k) for run in ("base", "city_qa", "mod10_add", "hex_copy") for k in ("0", "1")}
+
+
+def test_the_default_demo_carries_a_small_arena_in_one_job_per_arm_and_task(tmp_path):
+    """`snakemake --cores 2` shows the arena's fronts: every fine-tune judged at an interpolation too, the
+    L2-SP sweep inside one job per (task, seed), no second base and no process per knob value."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    workdir = make_workdir(tmp_path, config)
+    proc = snakemake(workdir, "--dry-run", "--printshellcmds")
+    jobs = planned_jobs(workdir)
+    counts = by_rule(jobs)
+    arms = {w["arm"] for rule, w in jobs if rule == "arm_run"}
+    tasks = {w["task"] for rule, w in jobs if rule == "arm_run"}
+    assert counts["base_model"] == 1 and arms == {"random", "predicted", "stm", "l2_sp"} and len(tasks) == 6
+    assert counts["arm_run"] == len(arms) * len(tasks) and counts["plain_scores"] == len(tasks)
+    judged = [line for line in proc.stdout.splitlines() if re.search(r"forgetmap (arm|evaluate-arm) ", line)]
+    assert len(judged) == counts["arm_run"] + counts["plain_scores"]
+    assert all(re.search(r"--alphas '?\[0\.5\]'?", line) for line in judged)
+    sweeps = [line for line in judged if "/l2_sp/" in line]
+    assert len(sweeps) == len(tasks) and all('"l2_sp": [0.1, 1.0]' in line for line in sweeps)
+    assert {"fronts.png", "fronts.tsv", "tests.tsv"} <= {Path(line).name for line in proc.stdout.split()}
 
 
 def test_gpu_resources_come_from_the_config(tmp_path):
