@@ -110,7 +110,8 @@ def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     snakemake(finished, "--report", "results/report.html")
     html = (finished / "results/report.html").read_text(errors="replace")
     for item in ("Low-rank structure", "Correlations", "Forgetting prediction", "heatmap.png", "semantic.png",
-                 "Forgetting less", "tradeoff.png", "per_token.png", "Sample-wise correctness", "transitions.png"):
+                 "Forgetting less", "tradeoff.png", "per_token.png", "Sample-wise correctness", "transitions.png",
+                 "fronts.png", "fronts.tsv", "costs.tsv", "predictors.tsv", "protection.tsv"):  # the arena's
         assert item in html
 
 
