@@ -81,8 +81,13 @@ def planned_jobs(workdir: Path, *args: str, env: dict | None = None) -> list[tup
 def planned_with_resources(workdir: Path, *args: str, env: dict | None = None) -> list[tuple[str, dict, dict]]:
     """(rule, wildcards, resources as the dry run prints them) of every job a dry run would run."""
     proc = snakemake(workdir, "--dry-run", *args, env=env)
+    return jobs_printed(proc.stdout + proc.stderr)
+
+
+def jobs_printed(text: str) -> list[tuple[str, dict, dict]]:
+    """(rule, wildcards, resources) of every job block in a dry run's output."""
     jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
         head = re.match(r"(?:local)?rule (\w+):", block)
         if not head:
             continue

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from examples import example_config
-from helpers import REPO, by_rule, edited, make_workdir, planned_jobs, planned_with_resources, snakemake, tiny_config
+from helpers import (REPO, by_rule, edited, jobs_printed, make_workdir, planned_jobs, planned_with_resources, snakemake,
+                     tiny_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -32,7 +33,7 @@ def test_the_default_demo_carries_a_small_arena_in_one_job_per_arm_and_task(tmp_
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     workdir = make_workdir(tmp_path, config)
     proc = snakemake(workdir, "--dry-run", "--printshellcmds")
-    jobs = planned_jobs(workdir)
+    jobs = [(rule, wildcards) for rule, wildcards, _ in jobs_printed(proc.stdout + proc.stderr)]
     counts = by_rule(jobs)
     arms = {w["arm"] for rule, w in jobs if rule == "arm_run"}
     tasks = {w["task"] for rule, w in jobs if rule == "arm_run"}
