@@ -175,3 +175,24 @@ def library_warnings(workdir: Path) -> list[str]:
             if re.search("warn", line, re.IGNORECASE) and not OWN_RECORD.match(line):
                 found.append(f"{log.relative_to(workdir)}: {line}")
     return found
+
+
+class IdTokenizer:
+    """What generation needs of a tokenizer, for token ids drawn at random: its pad and EOS ids, and a
+    decoding that writes the ids themselves."""
+
+    def __init__(self, pad_token_id: int, eos_token_id: int | None):
+        self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = True) -> list[str]:
+        return [" ".join(str(t) for t in ids) for ids in sequences]
+
+
+def greedy_tokens(model, contexts, pad_id: int, eos_id: int | None, max_new_tokens: int, token_budget: int = 4096):
+    """Greedy continuations of random token ids through forgetmap.generation, EOS left out."""
+    import numpy as np
+
+    from forgetmap.generation import generate_torch
+
+    limits = np.full(len(contexts), max_new_tokens)
+    return generate_torch(model, IdTokenizer(pad_id, eos_id), contexts, limits, token_budget=token_budget).tokens

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from forgetmap.correctness.items import (Item, OptionScorer, choose, cut_at_stop, decide, encode_items, exact_match,
-                                   generate_greedy, loglik_naive, normalize_answer, option_scores)
+                                   loglik_naive, normalize_answer, option_scores)
 from forgetmap.data.upstream import validate
 from forgetmap.errors import DataError
 from forgetmap.correctness.lowrank import fit_logistic, logistic_by_rank, point_biserial
 from forgetmap.predict.metrics import evaluate_binary
 from forgetmap.nll import TorchScorer
 from forgetmap.correctness.transitions import backward_transfer_matrix, forgetting_matrix, rate_table, rates, transition_codes
-from helpers import tiny_model, tiny_tokenizer
+from helpers import greedy_tokens, tiny_model, tiny_tokenizer
 
 torch.set_num_threads(1)
 
@@ -88,8 +88,8 @@ def test_free_form_answers_are_normalised_and_cut_at_the_first_stop():
 
 def test_batched_greedy_decoding_matches_one_context_at_a_time(model):
     contexts = [it.context for it in random_items(12, seed=1)]
-    batched = generate_greedy(model, contexts, pad_id=0, eos_id=2, max_new_tokens=6, token_budget=120)
-    single = [generate_greedy(model, [c], pad_id=0, eos_id=2, max_new_tokens=6, token_budget=120)[0] for c in contexts]
+    batched = greedy_tokens(model, contexts, pad_id=0, eos_id=2, max_new_tokens=6, token_budget=120)
+    single = [greedy_tokens(model, [c], pad_id=0, eos_id=2, max_new_tokens=6, token_budget=120)[0] for c in contexts]
     reference = []
     for c in contexts:
         out = model.generate(torch.tensor(c[None]), max_new_tokens=6, do_sample=False, eos_token_id=2,
@@ -221,7 +221,7 @@ def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(
     rng = np.random.default_rng(3)
     contexts = [rng.integers(3, 250, n) for n in (5, 9, 14, 7)]
     # the tiny model's greedy continuations stand in for answers, their 4th token for the EOS after them
-    greedy = generate_greedy(model, contexts, tokenizer.pad_token_id, None, 4, 4096)
+    greedy = greedy_tokens(model, contexts, tokenizer.pad_token_id, None, 4)
     examples, items = [], []
     for c, g in zip(contexts, greedy):
         examples.append(Encoded(np.concatenate([c, g[:3], [g[3]]]), len(c), len(c) + 3))  # span = 3 greedy tokens
@@ -234,9 +234,9 @@ def test_a_free_form_answer_that_the_nll_pass_found_greedy_is_not_decoded_again(
     assert is_greedy.tolist() == [True, False, True, True]
     np.testing.assert_array_equal(nll, scorer.score(examples)[0])  # the flag changes no NLL, bit for bit
     # the token after the span must be EOS for greedy decoding to stop there: here it is g[3]
-    known = greedy_from_scores(items, examples, is_greedy, eos_id=int(greedy[0][3]), max_new_tokens=8)
+    known = greedy_from_scores(items, examples, is_greedy, eos_id=int(greedy[0][3]), limits=np.full(4, 8))
     assert list(known) == [0] and known[0].tolist() == greedy[0][:3].tolist()
-    assert greedy_from_scores(items, examples, is_greedy, int(greedy[0][3]), max_new_tokens=3) == {}  # over the cap
+    assert greedy_from_scores(items, examples, is_greedy, int(greedy[0][3]), limits=np.full(4, 3)) == {}  # over the cap
     settings = {"max_new_tokens": 3, "token_budget": 4096, "stop": [], "metric": "acc"}
     decoded = evaluate_torch(model, tokenizer, items, settings, scorer)
     shortcut = evaluate_torch(model, tokenizer, items, settings, scorer, known)

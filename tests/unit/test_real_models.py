@@ -300,13 +300,13 @@ def test_reduction_is_undefined_where_plain_finetuning_forgot_nothing(tmp_path):
 @pytest.mark.parametrize("architecture", ["gpt_neox", "olmo", "olmo2"])
 def test_greedy_answers_of_real_architectures_match_a_full_logits_loop(architecture):
     """Left-padded, cached, next-token-logits-only decoding (free-form items) against the plain loop."""
-    from forgetmap.correctness.items import generate_greedy
+    from helpers import greedy_tokens
     from standins import build_model, train_tokenizer
 
     tok = train_tokenizer(architecture)
     model = build_model(architecture, tok)
     contexts = [np.array([5, 6, 7, 8]), np.array([9, 10])]
-    out = generate_greedy(model, contexts, 1, tok.eos_token_id, 5, 512)
+    out = greedy_tokens(model, contexts, 1, tok.eos_token_id, 5, 512)
     for context, got in zip(contexts, out):
         ids, expected = list(context), []
         with torch.no_grad():

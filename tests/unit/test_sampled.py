@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from forgetmap.correctness.extract import choose_extractor, extract, is_correct
-from forgetmap.correctness.items import generate, sample_top_p
 from forgetmap.correctness.sampled import Question, judge, question_text
 from forgetmap.errors import DataError
+from forgetmap.generation import Answers, Sampling, generate_torch, sample_top_p
 
 
 @pytest.mark.parametrize("text, k, expected", [
@@ -57,20 +57,44 @@ def question(source="arc", extractor="letter", pattern=None):
     return Question(np.zeros(1, np.int64), "B", 4, source, extractor, pattern)
 
 
+def seeds(*texts, lengths=None, capped=None) -> list[Answers]:
+    """Each seed's answers as generation gives them (texts per item; tokens only counted)."""
+    out = []
+    for s, seed_texts in enumerate(texts):
+        counts = lengths[s] if lengths else [1] * len(seed_texts)
+        cut = capped[s] if capped else [False] * len(seed_texts)
+        out.append(Answers([np.zeros(n, np.int64) for n in counts], list(seed_texts), np.asarray(cut)))
+    return out
+
+
 def test_judge_keeps_every_seed_and_pairs_nothing_yet():
-    record = judge([question(), question()], [["answer is B", "no idea"], ["(A)", "B."]], np.array([5, 7]),
-                   {"stop": []})
+    record = judge([question(), question()], seeds(["answer is B", "no idea"], ["(A)", "B."],
+                                                   lengths=[[2, 3], [3, 4]], capped=[[False, True], [False, False]]),
+                   {"stop": [], "max_new_tokens": 4})
     assert record["answers"].tolist() == [["B", "A"], [None, "B"]]
     assert record["correct_seeds"].tolist() == [[1, 0], [0, 1]] and record["correct"].tolist() == [1, 0]
     assert record["predicted"].tolist() == ["B", ""] and record["n_generated"].tolist() == [5, 7]
+    assert record["n_capped"].tolist() == [0, 1]
+
+
+def test_every_extractor_reads_the_text_before_the_first_stop_string():
+    """A DPO stage that goes on after its answer ('Answer: 73' then a new question) is read as 73, and a
+    letter written twice across a stop string is read as the first."""
+    gsm = Question(np.zeros(1, np.int64), "73", 0, "gsm", "number", None)
+    record = judge([gsm, question()], seeds(["Answer: 73\n\nWhat is 34 + 28?\n", "Answer: B\n\nAnswer: C"]),
+                   {"stop": ["\n\n"], "max_new_tokens": 32})
+    assert record["answers"].tolist() == [["73"], ["B"]] and record["correct"].tolist() == [1, 1]
+    assert record["generations"].tolist() == [["Answer: 73"], ["Answer: B"]]
 
 
 def test_a_pattern_that_matches_nothing_fails_naming_the_source_and_an_answer(caplog):
+    settings = {"stop": [], "max_new_tokens": 4}
     with pytest.raises(DataError, match=r"config key upstream.NAME.answers.pattern: source 'gsm': the pattern 'ZZ\(\\\\d\+\)' "
                                         r"matched none of 2 generated answers; one of them: 'It is 4'"):
-        judge([question("gsm", "regex", r"ZZ(\d+)")], [["It is 4"], ["It is 5"]], np.array([3]), {"stop": []})
-    judge([question("arc")], [["no letter"], ["nothing"]], np.array([3]), {"stop": []})  # built-in: a warning
+        judge([question("gsm", "regex", r"ZZ(\d+)")], seeds(["It is 4"], ["It is 5"]), settings)
+    judge([question("arc")], seeds(["no letter"], ["nothing"], capped=[[True], [True]]), settings)  # a warning
     assert "source 'arc': no letter answer could be extracted from 100% of 2 generated answers" in caplog.text
+    assert "source 'arc': 100% of 2 answers ran to their budget (max_new_tokens 4" in caplog.text
 
 
 def test_nucleus_sampling_is_seeded_and_keeps_only_the_top_mass():
@@ -89,15 +113,17 @@ def test_sampled_generation_repeats_by_seed_and_varies_across_seeds():
     tok = tiny_tokenizer()
     model = tiny_model(tok)
     contexts = [np.asarray(tok("12 + 5 =")["input_ids"]), np.asarray(tok("the city")["input_ids"])]
-    args = (tok.pad_token_id, None, 8, 512)
-    first = generate(model, contexts, *args, temperature=1.0, top_p=1.0, seed=3)
-    again = generate(model, contexts, *args, temperature=1.0, top_p=1.0, seed=3)
-    other = generate(model, contexts, *args, temperature=1.0, top_p=1.0, seed=4)
+    limits = np.array([8, 8])
+
+    def generated(sampling, seed=0):
+        return generate_torch(model, tok, contexts, limits, sampling, seed, 512).tokens
+
+    first, again = generated(Sampling(1.0, 1.0), 3), generated(Sampling(1.0, 1.0), 3)
+    other = generated(Sampling(1.0, 1.0), 4)
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     assert any(not np.array_equal(a, b) for a, b in zip(first, other))
-    greedy = generate(model, contexts, *args)
-    assert all(np.array_equal(a, b) for a, b in zip(greedy, generate(model, contexts, *args, temperature=1.0,
-                                                                          top_p=1e-9, seed=5)))
+    greedy = generated(Sampling())
+    assert all(np.array_equal(a, b) for a, b in zip(greedy, generated(Sampling(1.0, 1e-9), 5)))
 
 
 def test_few_shot_questions_carry_solved_items_of_their_source():

@@ -16,6 +16,19 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
+def _request_prompts(items: list, settings: dict, is_sampled: bool) -> list[int]:
+    """Each item's longest vLLM request as a prompt length, one output token left out: an option scored after
+    its context, or a question with its whole answer budget (never past the model's positions)."""
+    from .correctness import items as correctness
+    from .correctness import sampled
+
+    if is_sampled:
+        return [len(q.context) + int(b) - 1 for q, b in zip(items, sampled.answer_budgets(items, settings))]
+    limits = correctness.answer_budgets([it.context for it in items], settings)
+    return [len(it.context) + (int(b) - 1 if it.free_form else correctness.needed_tokens(it) - 1 - len(it.context))
+            for it, b in zip(items, limits)]
+
+
 def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str) -> dict:
     """Score every example of an upstream shard with one model and write the scores contract; where the
     shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model."""
@@ -24,6 +37,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
 
     from .correctness import items as correctness
     from .correctness import sampled
+    from .correctness.prompts import asked, shown
     from .data.chat import encode_examples, scored_bytes, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
@@ -34,23 +48,23 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     tokenizer = load_tokenizer(model_dir)
     max_length = settings["max_length"]
     encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
+    positions = model_positions(model_dir)
     item_settings = {**settings["correctness"], "chat_template": settings["chat_template"],
-                     "shots": settings.get("shots", 0),
-                     "max_length": settings["max_length"], "token_budget": settings["token_budget"]}
+                     "shots": settings.get("shots", 0), "ask": settings.get("ask"), "row": settings.get("row"),
+                     "positions": positions, "token_budget": settings["token_budget"]}
     is_sampled = item_settings.get("answers") == "sampled"  # Harmon et al.: answers sampled over seeds
     encode = sampled.encode_questions if is_sampled else correctness.encode_items
     rows, items = encode(tokenizer, frame, item_settings)
+    correctness.check_room(frame, rows, items, positions, item_settings)  # before any result is computed
     start = time.perf_counter()
     if settings["backend"] == "vllm":
-        lengths = [len(e.ids) for e in encoded] + [len(it.context) + item_settings["max_new_tokens"] for it in items]
-        max_model_len, fits = vllm_lengths(lengths, model_positions(model_dir))
+        lengths = [len(e.ids) for e in encoded]
+        max_model_len, fits = vllm_lengths(lengths + _request_prompts(items, item_settings, is_sampled), positions)
         if max(lengths) > fits:  # a prompt must leave room for one output token within the model's positions
             log.warning("the vllm backend scores at most %d tokens on this %d-position model: longer examples are "
                         "cut as max_length cuts them", fits, max_model_len)
             max_length = min(max_length, fits)
             encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
-            item_settings["max_length"] = max_length
-            rows, items = encode(tokenizer, frame, item_settings)
         llm = vllm_engine(model_dir, max_model_len, settings)
         nll = score_with_vllm(llm, encoded)
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
@@ -75,8 +89,9 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
             nll, n_tokens, is_greedy = scorer.score_greedy(encoded)
             scored = time.perf_counter()
             # a free-form item whose scored answer is already the greedy continuation is not decoded
-            known = correctness.greedy_from_scores(items, [encoded[r] for r in rows], is_greedy[rows],
-                                                   tokenizer.eos_token_id, item_settings["max_new_tokens"])
+            known = correctness.greedy_from_scores(
+                items, [encoded[r] for r in rows], is_greedy[rows], tokenizer.eos_token_id,
+                correctness.answer_budgets([it.context for it in items], item_settings))
             record = correctness.evaluate_torch(model, tokenizer, items, item_settings, scorer, known)
     finished = time.perf_counter()
     columns = {"example_id": pa.array(frame["example_id"].astype(str)),
@@ -90,10 +105,12 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
                "seconds": round(elapsed, 3), "tokens_per_s": round(float(n_tokens.sum()) / max(elapsed, 1e-9), 1)}
     if items:
         summary.update(items=len(items), items_correct=int(record["correct"].sum()),
-                       correctness_seconds=round(finished - scored, 3))
+                       correctness_seconds=round(finished - scored, 3), asked=asked(item_settings),
+                       prompts=shown(tokenizer, frame, rows, [it.context for it in items]))
         if is_sampled:
             summary.update(seeds=item_settings["seeds"], generated_tokens=int(record["n_generated"].sum()),
-                           unextracted=int(sum(a is None for row in record["answers"] for a in row)))
+                           unextracted=int(sum(a is None for row in record["answers"] for a in row)),
+                           capped=int(record["n_capped"].sum()))
     summary.update(**truncation(encoded, max_length, "upstream examples"),
                    **tokenizer_choices(tokenizer, settings["chat_template"]))
     if summary["nan"]:

@@ -106,9 +106,12 @@ SCORE = _obj({
         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.95,
                   "description": "sampled: nucleus sampling mass (Harmon et al.: 0.95)"},
         "max_new_tokens": _int(32, "generation length cap: free-form greedy answers, or sampled answers (Harmon et "
-                                   "al. allow 32,768 for chain of thought)", 1),
+                                   "al. allow 32,768 for chain of thought); an answer never runs past the model's "
+                                   "positions: it may take min(max_new_tokens, positions - its question's tokens), and "
+                                   "a question is never cut", 1),
         "stop": {"type": "array", "items": {"type": "string", "minLength": 1}, "default": ["\n\n"],
-                 "description": "free-form items: the generation is cut at the first of these (paper: a blank line)"},
+                 "description": "generated answers (greedy and sampled) end at the first of these, and every "
+                                "extractor reads the text before it (paper: a blank line; [] for chains of thought)"},
     }, description="items with an `answer`: how their correctness is scored", default={}),
 }, description="scoring settings", default={})
 
@@ -201,10 +204,13 @@ CHECKPOINT = _obj({
                                  "model, for a chain base -> SFT -> DPO -> RL where each stage is compared with the one "
                                  "before"},
     "chat_template": _enum("tokenizer", ("auto", "olmo", "tokenizer"),
-                           "how its prompts are rendered: tokenizer (its own chat template, zero-shot: a post-trained "
-                           "model as Harmon et al. prompt it), auto or olmo (as models.NAME.chat_template)"),
-    "shots": _int(0, "items prompted few-shot: solved items of the same source before each item (a base model as "
-                     "Harmon et al. prompt it); 0: zero-shot", 0),
+                           "the chat template it is asked items through, zero-shot, whatever the item's kind (the "
+                           "question as the user turn: a post-trained model as Harmon et al. prompt it), and its chat "
+                           "examples are scored in: tokenizer (its own), auto or olmo (as models.NAME.chat_template)"),
+    "shots": _int(0, "> 0: a base-like row (a domain-continual Coder or Math model), asked every item as plain text "
+                     "few-shot, this many solved items of the same source before each (as Harmon et al. prompt a "
+                     "base); needs chat_template auto or olmo (for its chat examples' NLL); 0: asked through its "
+                     "template", 0),
     "forecast": {"enum": [False, True, "check"], "default": False,
                  "description": "true: forecast its Z row from `forecast.k` scored probes (one probe-scoring job) "
                                 "instead of scoring every shard; check: both, the forecast scored against the "
@@ -227,8 +233,10 @@ MODEL = _obj({
                     "additionalProperties": CHECKPOINT,
                     "description": "checkpoints by name, rows beside the fine-tuned tasks (or instead of them: a map "
                                    "of public post-trained models against their base needs no task)"},
-    "shots": _int(0, "items prompted few-shot for the base and its fine-tunes: solved items of the same source "
-                     "before each item; 0: zero-shot", 0),
+    "shots": _int(0, "> 0: the base and its fine-tunes are asked every item as plain text few-shot, this many "
+                     "solved items of the same source before each (Harmon et al.'s base); 0 (the paper's path): "
+                     "zero-shot, each item in the format it is scored in (lm as plain text, chat through the model's "
+                     "chat template)", 0),
     "z": _enum("nats_per_token", ("nats_per_token", "bits_per_byte"),
                "the statistic of Z: nats_per_token (the paper: mean NLL per scored token) or bits_per_byte (the scored "
                "text's NLL in bits per UTF-8 byte: comparable across tokenizers, so a row whose tokenizer differs "

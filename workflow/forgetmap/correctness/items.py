@@ -4,17 +4,17 @@
   log-likelihood as lm-evaluation-harness scores it; `acc` takes the argmax of the summed
   log-likelihoods, `acc_norm` the argmax per character of the option; ties go to the first option.
   Deterministic: no sampling, so no spurious flips between runs.
-- Free form (no `choices`): greedy decoding up to `max_new_tokens`, cut at the first stop string,
-  and SQuAD-normalised exact match (lowercase, no punctuation, no articles, single spaces). An item
-  whose scored example (context, answer, EOS) the NLL pass found to be all argmax tokens is its own
-  greedy continuation: it is not decoded again (`greedy_from_scores`).
+- Free form (no `choices`): greedy decoding (`forgetmap.generation`) up to the answer's budget
+  (`max_new_tokens`, less where the context leaves fewer of the model's positions), ended at the first
+  stop string, and SQuAD-normalised exact match (lowercase, no punctuation, no articles, single spaces).
+  An item whose scored example (context, answer, EOS) the NLL pass found to be all argmax tokens is its
+  own greedy continuation: it is not decoded again (`greedy_from_scores`).
 
-Contexts: a `chat` item's prompt rendered by the chat template up to the assistant marker, the option
-its response (tokenised on its own, as scoring tokenises responses); an `lm` item's `prompt`, then
-the target delimiter and the option. Few-shot (`shots` > 0, as Harmon et al. prompt base models): the
-context starts with that many solved items of the same source from the same shard (each rendered as
-its context and gold answer, separated by blank lines), drawn without the item itself by a generator
-seeded with the item's id, so a run's prompts never depend on the other shards or the run order.
+Contexts are asked as the run asks (`forgetmap.correctness.prompts`): plain text (the prompt, then the
+target delimiter and the option; few-shot where the run has `shots`) or through the chat template (the
+prompt as the user turn up to the assistant marker, the option the reply, tokenised on its own as
+scoring tokenises responses). A context is never cut: one that leaves no room in the model's positions
+stops the job naming the item (`check_room`).
 
 All options of an item share one forward pass: the context, then every option, each option attending
 to the context and to itself (a block-causal mask; positions restart after the context). The first
@@ -37,15 +37,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..data.chat import Encoded, chat_pieces
+from ..data.chat import Encoded
 from ..data.upstream import present, scorable
+from ..errors import DataError
+from ..generation import Sampling, budgets, generate_torch
 from ..nll import TorchScorer, length_batches
 
 log = logging.getLogger(__name__)
 
 METRICS = ("acc", "acc_norm")
 ITEM_COLUMNS = ("predicted", "correct", "margin", "k")
-SAMPLED_COLUMNS = ("generations", "answers", "correct_seeds", "n_generated")  # answers sampled over seeds (sampled)
+SAMPLED_COLUMNS = ("generations", "answers", "correct_seeds", "n_generated", "n_capped")  # answers sampled over seeds (sampled)
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,11 @@ def exact_match(prediction: str, answer: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(answer)
 
 
-def cut_at_stop(text: str, stop: list[str]) -> str:
-    """The generation up to the first stop string (the paper cuts at the first blank line)."""
-    for s in stop:
-        at = text.find(s)
-        if at >= 0:
-            text = text[:at]
-    return text.strip()
+def cut_at_stop(text: str, stop) -> str:
+    """The generation up to the first stop string, stripped (the paper cuts at the first blank line)."""
+    from ..generation import until_stop
+
+    return until_stop(text, stop).strip()
 
 
 def choose(scores: np.ndarray, gold: int) -> tuple[int, bool, float]:
@@ -101,66 +101,61 @@ def option_scores(loglik: np.ndarray, texts: list[str], metric: str) -> np.ndarr
 
 # --- tokenising ----------------------------------------------------------------------------------------
 
-def shot_prefixes(frame: pd.DataFrame, rows: np.ndarray, solved: list[str], shots: int) -> list[str]:
-    """Each item's few-shot prefix: `shots` other solved items of its source in the frame (fewer where the
-    source has fewer), in an order drawn by a generator seeded with the item's id; '' when shots is 0."""
-    import zlib
-
-    if not shots:
-        return [""] * len(rows)
-    sources = frame["source"].to_numpy()[rows].astype(str)
-    ids = frame["example_id"].to_numpy()[rows].astype(str)
-    prefixes = []
-    for i in range(len(rows)):
-        pool = np.flatnonzero((sources == sources[i]) & (np.arange(len(rows)) != i))
-        rng = np.random.default_rng(zlib.crc32(ids[i].encode()))
-        chosen = rng.choice(pool, min(shots, len(pool)), replace=False) if len(pool) else []
-        prefixes.append("".join(solved[j] + "\n\n" for j in chosen))
-    return prefixes
-
-
-def rendered(tokenizer, kind: str, prompt: str, answer: str, template: str, delimiter: str) -> tuple[str, str]:
-    """(context, continuation) texts of an item answered by `answer`: a `chat` item's prompt through the chat
-    template up to the assistant marker, then the answer; an `lm` item's prompt, then the delimiter and the
-    answer. Joined, a solved example (a few-shot prefix's piece)."""
-    if kind == "chat":
-        prefix, body, _ = chat_pieces(tokenizer, prompt, answer, template)
-        return prefix, body
-    return prompt, delimiter + answer
-
-
 def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.ndarray, list[Item]]:
-    """The row positions of the frame's scorable items and each item's tokens."""
+    """The row positions of the frame's scorable items and each item's tokens, asked as the run asks
+    (`forgetmap.correctness.prompts`). A context is never cut: one that does not fit the model's positions
+    is refused by `check_room`."""
+    from .prompts import contexts, continuation
+
     rows = scorable(frame)
+    if not len(rows):
+        return rows, []
+    delimiter = settings["target_delimiter"]
+    records = frame.iloc[rows]
+    forms, ids = contexts(tokenizer, frame, rows, records["prompt"].tolist(), records["answer"].tolist(), settings)
     items = []
-    delimiter, template, max_length = settings["target_delimiter"], settings["chat_template"], settings["max_length"]
-    shots = settings.get("shots", 0)
-    solved = []  # each item as a solved example (its context and gold answer), the few-shot prefixes' pieces
-    for row in rows if shots else []:
-        record = frame.iloc[row]
-        solved.append("".join(rendered(tokenizer, record["kind"], record["prompt"], record["answer"], template,
-                                       delimiter)))
-    prefixes = shot_prefixes(frame, rows, solved, shots)
-    for row, prefix in zip(rows, prefixes):
-        record = frame.iloc[row]
+    for (_, record), form, context in zip(records.iterrows(), forms, ids):
         options = record.get("choices") if "choices" in frame else None
         free = not present(options)
         texts = [record["answer"]] if free else [str(o) for o in options]
-        if record["kind"] == "chat":
-            context_text = prefix + chat_pieces(tokenizer, record["prompt"], texts[0], template)[0]
-            context = tokenizer(context_text, add_special_tokens=False)["input_ids"]
-            continuations = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        else:
-            context = tokenizer(prefix + record["prompt"], add_special_tokens=True)["input_ids"]
-            continuations = [tokenizer(delimiter + t, add_special_tokens=False)["input_ids"] for t in texts]
-        longest = max(len(c) for c in continuations)
-        if free:
-            longest = settings["max_new_tokens"]
-        context = context[max(0, len(context) - max(1, max_length - longest)):]  # keep the context's end
-        items.append(Item(np.asarray(context, dtype=np.int64),
-                          [] if free else [np.asarray(c, dtype=np.int64) for c in continuations],
-                          texts, 0 if free else texts.index(record["answer"]), free))
+        continuations = [] if free else [
+            np.asarray(tokenizer(continuation(form, t, delimiter), add_special_tokens=False)["input_ids"], dtype=np.int64)
+            for t in texts]
+        items.append(Item(context, continuations, texts, 0 if free else texts.index(record["answer"]), free))
     return rows, items
+
+
+def answer_budgets(contexts: list[np.ndarray], settings: dict) -> np.ndarray:
+    """Each free-form answer's budget: `max_new_tokens`, less where its context leaves fewer positions."""
+    return budgets([len(c) for c in contexts], settings["max_new_tokens"], settings.get("positions"))
+
+
+def greedy(settings: dict) -> Sampling:
+    """Greedy decoding that ends at the configured stop strings."""
+    return Sampling(stop=tuple(settings["stop"]))
+
+
+def needed_tokens(item) -> int:
+    """The positions an item (an `Item`, or a sampled `Question`) takes whole: its context and one answer
+    token, or its context and its longest option and one token more (vLLM generates one token after a
+    scored prompt)."""
+    options = item.options if isinstance(item, Item) else ()
+    return len(item.context) + 1 + max((len(o) for o in options), default=0)
+
+
+def check_room(frame: pd.DataFrame, rows: np.ndarray, items: list, positions: int | None, settings: dict) -> None:
+    """A prompt is never cut: an item that does not fit the model's `positions` whole stops the job, naming
+    the item, the tokens it needs and the keys that make prompts long."""
+    needed = np.array([needed_tokens(it) for it in items], dtype=np.int64)
+    bad = np.zeros(0, dtype=np.int64) if positions is None else np.flatnonzero(needed > positions)
+    if len(bad):
+        i, row = int(bad[0]), settings.get("row", "models.NAME")
+        shots = f"config key {row}.shots ({settings['shots']} solved items before each question), or " \
+            if settings.get("shots") else ""  # few-shot prompts are the long ones
+        raise DataError(f"item {frame['example_id'].iloc[rows[i]]!r} (source {frame['source'].iloc[rows[i]]!r}) needs "
+                        f"{needed[i]} tokens whole (its prompt and one answer token) and the model has {positions} "
+                        f"positions: {len(bad)} of {len(items)} items of this shard cannot be asked without cutting "
+                        f"the question; {'lower ' + shots if shots else ''}shorten those items' prompts")
 
 
 # --- option log-likelihoods -------------------------------------------------------------------------------
@@ -288,73 +283,6 @@ def loglik_naive(model, items: list[Item]) -> list[np.ndarray]:
     return out
 
 
-# --- free form ----------------------------------------------------------------------------------------------
-
-def generate_greedy(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
-                    token_budget: int) -> list[np.ndarray]:
-    """Greedy continuations of left-padded contexts, batched under the token budget, stopped at EOS."""
-    return generate(model, contexts, pad_id, eos_id, max_new_tokens, token_budget)
-
-
-def sample_top_p(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
-    """One token per row drawn from softmax(logits / temperature) restricted to the smallest set of tokens
-    whose probability reaches top_p (nucleus sampling, as vLLM and transformers sample)."""
-    probs = torch.softmax(logits / temperature, dim=-1)
-    ordered, order = probs.sort(dim=-1, descending=True)
-    outside = ordered.cumsum(-1) - ordered > top_p  # the first token is always kept
-    ordered = ordered.masked_fill(outside, 0.0)
-    pick = torch.multinomial(ordered / ordered.sum(-1, keepdim=True), 1, generator=generator)
-    return order.gather(-1, pick)[:, 0]
-
-
-@torch.inference_mode()
-def generate(model, contexts: list[np.ndarray], pad_id: int, eos_id: int | None, max_new_tokens: int,
-             token_budget: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> list[np.ndarray]:
-    """Continuations of left-padded contexts, batched under the token budget, stopped at EOS: greedy at
-    temperature 0, else sampled (nucleus `top_p`) from a generator seeded with `seed`, so the same
-    contexts and seed give the same texts."""
-    from ..models import cache_keyword
-
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
-    keyword = cache_keyword(model)
-    lengths = np.array([len(c) for c in contexts])
-    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
-    for batch in length_batches(lengths + max_new_tokens, token_budget, 1.0):
-        width = int(lengths[batch].max())
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for r, i in enumerate(batch):
-            ids[r, width - lengths[i]:] = torch.from_numpy(contexts[i])
-            attention[r, width - lengths[i]:] = 1
-        ids, attention = ids.to(device), attention.to(device)
-        done = torch.zeros(len(batch), dtype=torch.bool, device=device)
-        generated = []
-        cache = None
-        step_ids = ids
-        for _ in range(max_new_tokens):
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
-            result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                           **{keyword: cache}, use_cache=True, logits_to_keep=1)  # the next token's only
-            cache = getattr(result, keyword)
-            logits = result.logits[:, -1].float()
-            token = sample_top_p(logits, temperature, top_p, generator) if generator else logits.argmax(-1)
-            token = torch.where(done, torch.full_like(token, pad_id), token)
-            generated.append(token)
-            if eos_id is not None:
-                done |= token == eos_id
-            if bool(done.all()):
-                break
-            step_ids = token[:, None]
-            attention = torch.cat([attention, torch.ones_like(step_ids)], dim=1)
-        tokens = torch.stack(generated, 1).cpu().numpy() if generated else np.zeros((len(batch), 0), np.int64)
-        for r, i in enumerate(batch):
-            row = tokens[r]
-            stop = np.flatnonzero(row == eos_id) if eos_id is not None else []
-            out[i] = row[:stop[0]] if len(stop) else row
-    return out
-
-
 # --- one shard --------------------------------------------------------------------------------------------------
 
 def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, str], metric: str) -> pd.DataFrame:
@@ -377,17 +305,18 @@ def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, 
 
 
 def greedy_from_scores(items: list[Item], examples: list, is_greedy: np.ndarray, eos_id: int | None,
-                       max_new_tokens: int) -> dict[int, np.ndarray]:
+                       limits: np.ndarray) -> dict[int, np.ndarray]:
     """Free-form items whose greedy continuation the NLL pass already wrote: item index -> tokens.
 
     Greedy decoding from an item's context produces its scored answer exactly when the scored example
     is that context, the answer and then EOS, and each answer token and the EOS were the model's argmax
-    under teacher forcing (each step then sees the prefix decoding would see), within the length cap.
+    under teacher forcing (each step then sees the prefix decoding would see), within its budget (`limits`,
+    per item: `answer_budgets`). A stop string inside the answer cuts both readings alike.
     `is_greedy` (TorchScorer.score) says the latter. Such items need no decoding; the rest are decoded."""
     known = {}
-    for i, (item, example, greedy) in enumerate(zip(items, examples, is_greedy)):
+    for i, (item, example, argmax, limit) in enumerate(zip(items, examples, is_greedy, limits)):
         span = example.ids[example.target_start:example.score_end]
-        if (item.free_form and greedy and eos_id is not None and len(span) and len(span) < max_new_tokens
+        if (item.free_form and argmax and eos_id is not None and len(span) and len(span) < limit
                 and example.score_end < len(example.ids) and example.ids[example.score_end] == eos_id
                 and np.array_equal(example.ids[:example.target_start], item.context)):
             known[i] = span
@@ -403,18 +332,20 @@ def evaluate_torch(model, tokenizer, items: list[Item], settings: dict, scorer: 
     logliks = iter(OptionScorer(scorer).loglik(choice_items))
     all_logliks = [np.zeros(0) if it.free_form else next(logliks) for it in items]
     free = [i for i, it in enumerate(items) if it.free_form and i not in known]
-    tokens = generate_greedy(model, [items[i].context for i in free], tokenizer.pad_token_id, tokenizer.eos_token_id,
-                             settings["max_new_tokens"], settings["token_budget"])
-    generated = {**known, **dict(zip(free, tokens))}
-    texts = {i: cut_at_stop(tokenizer.decode(t, skip_special_tokens=True), settings["stop"]) for i, t in generated.items()}
-    return decide(items, all_logliks, texts, settings["metric"])
+    contexts = [items[i].context for i in free]
+    answers = generate_torch(model, tokenizer, contexts, answer_budgets(contexts, settings), greedy(settings),
+                             token_budget=settings["token_budget"])
+    texts = {**{i: tokenizer.decode(t, skip_special_tokens=True) for i, t in known.items()},
+             **dict(zip(free, answers.texts))}
+    return decide(items, all_logliks, {i: cut_at_stop(t, settings["stop"]) for i, t in texts.items()},
+                  settings["metric"])
 
 
 def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataFrame:  # pragma: no cover - GPU
     """The same decisions through vLLM: options by `prompt_logprobs`, free form by greedy sampling."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from ..generation import generate_vllm
     from ..nll import nll_from_prompt_logprobs, prompt_logprob_params
 
     requests, owner = [], []
@@ -429,12 +360,9 @@ def evaluate_vllm(llm, tokenizer, items: list[Item], settings: dict) -> pd.DataF
             n = len(ids) - start
             logliks[i][j] = -n * nll_from_prompt_logprobs(ids.tolist(), o.prompt_logprobs, start, len(ids))
     free = [i for i, it in enumerate(items) if it.free_form]
-    texts = {}
-    if free:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=items[i].context.tolist()) for i in free],
-                               SamplingParams(temperature=0.0, max_tokens=settings["max_new_tokens"],
-                                              stop=list(settings["stop"])))
-        texts = {i: cut_at_stop(o.outputs[0].text, settings["stop"]) for i, o in zip(free, outputs)}
+    contexts = [items[i].context for i in free]
+    answers = generate_vllm(llm, contexts, answer_budgets(contexts, settings), greedy(settings), [0])[0]
+    texts = {i: cut_at_stop(t, settings["stop"]) for i, t in zip(free, answers.texts)}
     return decide(items, logliks, texts, settings["metric"])
 
 
@@ -447,7 +375,7 @@ def item_columns(n_rows: int, rows: np.ndarray, record: pd.DataFrame | None) -> 
     columns = {}
     types = {"predicted": pa.string(), "correct": pa.int8(), "margin": pa.float32(), "k": pa.int16(),
              "generations": pa.list_(pa.string()), "answers": pa.list_(pa.string()),
-             "correct_seeds": pa.list_(pa.int8()), "n_generated": pa.int32()}
+             "correct_seeds": pa.list_(pa.int8()), "n_generated": pa.int32(), "n_capped": pa.int8()}
     names = [*ITEM_COLUMNS, *(c for c in SAMPLED_COLUMNS if record is not None and c in record)]
     for name in names:
         values = [None] * n_rows

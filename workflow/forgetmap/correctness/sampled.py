@@ -5,14 +5,21 @@ with seed s of its reference (`transitions`).
 
 The question a model sees: for a letter answer, a multiple-choice item's prompt (a trailing "Answer:" taken
 off) with its options lettered A, B, C, ... and "Answer:" after them; otherwise the item's prompt as it is
-(a `choice` answer names its option by its text, as a prompt that lists them asks). A `chat` item
-is the user turn of the chat template; an `lm` item is plain text. Few-shot rows (`shots`) put solved
-questions of the same source first (`items.shot_prefixes`), each with its gold letter or answer.
+(a `choice` answer names its option by its text, as a prompt that lists them asks). It is asked as the
+run asks, whatever the item's kind (`forgetmap.correctness.prompts`): a base plain text with `shots`
+solved questions of the same source first, each with its gold letter or answer; a post-trained row
+zero-shot through its chat template, the question as the user turn.
+
+Generation is `forgetmap.generation`'s: the question is never cut, each answer may run to
+`min(max_new_tokens, positions - question)` tokens, and it ends at the first stop string; every extractor
+reads the text before that stop string. A question that alone fills the model's positions stops the job,
+naming the item (`items.check_room`).
 
 Per item the record keeps seed 0's extracted answer and correctness in `predicted` / `correct` (the
 columns every measurement has: Y and its analyses use them), and every seed's raw text (`generations`),
 extracted answer (`answers`, null where none was found) and correctness (`correct_seeds`), and the tokens
-generated for it over all seeds (`n_generated`: what the measurement cost).
+generated for it over all seeds (`n_generated`: what the measurement cost), and how many seeds' answers
+its budget ended before an EOS or a stop string (`n_capped`; the job warns where that share is large).
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ import pandas as pd
 
 from ..data.upstream import present, scorable
 from ..errors import DataError
+from ..generation import Answers, Sampling, budgets, until_stop
 from .extract import LETTERS, choose_extractor, extract, is_correct
-from .items import rendered, shot_prefixes
+from .prompts import contexts
 
 log = logging.getLogger(__name__)
 UNEXTRACTED_WARNING = 0.25  # a source whose share of unextracted answers is above this is reported loudly
+CAPPED_WARNING = 0.25       # likewise for answers their budget cut short
 
 
 @dataclass(frozen=True)
@@ -64,9 +73,8 @@ def extraction_of(settings: dict, source: str) -> tuple[str, str | None, str]:
 
 
 def encode_questions(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.ndarray, list[Question]]:
-    """The row positions of the frame's items and each as a Question, under the run's template and shots."""
+    """The row positions of the frame's items and each as a Question, asked as the run asks (never cut)."""
     rows = scorable(frame)
-    template, delimiter = settings["chat_template"], settings["target_delimiter"]
     texts, golds, ks, how, choices = [], [], [], [], []
     for row in rows:
         record = frame.iloc[row]
@@ -82,31 +90,20 @@ def encode_questions(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np
         ks.append(len(options) if options else 0)
         how.append((extractor, pattern, key))
         choices.append(tuple(options or ()))
-    kinds = frame["kind"].to_numpy()[rows]
-
-    def question(i: int) -> tuple[str, str]:
-        return rendered(tokenizer, kinds[i], texts[i], golds[i], template, delimiter)
-
-    shots = settings.get("shots", 0)
-    solved = ["".join(question(i)) for i in range(len(rows))] if shots else []
-    prefixes = shot_prefixes(frame, rows, solved, shots)
-    room = max(1, settings["max_length"] - settings["max_new_tokens"])
-    questions = []
-    for i, row in enumerate(rows):
-        context = prefixes[i] + question(i)[0]
-        ids = tokenizer(context, add_special_tokens=kinds[i] != "chat")["input_ids"]
-        questions.append(Question(np.asarray(ids[-room:], dtype=np.int64), golds[i], ks[i],
-                                  str(frame["source"].iloc[row]), *how[i], choices[i]))
-    return rows, questions
+    ids = contexts(tokenizer, frame, rows, texts, golds, settings)[1] if len(rows) else []
+    sources = frame["source"].to_numpy()[rows].astype(str)
+    return rows, [Question(ids[i], golds[i], ks[i], str(sources[i]), *how[i], choices[i]) for i in range(len(rows))]
 
 
-def judge(questions: list[Question], texts: list[list[str]], n_generated: np.ndarray, settings: dict) -> pd.DataFrame:
-    """The per-item record from each seed's generated text (`texts[seed][item]`) and the tokens generated per
-    item; a `regex` extractor that finds no answer in any text of a source is an error naming the source
-    and showing one text."""
-    n_seeds = len(texts)
+def judge(questions: list[Question], generated: list[Answers], settings: dict) -> pd.DataFrame:
+    """The per-item record from each seed's answers (`generated[seed]`), every extractor reading the text
+    before the first stop string; a `regex` extractor that finds no answer in any text of a source is an
+    error naming the source and showing one text."""
+    n_seeds = len(generated)
+    texts = [[until_stop(t, settings["stop"]) for t in seed.texts] for seed in generated]
     answers = [[extract(texts[s][i], q.extractor, q.k, q.pattern, settings["stop"], q.options) for s in range(n_seeds)]
                for i, q in enumerate(questions)]
+    capped = np.stack([seed.capped for seed in generated], axis=1).reshape(len(questions), n_seeds)
     correct = np.array([[is_correct(a, q.gold, q.extractor) for a in answers[i]] for i, q in enumerate(questions)],
                        dtype=np.int8).reshape(len(questions), n_seeds)
     missing = np.array([[a is None for a in row] for row in answers], dtype=bool).reshape(len(questions), n_seeds)
@@ -122,13 +119,19 @@ def judge(questions: list[Question], texts: list[list[str]], n_generated: np.nda
             log.warning("source %r: no %s answer could be extracted from %.0f%% of %d generated answers (counted "
                         "wrong); one of them: %r", source, extractor, 100 * share, missing[at].size,
                         texts[0][at[0]][:200])
+        cut = float(capped[at].mean())
+        if cut > CAPPED_WARNING:
+            log.warning("source %r: %.0f%% of %d answers ran to their budget (max_new_tokens %d, or the positions "
+                        "their question left) before an EOS or a stop string; raise score.correctness.max_new_tokens "
+                        "if they were cut short", source, 100 * cut, capped[at].size, settings["max_new_tokens"])
     return pd.DataFrame({
         "predicted": [a[0] or "" for a in answers], "correct": correct[:, 0],
         "margin": np.full(len(questions), np.nan, dtype=np.float32),
         "k": np.asarray([q.k for q in questions], dtype=np.int16),
         "generations": [[texts[s][i] for s in range(n_seeds)] for i in range(len(questions))],
         "answers": answers, "correct_seeds": [row.tolist() for row in correct],
-        "n_generated": np.asarray(n_generated, dtype=np.int32)})
+        "n_generated": np.asarray(sum(seed.n_tokens for seed in generated), dtype=np.int32),
+        "n_capped": capped.sum(axis=1).astype(np.int8)})
 
 
 def seeds_of(settings: dict) -> list[int]:
@@ -136,31 +139,31 @@ def seeds_of(settings: dict) -> list[int]:
     return [settings["seed"] + s for s in range(settings["seeds"])]
 
 
+def sampling(settings: dict) -> Sampling:
+    """The run's sampling: temperature, nucleus mass and stop strings."""
+    return Sampling(settings["temperature"], settings["top_p"], tuple(settings["stop"]))
+
+
+def answer_budgets(questions: list[Question], settings: dict) -> np.ndarray:
+    """Each question's answer budget: `max_new_tokens`, less where the question leaves fewer positions."""
+    return budgets([len(q.context) for q in questions], settings["max_new_tokens"], settings.get("positions"))
+
+
 def evaluate_torch(model, tokenizer, questions: list[Question], settings: dict) -> pd.DataFrame:
     """Sampled answers from a torch model, one generation pass per seed."""
-    from .items import generate
+    from ..generation import generate_torch
 
     contexts = [q.context for q in questions]
-    texts, n_generated = [], np.zeros(len(questions), dtype=np.int64)
-    for seed in seeds_of(settings):
-        tokens = generate(model, contexts, tokenizer.pad_token_id, tokenizer.eos_token_id, settings["max_new_tokens"],
-                          settings["token_budget"], settings["temperature"], settings["top_p"], seed)
-        texts.append([tokenizer.decode(t, skip_special_tokens=True) for t in tokens])
-        n_generated += [len(t) for t in tokens]
-    return judge(questions, texts, n_generated, settings)
+    limits = answer_budgets(questions, settings)
+    generated = [generate_torch(model, tokenizer, contexts, limits, sampling(settings), seed, settings["token_budget"])
+                 for seed in seeds_of(settings)]
+    return judge(questions, generated, settings)
 
 
 def evaluate_vllm(llm, questions: list[Question], settings: dict) -> pd.DataFrame:  # pragma: no cover - GPU
     """The same answers from vLLM: one request per (item, seed), each with its own seed, in one call."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
+    from ..generation import generate_vllm
 
-    seeds = seeds_of(settings)
-    prompts = [TokensPrompt(prompt_token_ids=q.context.tolist()) for q in questions for _ in seeds]
-    params = [SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
-                             max_tokens=settings["max_new_tokens"], seed=seed) for _ in questions for seed in seeds]
-    outputs = llm.generate(prompts, params)
-    texts = [[outputs[i * len(seeds) + s].outputs[0].text for i in range(len(questions))] for s in range(len(seeds))]
-    n_generated = [sum(len(outputs[i * len(seeds) + s].outputs[0].token_ids) for s in range(len(seeds)))
-                   for i in range(len(questions))]
-    return judge(questions, texts, np.asarray(n_generated), settings)
+    generated = generate_vllm(llm, [q.context for q in questions], answer_budgets(questions, settings),
+                              sampling(settings), seeds_of(settings))
+    return judge(questions, generated, settings)

@@ -18,8 +18,8 @@ unweighted into the overall row. Option log-likelihoods and greedy decoding are 
 row is paired with seed s of its reference, every rate is computed per seed (task, category, overall),
 and the table's `seed` = all rows are the mean over seeds with the sample sd (ddof 1) in `*_sd` columns,
 as Harmon et al. aggregate; each seed's own rows follow. Where answers were extracted from text, each
-(task, source) row also gives the share of its answers that could not be extracted, after and before
-(its reference's). The matrices (transitions, Y, Y_BT) are seed 0's.
+(task, source) row also gives the share of its answers that could not be extracted and the share its
+budget ended (max_new_tokens, or the positions the question left), after and before (its reference's). The matrices (transitions, Y, Y_BT) are seed 0's.
 
 With a margin `delta`, a multiple-choice item counts as correct only where the gold option wins by at
 least delta nats, at both times (the margin filter: guessers drop out instead of being corrected for).
@@ -44,24 +44,28 @@ RATE_COLUMNS = ("N", "n00", "n01", "n10", "n11", "acc_before", "acc_after", "F",
 
 def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
     """One run over every shard: each seed's correctness, (seeds, N) floats (1 / 0 / NaN where not scorable);
-    which answers could not be extracted ((seeds, N) bool, or None where the run did not extract answers
-    itself); and the items' k. A run without sampled answers is one seed (`read_correctness`, which also
-    checks the files' example ids)."""
+    which answers could not be extracted and which their budget cut short ((seeds, N) bool each, or None
+    where the run did not generate answers itself); and the items' k. A run without sampled answers is one
+    seed (`read_correctness`, which also checks the files' example ids)."""
     correct, k, _ = read_correctness(paths, ids, margin)
     if "correct_seeds" not in pq.read_schema(paths[0]).names:
-        return correct[None], None, k
-    seeds, missing = [], []
+        return correct[None], None, None, k
+    seeds, missing, cut = [], [], []
     extracted = True  # answers extracted here (sampled); an imported log says only right or wrong
     for path in paths:
-        has_answers = "answers" in pq.read_schema(path).names
-        extracted &= has_answers
-        table = pq.read_table(path, columns=["correct_seeds", *["answers"] * has_answers])
+        names = pq.read_schema(path).names
+        has_answers = "answers" in names
+        extracted &= has_answers and "n_capped" in names
+        table = pq.read_table(path, columns=["correct_seeds", *["answers"] * has_answers,
+                                             *["n_capped"] * ("n_capped" in names)])
         per_item = table.column("correct_seeds").to_pylist()
         answers = table.column("answers").to_pylist() if has_answers else [None] * len(per_item)
+        capped = table.column("n_capped").to_pylist() if "n_capped" in names else [None] * len(per_item)
         width = max((len(v) for v in per_item if v is not None), default=0)
         block = np.full((width, len(per_item)), np.nan)
         unread = np.zeros((width, len(per_item)), dtype=bool)
-        for i, (values, texts) in enumerate(zip(per_item, answers)):
+        short = np.zeros((width, len(per_item)), dtype=bool)
+        for i, (values, texts, n_capped) in enumerate(zip(per_item, answers, capped)):
             if values is None:
                 continue
             if len(values) != width:
@@ -69,11 +73,15 @@ def read_seeds(paths: list[str], ids: list[np.ndarray], margin: float | None) ->
             block[:, i] = values
             if texts is not None:
                 unread[:, i] = [a is None for a in texts]
+            short[:n_capped or 0, i] = True  # how many seeds, not which: shares are over items and seeds
         seeds.append(block)
         missing.append(unread)
+        cut.append(short)
     if len({b.shape[0] for b in seeds}) > 1:
         raise DataError(f"{paths[0]}: its shards hold different numbers of seeds; rescore the run")
-    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1) if extracted else None, k
+    if not extracted:
+        return np.concatenate(seeds, axis=1), None, None, k
+    return np.concatenate(seeds, axis=1), np.concatenate(missing, axis=1), np.concatenate(cut, axis=1), k
 
 
 def read_correctness(paths: list[str], ids: list[np.ndarray], margin: float | None) -> tuple[np.ndarray, ...]:
@@ -235,7 +243,7 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
         table = pq.read_table(shard, columns=["example_id", "source"])
         ids.append(table.column("example_id").to_numpy().astype(str))
         sources.append(table.column("source").to_numpy().astype(str))
-    base, base_missing, k = read_seeds(base_scores, ids, margin)
+    base, base_missing, base_capped, k = read_seeds(base_scores, ids, margin)
     base_nll = np.concatenate([pq.read_table(p, columns=["nll"]).column("nll").to_numpy() for p in base_scores])
     items = np.flatnonzero(np.isfinite(base[0]))
     if len(items) == 0:
@@ -243,14 +251,16 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
     tasks = list(task_scores)
     runs = {"base": base[:, items]}
     missing = {"base": None if base_missing is None else base_missing[:, items]}
+    capped = {"base": None if base_capped is None else base_capped[:, items]}
     for task in tasks:
-        values, unread, _ = read_seeds(task_scores[task], ids, margin)
+        values, unread, short, _ = read_seeds(task_scores[task], ids, margin)
         if not np.isfinite(values[:, items]).all() or np.isfinite(values[0]).sum() != len(items):
             raise DataError(f"task {task!r}: its scores hold correctness for other items than the base's; rescore it")
         if values.shape[0] != base.shape[0]:
             raise DataError(f"task {task!r}: its scores hold {values.shape[0]} sampling seed(s) and the base's "
                             f"{base.shape[0]}: seed s is paired with seed s; rescore them with the same seeds")
         runs[task], missing[task] = values[:, items], None if unread is None else unread[:, items]
+        capped[task] = None if short is None else short[:, items]
     references = references or {}
     n_seeds = base.shape[0]
     after = np.stack([runs[t] for t in tasks], axis=1) if tasks else np.zeros((n_seeds, 0, len(items)))
@@ -266,9 +276,10 @@ def build(shards: list[str], base_scores: list[str], task_scores: dict[str, list
 
     table = seed_table([rate_table(before[s], after[s], k, item_sources, tasks, used, benchmark_categories)
                         for s in range(n_seeds)])
-    if any(m is not None for m in missing.values()):
-        table = with_unextracted(table, {t: missing[t] for t in tasks},
-                                 {t: missing[references.get(t, "base")] for t in tasks}, item_sources)
+    for name, shares in (("unextracted", missing), ("capped", capped)):
+        if any(m is not None for m in shares.values()):
+            table = with_answer_shares(table, name, {t: shares[t] for t in tasks},
+                                       {t: shares[references.get(t, "base")] for t in tasks}, item_sources)
     return (matrix(transition_codes(before[0], after[0]), "transition"),
             matrix(forgetting_matrix(before[0], after[0]), "forgotten_1to0"),
             matrix(backward_transfer_matrix(before[0], after[0]), "transferred_0to1"), k, table)
@@ -291,18 +302,19 @@ def seed_table(tables: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat([summary, stacked], ignore_index=True)
 
 
-def with_unextracted(table: pd.DataFrame, after: dict[str, np.ndarray], before: dict[str, np.ndarray],
-                     sources: np.ndarray) -> pd.DataFrame:
-    """The share of answers (items x seeds) that could not be extracted, per (task, source) and per task, after
-    (the row's run) and before (its reference's), on the rows of `seed` all (NaN for a run that did not
-    extract answers itself: an imported log)."""
+def with_answer_shares(table: pd.DataFrame, name: str, after: dict[str, np.ndarray], before: dict[str, np.ndarray],
+                       sources: np.ndarray) -> pd.DataFrame:
+    """A share of the generated answers (items x seeds), per (task, source) and per task, after (the row's run)
+    and before (its reference's), on the rows of `seed` all, as `{name}_after` / `{name}_before`:
+    `unextracted` (no answer could be read) or `capped` (the budget ended it); NaN for a run that did not
+    generate answers itself (an imported log)."""
     out = table.copy()
-    out["unextracted_after"], out["unextracted_before"] = np.nan, np.nan
+    out[f"{name}_after"], out[f"{name}_before"] = np.nan, np.nan
     rows = (out["seed"] == "all") & out["level"].isin(["task", "source"])
     for index in np.flatnonzero(rows.to_numpy()):
         task, source = out.at[index, "task"], out.at[index, "source"]
         at = np.ones(len(sources), dtype=bool) if source == "all" else sources == source
-        for column, shares in (("unextracted_after", after[task]), ("unextracted_before", before[task])):
+        for column, shares in ((f"{name}_after", after[task]), (f"{name}_before", before[task])):
             if shares is not None:  # an imported log says only right or wrong
                 out.at[index, column] = float(shares[:, at].mean())
     return out

@@ -203,7 +203,7 @@ def content_hashes(spec: dict):
     if spec["format"] == "demo":
         return None
     frame = _table(spec)
-    validate_items(frame, describe(spec))  # planning time: a bad item fails before any job
+    validate(frame, describe(spec))  # planning time: a bad row (an item, a chat row without a response) fails before any job
     columns = [c for c in COLUMNS + ["choices", "answer"] if c in frame]
     return pd.util.hash_pandas_object(frame[columns].astype(str), index=False).to_numpy()
 

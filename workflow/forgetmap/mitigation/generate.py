@@ -1,8 +1,10 @@
 """Text the base model writes itself, for the arms that train on it (self-generated replay, SDFT): the
 contexts' continuations decoded, with how many tokens were generated (the arms' generation cost).
 
-Generation is forgetmap.correctness.items' (left-padded batches under a token budget, a KV cache, nucleus
-sampling from a seeded generator, greedy at temperature 0), stopped at the tokenizer's EOS.
+Generation is forgetmap.generation's (left-padded batches under a token budget, a KV cache, nucleus
+sampling from a seeded generator, greedy at temperature 0), stopped at the tokenizer's EOS; a context
+keeps its end where it alone would fill the model's positions (as training cuts an example), and each
+answer may run to `max_new_tokens` or to the end of the positions, whichever comes first.
 """
 
 from __future__ import annotations
@@ -10,29 +12,32 @@ from __future__ import annotations
 import numpy as np
 
 
+def positions_of(model) -> int:
+    """The context length the model was built for (4,096 where its config does not say)."""
+    return getattr(model.config, "max_position_embeddings", None) or 4096
+
+
 def continuations(model, tokenizer, contexts: list[np.ndarray], max_new_tokens: int, temperature: float,
                   top_p: float, seed: int, token_budget: int = 8192) -> tuple[list[str], int]:
     """The decoded continuation of every context (special tokens dropped) and the tokens generated."""
-    from ..correctness.items import generate
+    from ..generation import Sampling, budgets, generate_torch
 
     if tokenizer.eos_token_id is None:
         raise ValueError("the model's tokenizer has no EOS token: generation could not stop")
+    limits = budgets([len(c) for c in contexts], max_new_tokens, positions_of(model))
     was_training = model.training
     model.eval()
     try:
-        tokens = generate(model, contexts, tokenizer.pad_token_id, tokenizer.eos_token_id, max_new_tokens,
-                          token_budget, temperature=temperature, top_p=top_p, seed=seed)
+        answers = generate_torch(model, tokenizer, contexts, limits, Sampling(temperature, top_p), seed, token_budget)
     finally:
         model.train(was_training)
-    texts = [tokenizer.decode(t.tolist(), skip_special_tokens=True) for t in tokens]
-    return texts, int(sum(len(t) for t in tokens))
+    return answers.texts, int(answers.n_tokens.sum())
 
 
-def context_limit(model, max_new_tokens: int) -> int:
-    """The longest context that leaves room for `max_new_tokens` within the model's positions (a context
+def context_limit(model) -> int:
+    """The longest context that leaves room for one generated token within the model's positions (a context
     longer is cut at its start, as training cuts an example)."""
-    positions = getattr(model.config, "max_position_embeddings", None) or 4096
-    return max(1, positions - max_new_tokens)
+    return max(1, positions_of(model) - 1)
 
 
 def chat_contexts(tokenizer, prompts: list[str], template: str, max_length: int) -> list[np.ndarray]:

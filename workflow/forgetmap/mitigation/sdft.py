@@ -38,7 +38,7 @@ def distilled(model, tokenizer, frame: pd.DataFrame, generation: dict, settings:
     carries the answer; facts: the share kept and the tokens generated."""
     prompts = [REWRITE.format(prompt=p, response=r) for p, r in zip(frame["prompt"], frame["response"])]
     contexts = chat_contexts(tokenizer, prompts, settings["chat_template"],
-                             context_limit(model, generation["max_new_tokens"]))
+                             context_limit(model))
     temperature = 0.0 if generation["temperature"] is None else generation["temperature"]
     rewrites, generated = continuations(model, tokenizer, contexts, generation["max_new_tokens"], temperature,
                                         generation["top_p"], settings["seed"])

@@ -35,7 +35,7 @@ def self_generated(model, tokenizer, frame: pd.DataFrame, arm: dict, settings: d
     contexts: list[np.ndarray] = [np.zeros(0, np.int64)] * n
     for i, context in zip(chat, chat_contexts(tokenizer, frame["prompt"].iloc[chat].tolist(),
                                               settings["chat_template"],
-                                              context_limit(model, generation["max_new_tokens"]))):
+                                              context_limit(model))):
         contexts[i] = context
     prefixes = {}
     for i in lm:

@@ -231,22 +231,31 @@ class Plan:
                 "chat_template": self.cfg["models"][model]["chat_template"]}
 
     def score_settings(self, model: str) -> dict:
-        """How the model's base and fine-tunes are scored (its chat template; its few-shot items, if any)."""
+        """How the model's base and fine-tunes are scored (its chat template) and asked items: plain text
+        few-shot where the model has `shots`, else each item in the format it is scored in (the paper's path)."""
         spec = self.cfg["models"][model]
-        return self._score_settings(model, spec["chat_template"], spec["shots"])
+        return self._score_settings(model, spec["chat_template"], spec["shots"], "plain" if spec["shots"] else "item",
+                                    f"models.{model}")
 
     def run_score_settings(self, model: str, run: str) -> dict:
-        """How one run is scored: a checkpoint's own prompt format (its chat template, or few-shot text)."""
+        """How one run is scored and asked: a checkpoint through its own chat template zero-shot (a post-trained
+        model), or plain text few-shot where it has `shots` (a base-like model)."""
         checkpoint = self.cfg["models"][model]["checkpoints"].get(run)
         if checkpoint is None:
             return self.score_settings(model)
-        return self._score_settings(model, checkpoint["chat_template"], checkpoint["shots"])
+        return self._score_settings(model, checkpoint["chat_template"], checkpoint["shots"],
+                                    "plain" if checkpoint["shots"] else "template",
+                                    f"models.{model}.checkpoints.{run}")
 
-    def _score_settings(self, model: str, chat_template: str, shots: int) -> dict:
-        """The model's scoring settings with a run's prompt format; sampled answers take the corpus's answer
-        extraction (keys appear only where used: the settings of other runs stay as they were)."""
+    def _score_settings(self, model: str, chat_template: str, shots: int, ask: str, row: str) -> dict:
+        """The model's scoring settings with a run's prompt format; where the corpus has items, how the run asks
+        them (`ask`, forgetmap.correctness.prompts) and the config key of its prompt format (`row`, named in
+        errors); sampled answers take the corpus's answer extraction (keys appear only where used: the
+        settings of other runs stay as they were)."""
         spec = self.cfg["models"][model]
         settings = {**copy.deepcopy(spec["score"]), "chat_template": chat_template, **({"shots": shots} if shots else {})}
+        if model in self.item_models:
+            settings.update(ask=ask, row=row)
         if settings["correctness"]["answers"] == "sampled":
             settings["correctness"]["extraction"] = {**self.cfg["upstream"][spec["upstream"]]["answers"],
                                                      "corpus": spec["upstream"]}
