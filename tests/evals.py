@@ -86,14 +86,16 @@ def _items(items: pd.DataFrame, directory: Path) -> Path:
     return path
 
 
-def run_lm_eval(model_dir, items: pd.DataFrame, out) -> list[Path]:
-    """lm-evaluation-harness on the items (multiple choice, acc): its samples_*.jsonl files."""
+def run_lm_eval(model_dir, items: pd.DataFrame, out, chat_template: bool = False) -> list[Path]:
+    """lm-evaluation-harness on the items (multiple choice, acc): its samples_*.jsonl files; with
+    `chat_template`, each question asked through the model's chat template (`--apply_chat_template`)."""
     out = Path(out)
     data = _items(items, out / "data")
     (out / "bench_mc.yaml").write_text(LM_EVAL_TASK.format(items=data))
     _run([str(Path(sys.executable).parent / "lm_eval"), "--model", "hf", "--model_args",
           f"pretrained={model_dir},dtype=float32", "--tasks", "bench_mc", "--include_path", str(out),
-          "--output_path", str(out / "results"), "--log_samples", "--device", "cpu", "--batch_size", "4"], out)
+          "--output_path", str(out / "results"), "--log_samples", "--device", "cpu", "--batch_size", "4",
+          *["--apply_chat_template"] * chat_template], out)
     return sorted((out / "results").rglob("samples_bench_mc_*.jsonl"))
 
 

@@ -184,9 +184,9 @@ def map_example(workdir: Path, per_part: int = 6) -> Path:
 
     repo = Path(__file__).resolve().parents[1]
     cfg = yaml.safe_load((repo / "config/examples/post-training-map.yaml").read_text())
-    for hub_id, (architecture, template, vocab) in MAP_STANDINS.items():
+    for hub_id, (architecture, template, vocab) in MAP_STANDINS.items():  # 384 positions: five-shot prompts whole
         cache_standin(workdir / "hub", hub_id, architecture, TULU_TEMPLATE if template else None,
-                      seed=len(hub_id), vocab_size=vocab)
+                      seed=len(hub_id), vocab_size=vocab, max_positions=384)
     for part in cfg["upstream"]["benchmarks"]["parts"]:
         local = workdir / "resources/hf" / f"{part['dataset'].replace('/', '--')}-{part['name']}.jsonl"
         write_jsonl(local, benchmark_rows(part["dataset"], per_part))
@@ -196,9 +196,10 @@ def map_example(workdir: Path, per_part: int = 6) -> Path:
     # random stand-ins never write True or False, and a pattern matching none of a source's answers is an
     # error by design (tests/unit/test_sampled.py): the miniature reads BBH's answers as plain text instead
     cfg["upstream"]["benchmarks"]["answers"]["sources"]["bbh_boolean_expressions"] = {"extract": "exact"}
-    for model in cfg["models"].values():
-        model["score"] = {"backend": "torch", "token_budget": 1024, "max_length": 160,
-                          "correctness": {"answers": "sampled", "seeds": 2, "max_new_tokens": 8, "stop": []}}
+    for model in cfg["models"].values():  # the example's answers (32,768 new tokens at most, no stop string): each
+        # runs until the stand-in's context is full or it writes EOS
+        model["score"] = {"backend": "torch", "token_budget": 4096, "max_length": 160,
+                          "correctness": {**model["score"]["correctness"], "seeds": 2}}
         model["resources"] = {stage: {"gpu": 0, "mem_mb": 1000, "runtime": 10, "threads": 1}
                               for stage in ("base", "finetune", "score", "semantic", "gradient", "analysis")}
     out = workdir / "config" / "post-training-map-mini.yaml"

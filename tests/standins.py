@@ -85,24 +85,25 @@ def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int 
 
 
 def save_standin(directory: Path, architecture: str, chat_template: str | None = None, seed: int = 0,
-                 tokenizer: bool = True, vocab_size: int = 400) -> Path:
+                 tokenizer: bool = True, vocab_size: int = 400, max_positions: int = 128) -> Path:
     """A `save_pretrained` model directory (without a tokenizer when `tokenizer` is False); the same
     architecture and vocabulary size give the same tokenizer, `seed` other weights."""
     directory = Path(directory)
     tok = train_tokenizer(architecture, chat_template, vocab_size)
-    build_model(architecture, tok, seed).save_pretrained(directory)
+    build_model(architecture, tok, seed, max_positions).save_pretrained(directory)
     if tokenizer:
         tok.save_pretrained(directory)
     return directory
 
 
 def cache_standin(cache: Path, repo_id: str, architecture: str, chat_template: str | None = None, seed: int = 0,
-                  vocab_size: int = 400) -> Path:
+                  vocab_size: int = 400, max_positions: int = 128) -> Path:
     """The stand-in placed in a Hugging Face hub cache (HF_HUB_CACHE) as `repo_id` at its main revision,
     as `hf download` leaves it; returns the snapshot directory."""
     commit = hashlib.sha1(repo_id.encode()).hexdigest()
     repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
-    snapshot = save_standin(repo / "snapshots" / commit, architecture, chat_template, seed, vocab_size=vocab_size)
+    snapshot = save_standin(repo / "snapshots" / commit, architecture, chat_template, seed, vocab_size=vocab_size,
+                            max_positions=max_positions)
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     return snapshot

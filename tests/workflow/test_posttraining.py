@@ -61,11 +61,13 @@ def benchmark_frame() -> pd.DataFrame:
 def write_map(workdir):
     (workdir / "resources").mkdir(exist_ok=True)
     benchmark_frame().to_parquet(workdir / "resources/bench.parquet")
-    save_standin(workdir / "models/base", "llama", seed=0)  # a base: no chat template
-    save_standin(workdir / "models/sft", "llama", TULU_TEMPLATE, seed=1)
-    save_standin(workdir / "models/dpo", "llama", TULU_TEMPLATE, seed=2)
-    save_standin(workdir / "models/rl", "llama", TULU_TEMPLATE, seed=4)
-    cache_standin(workdir / "hub", "org/other-instruct", "olmo2", TULU_TEMPLATE, seed=3, vocab_size=300)
+    # 256 positions: the base's two-shot prompts (up to ~190 tokens) are asked whole
+    save_standin(workdir / "models/base", "llama", seed=0, max_positions=256)  # a base: no chat template
+    save_standin(workdir / "models/sft", "llama", TULU_TEMPLATE, seed=1, max_positions=256)
+    save_standin(workdir / "models/dpo", "llama", TULU_TEMPLATE, seed=2, max_positions=256)
+    save_standin(workdir / "models/rl", "llama", TULU_TEMPLATE, seed=4, max_positions=256)
+    cache_standin(workdir / "hub", "org/other-instruct", "olmo2", TULU_TEMPLATE, seed=3, vocab_size=300,
+                  max_positions=256)
 
 
 def hub(workdir) -> dict:
@@ -260,8 +262,8 @@ def logged(tmp_path_factory):
     frame = frame[frame["kind"] == "lm"].reset_index(drop=True)  # documents and multiple-choice items
     frame.to_parquet(workdir / "resources/mc.parquet")
     items = frame[frame["answer"].notna()]
-    for name in ("sft", "dpo"):
-        run_lm_eval(workdir / f"models/{name}", items, workdir / f"evals/{name}")
+    for name in ("sft", "dpo"):  # asked as forgetmap asks a post-trained row: through its chat template
+        run_lm_eval(workdir / f"models/{name}", items, workdir / f"evals/{name}", chat_template=True)
     run_lighteval(workdir / "models/dpo", items, workdir / "evals/dpo-lighteval")
     proc = snakemake(workdir, env=hub(workdir))
     (workdir / "run.out").write_text(proc.stdout + proc.stderr)
@@ -371,6 +373,37 @@ def test_the_example_map_runs_in_miniature_without_fine_tuning(example_map):
     shards = pd.concat([pd.read_parquet(p) for p in (example_map / "results/data/upstream/benchmarks").glob("*.parquet")])
     assert {"arc_challenge", "gsm8k", "bbh_boolean_expressions"} <= set(shards["source"])
     assert any(s.startswith("mmlu_") for s in shards["source"])
+
+
+def asked(workdir, model: str, run: str) -> dict:
+    """What a score job's log records of how its run was asked: `asked` and one prompt per source."""
+    lines = (workdir / f"results/logs/{model}/score/{run}/shard-0.log").read_text().splitlines()
+    return json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+
+
+def test_the_example_maps_rows_are_asked_as_harmon_et_al_ask_them(example_map):
+    """The base and the base-like Coder plain text five-shot; every post-trained row zero-shot through its
+    template, the question as the user turn, whatever the benchmark row's kind (here all `lm`)."""
+    for model, run in (("olmo2_1b", "base"), ("qwen2_5_3b", "coder"), ("qwen2_5_7b", "math")):
+        summary = asked(example_map, model, run)
+        assert summary["asked"] == "plain"
+        for prompt in summary["prompts"].values():  # plain text; as many shots as the shard has (at most 5)
+            assert "<|user|>" not in prompt and prompt.endswith("Answer:") and prompt.count("\n\n") < 6
+        arc = summary["prompts"]["arc_challenge"]  # six ARC items in the shard: five solved, then the question
+        assert arc.count("Answer:") == 6 and arc.count("\n\n") == 5
+    for model, run in (("olmo2_1b", "sft"), ("olmo2_1b", "instruct"), ("qwen2_5_7b", "r1_distill")):
+        summary = asked(example_map, model, run)
+        assert summary["asked"] == "template"
+        for prompt in summary["prompts"].values():
+            assert prompt.count("<|user|>\n") == 1 and prompt.endswith("\n<|assistant|>\n")
+            assert prompt.count("Answer:") == 1  # zero-shot
+    # answers run until the 384-position context is full (or EOS): the questions stay whole, the cap is reported
+    rates = pd.read_csv(example_map / "results/olmo2_1b/correctness/rates.tsv", sep="\t", dtype={"seed": str})
+    sources = rates[(rates["level"] == "source") & (rates["seed"] == "all")]
+    assert sources["capped_after"].between(0, 1).all() and sources["capped_before"].notna().all()
+    scores = pd.read_parquet(example_map / "results/olmo2_1b/scores/sft/shard-0.parquet")
+    items = scores.dropna(subset=["correct"])
+    assert (items["n_generated"] > 2 * 32).mean() > 0.5  # far past the miniature's old 8-token cap
 
 
 def test_a_new_checkpoint_is_forecast_from_k_scored_probes(logged):

@@ -12,7 +12,9 @@ Two formats, one file or glob per sampling seed:
 
 Correctness is the metric rounded to 0 / 1 (Harmon et al. round LightEval's extractive match). Each
 logged item is aligned with an upstream item: by prompt (the logged context equal to the item's
-`prompt`, or ending with it where the log put few-shot examples or a template before it) or by id (a
+`prompt`, or ending with it where the log put few-shot examples or a template before it, or with it and
+then at most `TAIL` characters where a chat template closed the user turn after it: the item whose
+prompt ends latest, the longest where several do) or by id (a
 template over the log's fields, e.g. `{doc[id]}` or `mmlu-{doc_id}`, equal to the `example_id`). A
 logged item that aligns with nothing, an upstream item no log holds, a missing metric field and seeds
 that hold different items are errors naming the file and the item.
@@ -33,6 +35,7 @@ from ..errors import DataError
 FORMATS = ("lm_eval", "lighteval")
 DEFAULT_METRIC = {"lm_eval": "acc", "lighteval": "extractive_match"}
 SUFFIX = 64  # characters of a prompt's end indexed for prompts the log prefixed (few-shot, templates)
+TAIL = 200   # characters a chat template may write after the user's prompt (its closing and assistant markers)
 
 
 def seed_files(patterns: list[str]) -> list[list[str]]:
@@ -137,17 +140,26 @@ def align(logged: pd.DataFrame, items: pd.DataFrame, how: str, template: str | N
     for i, p in enumerate(prompts):
         exact.setdefault(p, i)
         by_end.setdefault(p[-SUFFIX:], []).append(i)
+    short = sorted({len(p) for p in prompts if len(p) < SUFFIX})  # prompts whole in by_end's keys
+
+    def ending(head: str) -> int | None:
+        """The longest prompt `head` ends with."""
+        candidates = [i for end in {head[-n:] for n in (*short, SUFFIX) if n <= len(head)}
+                      for i in by_end.get(end, ()) if head.endswith(prompts[i])]
+        return max(candidates, key=lambda i: len(prompts[i])) if candidates else None
+
     out = []
     for record in logged.itertuples():
         text = record.prompt.strip()
         at = exact.get(text)
-        if at is None:  # the log put few-shot examples or a template around the prompt
-            candidates = [i for end in {text[-n:] for n in range(1, SUFFIX + 1)} for i in by_end.get(end, ())
-                          if text.endswith(prompts[i])]
-            at = max(candidates, key=lambda i: len(prompts[i])) if candidates else None
+        for cut in range(min(TAIL, len(text))) if at is None else ():  # few-shot before; a template after
+            if cut == 0 or not text[len(text) - cut].isspace():
+                at = ending(text[:len(text) - cut].rstrip())
+                if at is not None:
+                    break
         if at is None:
             raise DataError(f"{record.where}: its prompt {text[-120:]!r} is no upstream item's prompt (nor ends "
-                            f"with one)")
+                            f"with one, before at most {TAIL} characters of a chat template)")
         out.append(at)
     return np.asarray(out, dtype=np.int64)
 
