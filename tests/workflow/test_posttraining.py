@@ -217,6 +217,19 @@ def test_a_bad_map_fails_before_any_job_naming_the_key(tmp_path, edit, message):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_a_chat_row_without_a_response_fails_at_planning_naming_the_row(tmp_path):
+    """It once passed planning and stopped the shard's scoring job."""
+    workdir = make_workdir(tmp_path / "wf", map_config())
+    write_map(workdir)
+    frame = benchmark_frame()
+    frame.loc[frame["example_id"] == "qa-2", "response"] = None
+    frame.to_parquet(workdir / "resources/bench.parquet")
+    proc = snakemake(workdir, "--dry-run", check=False, env=hub(workdir))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out and not (workdir / "results/data").exists()
+    assert "resources/bench.parquet: row 26, column 'response': empty or missing text (1 such row(s))" in out
+
+
 def test_a_pattern_that_matches_no_answer_fails_at_the_first_job_naming_the_key(tmp_path):
     config = edited(map_config(), lambda c: c["upstream"]["bench"]["answers"]["sources"].update(
         gsm={"extract": "regex", "pattern": r"The final answer: (\d+)#"}))
