@@ -177,7 +177,7 @@ def benchmark_rows(dataset: str, n: int) -> list[dict]:
             for i, t in enumerate(texts)]
 
 
-def map_example(workdir: Path, per_part: int = 6) -> Path:
+def map_example(workdir: Path, per_part: int = 6, width: int = 32) -> Path:
     """config/examples/post-training-map.yaml in miniature: every hub checkpoint a cached stand-in, every
     benchmark part a local jsonl in the hub dataset's shape, CPU sizes, torch sampling with 2 seeds."""
     from standins import TULU_TEMPLATE
@@ -186,7 +186,7 @@ def map_example(workdir: Path, per_part: int = 6) -> Path:
     cfg = yaml.safe_load((repo / "config/examples/post-training-map.yaml").read_text())
     for hub_id, (architecture, template, vocab) in MAP_STANDINS.items():  # 384 positions: five-shot prompts whole
         cache_standin(workdir / "hub", hub_id, architecture, TULU_TEMPLATE if template else None,
-                      seed=len(hub_id), vocab_size=vocab, max_positions=384)
+                      seed=len(hub_id), vocab_size=vocab, max_positions=384, width=width)
     for part in cfg["upstream"]["benchmarks"]["parts"]:
         local = workdir / "resources/hf" / f"{part['dataset'].replace('/', '--')}-{part['name']}.jsonl"
         write_jsonl(local, benchmark_rows(part["dataset"], per_part))

@@ -67,13 +67,14 @@ def train_tokenizer(architecture: str, chat_template: str | None = None, vocab_s
     return tokenizer
 
 
-def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int = 128):
-    """A 2-layer, 32-wide model of the architecture with seeded random weights."""
+def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int = 128, width: int = 32):
+    """A 2-layer, `width`-wide model of the architecture (two heads) with seeded random weights. vLLM's CPU
+    attention needs heads of 32 dimensions or more: width 64."""
     import torch
     import transformers
 
     config_class = getattr(transformers, ARCHITECTURES[architecture][0])
-    common = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    common = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
                   num_attention_heads=2, max_position_embeddings=max_positions,
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                   bos_token_id=tokenizer.bos_token_id)
@@ -85,25 +86,25 @@ def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int 
 
 
 def save_standin(directory: Path, architecture: str, chat_template: str | None = None, seed: int = 0,
-                 tokenizer: bool = True, vocab_size: int = 400, max_positions: int = 128) -> Path:
+                 tokenizer: bool = True, vocab_size: int = 400, max_positions: int = 128, width: int = 32) -> Path:
     """A `save_pretrained` model directory (without a tokenizer when `tokenizer` is False); the same
     architecture and vocabulary size give the same tokenizer, `seed` other weights."""
     directory = Path(directory)
     tok = train_tokenizer(architecture, chat_template, vocab_size)
-    build_model(architecture, tok, seed, max_positions).save_pretrained(directory)
+    build_model(architecture, tok, seed, max_positions, width).save_pretrained(directory)
     if tokenizer:
         tok.save_pretrained(directory)
     return directory
 
 
 def cache_standin(cache: Path, repo_id: str, architecture: str, chat_template: str | None = None, seed: int = 0,
-                  vocab_size: int = 400, max_positions: int = 128) -> Path:
+                  vocab_size: int = 400, max_positions: int = 128, width: int = 32) -> Path:
     """The stand-in placed in a Hugging Face hub cache (HF_HUB_CACHE) as `repo_id` at its main revision,
     as `hf download` leaves it; returns the snapshot directory."""
     commit = hashlib.sha1(repo_id.encode()).hexdigest()
     repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
     snapshot = save_standin(repo / "snapshots" / commit, architecture, chat_template, seed, vocab_size=vocab_size,
-                            max_positions=max_positions)
+                            max_positions=max_positions, width=width)
     (repo / "refs").mkdir(parents=True, exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     return snapshot

@@ -305,7 +305,7 @@ def test_the_arena_example_runs_every_arm_in_miniature(finished, tmp_path):
     from forgetmap.mitigation.knobs import swept
 
     arena = yaml.safe_load((workdir / "config/examples/arena.yaml").read_text())["mitigation"]
-    for spec in arena["arms"].values():  # the tiny model has 64 positions: short generations
+    for spec in arena["arms"].values():  # the tiny model has 128 positions: short generations
         if spec.get("replay") == "self_generated" or spec.get("targets") == "sdft":
             spec["generation"] = {**spec.get("generation", {}), "max_new_tokens": 8}
     config = tiny_config()

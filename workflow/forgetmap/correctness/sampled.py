@@ -16,10 +16,11 @@ reads the text before that stop string. A question that alone fills the model's 
 naming the item (`items.check_room`).
 
 Per item the record keeps seed 0's extracted answer and correctness in `predicted` / `correct` (the
-columns every measurement has: Y and its analyses use them), and every seed's raw text (`generations`),
-extracted answer (`answers`, null where none was found) and correctness (`correct_seeds`), and the tokens
-generated for it over all seeds (`n_generated`: what the measurement cost), and how many seeds' answers
-its budget ended before an EOS or a stop string (`n_capped`; the job warns where that share is large).
+columns every measurement has: Y and its analyses use them), and every seed's text up to its first stop
+string (`generations`), extracted answer (`answers`, null where none was found) and correctness
+(`correct_seeds`), the tokens generated for it over all seeds (`n_generated`: what the measurement cost),
+and how many seeds' answers its budget ended before an EOS or a stop string (`n_capped`; the job warns
+where that share is large).
 """
 
 from __future__ import annotations
