@@ -16,6 +16,7 @@ from forgetmap.correctness import items as options_path
 from forgetmap.correctness import sampled
 from forgetmap.errors import DataError
 from forgetmap.generation import Sampling, budgets, generate_torch, until_stop
+from helpers import IdTokenizer
 from standins import TULU_TEMPLATE, build_model, sentences, train_tokenizer
 
 torch.set_num_threads(1)
@@ -208,9 +209,12 @@ def test_vllm_requests_carry_each_answers_budget_its_seed_and_the_stop_strings(m
         pass
 
     class Engine:
-        def generate(self, prompts, params):
+        def get_tokenizer(self):
+            return IdTokenizer(0, 2)
+
+        def generate(self, prompts, params):  # seed 1 stops at the stop string, after "1 1"
             self.prompts, self.params = prompts, params
-            return [SimpleNamespace(outputs=[SimpleNamespace(text=f"A{p.seed}\n\nmore", token_ids=[1, 2, 3],
+            return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2] if p.seed else [3, 4, 5],
                                                              finish_reason="stop" if p.seed else "length")])
                     for p in params]
 
@@ -223,5 +227,5 @@ def test_vllm_requests_carry_each_answers_budget_its_seed_and_the_stop_strings(m
     assert [p["prompt_token_ids"] for p in engine.prompts] == [[5, 6, 7]] * 2 + [[8] * 127] * 2 + [[9]] * 2
     assert [p.max_tokens for p in engine.params] == [125, 125, 1, 1, 127, 127]
     assert [p.seed for p in engine.params] == [0, 1] * 3 and all(p.stop == ["\n\n"] for p in engine.params)
-    assert out[0].texts == ["A0"] * 3 and out[1].texts == ["A1"] * 3
+    assert out[0].texts == ["3 4 5"] * 3 and out[1].texts == ["1"] * 3  # decoded here, EOS (2) left out
     assert out[0].capped.tolist() == [True] * 3 and out[1].capped.tolist() == [False] * 3

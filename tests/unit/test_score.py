@@ -134,7 +134,13 @@ def test_an_example_with_nothing_to_score_never_reaches_vllm_and_is_nan():
 
 
 def test_the_vllm_engine_takes_the_configured_score_dtype():
-    from forgetmap.nll import vllm_dtype
+    from forgetmap.nll import engine_options, vllm_dtype
 
     assert vllm_dtype("auto") == "bfloat16" and vllm_dtype("float32") == "float32"
-    assert vllm_dtype("float16") == "float16"
+    assert vllm_dtype("float16") == "float16" and vllm_dtype("auto", cpu=True) == "float32"
+    settings = {"dtype": "auto", "gpu_memory_utilization": 0.85}
+    gpu = engine_options(settings, seeded=True, cpu=False, gpus=2)
+    assert gpu["tensor_parallel_size"] == 2 and "enable_chunked_prefill" not in gpu and gpu["dtype"] == "bfloat16"
+    cpu = engine_options(settings, seeded=True, cpu=True, gpus=0)
+    assert cpu["enable_chunked_prefill"] is False and cpu["tensor_parallel_size"] == 1 and cpu["dtype"] == "float32"
+    assert "enable_chunked_prefill" not in engine_options(settings, seeded=False, cpu=True, gpus=0)

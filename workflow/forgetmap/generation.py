@@ -165,10 +165,12 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
 def generate_vllm(llm, contexts: list[np.ndarray], limits: np.ndarray, sampling: Sampling,
                   seeds: list[int]) -> list[Answers]:  # pragma: no cover - needs vLLM
     """Each context's continuation under every seed, one request per (context, seed) in one call: one
-    `Answers` per seed. vLLM ends a request at its `stop` strings and leaves them out of its text."""
+    `Answers` per seed. vLLM ends a request at its `stop` strings; its tokens are decoded here as the torch
+    path decodes them (vLLM's own text holds back an unfinished UTF-8 character), EOS left out."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
+    tokenizer = llm.get_tokenizer()
     sent = [i for i in range(len(contexts)) if limits[i] > 0]
     prompts = [TokensPrompt(prompt_token_ids=np.asarray(contexts[i]).tolist()) for i in sent for _ in seeds]
     params = [SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=int(limits[i]),
@@ -177,11 +179,14 @@ def generate_vllm(llm, contexts: list[np.ndarray], limits: np.ndarray, sampling:
     out = []
     for s in range(len(seeds)):
         tokens = [np.zeros(0, dtype=np.int64)] * len(contexts)
-        texts, capped = [""] * len(contexts), np.zeros(len(contexts), dtype=bool)
+        capped = np.zeros(len(contexts), dtype=bool)
         for n, i in enumerate(sent):
             answer = outputs[n * len(seeds) + s].outputs[0]
-            tokens[i] = np.asarray(answer.token_ids, dtype=np.int64)
-            texts[i] = until_stop(answer.text, sampling.stop)
+            ids = list(answer.token_ids)
+            if ids and ids[-1] == tokenizer.eos_token_id:
+                ids = ids[:-1]
+            tokens[i] = np.asarray(ids, dtype=np.int64)
             capped[i] = answer.finish_reason == "length"
-        out.append(Answers(tokens, texts, capped))
+        texts = tokenizer.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True)
+        out.append(Answers(tokens, [until_stop(t, sampling.stop) for t in texts], capped))
     return out

@@ -294,27 +294,95 @@ def vllm_lengths(lengths: list[int], positions: int | None) -> tuple[int, int]:
     return min(longest + 1, positions), min(longest, positions - 1)
 
 
-def vllm_engine(model_dir: str, max_model_len: int, settings: dict):  # pragma: no cover - needs the gpu extra
-    """A vLLM engine on the model's weights (GPU only; `pip install forgetmap[gpu]`). Scoring is prefill
-    only: eager mode skips the CUDA-graph capture that would otherwise start every shard job."""
-    try:
-        from vllm import LLM
-    except ImportError as exc:
-        raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
+def weights_dir(model_dir: str) -> Path:
+    """The directory holding a checkpoint's weights: itself, or the local files a base pointer names (the
+    files planning found, never a hub lookup)."""
     from .models import read_pointer
 
     if (Path(model_dir) / "adapter_config.json").exists():
         raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
     pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
-    # a base pointer (POINTER) names the real weights: the local files planning found, never a hub lookup
-    source = (pointer.get("local") or pointer["path"]) if pointer else model_dir
-    return LLM(model=source, dtype=vllm_dtype(settings["dtype"]), gpu_memory_utilization=settings["gpu_memory_utilization"],
-               max_model_len=max_model_len, enforce_eager=True)
+    return Path((pointer.get("local") or pointer["path"]) if pointer else model_dir)
 
 
-def vllm_dtype(requested: str) -> str:
-    """The engine's dtype from `score.dtype`, as the torch backend reads it: `auto` is bf16 on a GPU."""
-    return "bfloat16" if requested == "auto" else requested
+def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool = False):  # pragma: no cover - vLLM
+    """A vLLM engine on the model's weights (`pip install forgetmap[gpu]`; on a CPU, vLLM's CPU build).
+    Scoring is prefill only: eager mode skips the CUDA-graph capture that would otherwise start every shard
+    job. What the engine's platform and the job decide (`engine_options`) is never the user's to set."""
+    try:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+    except ImportError as exc:
+        raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
+    from .devices import visible_devices
+
+    options = engine_options(settings, seeded, current_platform.is_cpu(), len(visible_devices() or []))
+    return LLM(model=str(weights_dir(model_dir)), max_model_len=max_model_len, **options)
+
+
+class VllmEngines:
+    """A job's one vLLM engine: started for its first checkpoint, and for each next checkpoint of the same
+    architecture (an arm's fine-tunes and their interpolations) the weights are reloaded into it in place
+    (vLLM's `reload_weights`, the prefix cache reset), so the job starts one engine and holds its memory
+    once; a checkpoint of another architecture, or one needing a longer context, gets a new engine."""
+
+    def __init__(self):
+        self.llm, self.key, self.max_model_len = None, None, 0
+
+    def engine(self, model_dir: str, max_model_len: int, settings: dict, seeded: bool):  # pragma: no cover - vLLM
+        source = weights_dir(model_dir)
+        key = (architecture(source), settings["dtype"], seeded)
+        if self.llm is not None and key == self.key and max_model_len <= self.max_model_len:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(source)})
+            self.llm.reset_prefix_cache()  # cached prompts hold the old weights' keys and values
+            return self.llm
+        self.close()
+        self.llm = vllm_engine(model_dir, max_model_len, settings, seeded)
+        self.key, self.max_model_len = key, max_model_len
+        return self.llm
+
+    def close(self) -> None:  # pragma: no cover - vLLM
+        """Shut the engine down (its core process and its memory) before anything else starts."""
+        import gc
+
+        if self.llm is not None:
+            core = getattr(self.llm.llm_engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            self.llm = None
+            gc.collect()
+
+
+def architecture(directory: Path) -> str:
+    """A checkpoint's architecture as its config.json gives it, without names, versions or dtypes: equal
+    for a model and its fine-tunes."""
+    import json
+
+    config = json.loads((directory / "config.json").read_text())
+    kept = {k: v for k, v in config.items() if not k.startswith("_") and k not in ("transformers_version", "torch_dtype",
+                                                                                     "dtype")}
+    return json.dumps(kept, sort_keys=True)
+
+
+def engine_options(settings: dict, seeded: bool, cpu: bool, gpus: int) -> dict:
+    """The engine's options from its platform and the job: the dtype (`score.dtype`; auto is bf16 on a GPU
+    and fp32 on a CPU, as the torch backend reads it), tensor parallelism over the GPUs the job claimed, the
+    memory share, eager mode; on vLLM's CPU build, chunked prefill off where requests carry their own
+    seeds (a CPU generator cannot be rewound to resume a chunked prompt: "CPU Generator does not use offset")."""
+    options = {"dtype": vllm_dtype(settings["dtype"], cpu), "enforce_eager": True,
+               "gpu_memory_utilization": settings["gpu_memory_utilization"],
+               "tensor_parallel_size": 1 if cpu else max(1, gpus)}
+    if cpu and seeded:
+        options["enable_chunked_prefill"] = False
+    return options
+
+
+def vllm_dtype(requested: str, cpu: bool = False) -> str:
+    """The engine's dtype from `score.dtype`, as the torch backend reads it: `auto` is bf16 on a GPU, fp32
+    on a CPU."""
+    if requested == "auto":
+        return "float32" if cpu else "bfloat16"
+    return requested
 
 
 def prompt_logprob_params():  # pragma: no cover - needs the gpu extra

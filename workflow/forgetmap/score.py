@@ -29,9 +29,11 @@ def _request_prompts(items: list, settings: dict, is_sampled: bool) -> list[int]
             for it, b in zip(items, limits)]
 
 
-def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str) -> dict:
+def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str, engines=None) -> dict:
     """Score every example of an upstream shard with one model and write the scores contract; where the
-    shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model."""
+    shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model.
+    `engines` (vllm backend, `nll.VllmEngines`): the job's engine, kept for its next checkpoint; without it
+    the engine is this call's and is shut down after it."""
     import pandas as pd
     import pyarrow as pa
 
@@ -41,7 +43,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     from .data.chat import encode_examples, scored_bytes, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
-    from .nll import TorchScorer, model_positions, score_with_vllm, vllm_engine, vllm_lengths
+    from .nll import TorchScorer, VllmEngines, model_positions, score_with_vllm, vllm_lengths
 
     set_threads(threads)
     frame = pd.read_parquet(shard)
@@ -65,14 +67,20 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
                         "cut as max_length cuts them", fits, max_model_len)
             max_length = min(max_length, fits)
             encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
-        llm = vllm_engine(model_dir, max_model_len, settings)
-        nll = score_with_vllm(llm, encoded)
-        n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
-        scored = time.perf_counter()
-        record = None
-        if items:
-            record = (sampled.evaluate_vllm(llm, items, item_settings) if is_sampled
-                      else correctness.evaluate_vllm(llm, tokenizer, items, item_settings))
+        own = engines is None
+        engines = VllmEngines() if own else engines
+        try:
+            llm = engines.engine(model_dir, max_model_len, settings, seeded=is_sampled)
+            nll = score_with_vllm(llm, encoded)
+            n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+            scored = time.perf_counter()
+            record = None
+            if items:
+                record = (sampled.evaluate_vllm(llm, items, item_settings) if is_sampled
+                          else correctness.evaluate_vllm(llm, tokenizer, items, item_settings))
+        finally:
+            if own:
+                engines.close()
     else:
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])

@@ -68,8 +68,11 @@ class Judge:
         from ..data.chat import encode_chat
         from ..models import load_model, load_tokenizer, pick_device, set_threads
 
+        from ..nll import VllmEngines
+
         set_threads(threads)
         self.base_dir, self.heldout, self.settings, self.threads = base, heldout, settings, threads
+        self.engines = VllmEngines()  # the vllm backend: one engine for every variant, weights reloaded
         self.device = pick_device(settings["device"])
         self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.tokenizer = load_tokenizer(base)
@@ -98,7 +101,7 @@ class Judge:
         from ..score import score_shard
 
         scores = into / "scores.parquet"
-        scored = score_shard(str(model_dir), self.heldout, self.settings, self.threads, str(scores))
+        scored = score_shard(str(model_dir), self.heldout, self.settings, self.threads, str(scores), self.engines)
         model = load_model(model_dir, self.device, self.dtype)
         learning = self._learning(model)
         del model
@@ -137,6 +140,7 @@ def judge(fine_tunes: list[dict], base: str, heldout: str, task: str, settings: 
                 tables.append(frame)
                 variants.append({"knob": tune["knob"], "value": tune["value"], "alpha": alpha, **facts})
     finally:
+        judge_.engines.close()
         shutil.rmtree(work, ignore_errors=True)
     write_table(pa.Table.from_pandas(pd.concat(tables, ignore_index=True), preserve_index=False), out,
                 {"base": str(base), "backend": settings["backend"]})
