@@ -257,6 +257,49 @@ def test_sdft_keeps_a_rewrite_only_where_it_still_carries_the_answer(monkeypatch
     assert "### Reference Answer:\n48" in shown[0] and "<|assistant|>" in shown[0]  # the whole rewrite prompt
 
 
+def test_the_base_writes_its_own_text_in_trainings_precision(monkeypatch, tok):
+    """Self-generated replay and SDFT generate with the model about to be trained (fp32 weights) before
+    training's autocast starts; with flash-attention, picked for bf16 training on a GPU, that generation
+    crashed as the head check once did. An attention function that refuses fp32 as flash-attn does stands
+    in for its kernel, CPU autocast for CUDA's."""
+    from contextlib import nullcontext
+
+    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.flash_attention import get_target_dtype
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    import forgetmap.models
+    from forgetmap.mitigation import sdft
+    from forgetmap.mitigation.self_generated import self_generated
+
+    def half_only(module, query, key, value, *args, **kwargs):  # transformers' casting, flash-attn's check
+        dtype = get_target_dtype(query, module) or query.dtype
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+        return sdpa_attention_forward(module, query.to(dtype), key.to(dtype), value.to(dtype), *args, **kwargs)
+
+    AttentionInterface.register("half_only_arena", half_only)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="half_only_arena")  # fp32 weights
+    upstream = demo.upstream_corpus(40, 1234)
+    frame = upstream[upstream["kind"] == "chat"].head(2)
+    arm = with_defaults(ARM, {"replay": "self_generated", "generation": {"max_new_tokens": 4}})
+    task = pd.DataFrame({"prompt": ["What is 41 plus 7?"], "response": ["48"]})
+    with pytest.raises(RuntimeError, match="fp16 and bf16"):  # outside autocast (CPU: no autocast)
+        self_generated(model, tok, frame, arm, SETTINGS)
+    monkeypatch.setattr(forgetmap.models, "autocast_for", lambda device, bf16=True: (
+        torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()))  # as on a bf16 GPU
+    out, generated = self_generated(model, tok, frame, arm, SETTINGS)
+    assert generated > 0 and len(out) == 2
+    _, facts = sdft.distilled(model, tok, task, arm["generation"], SETTINGS)
+    assert facts["generated_tokens"] > 0
+    with pytest.raises(RuntimeError, match="fp16 and bf16"):  # bf16 off: generation in fp32, as training
+        self_generated(model, tok, frame, arm, {**SETTINGS, "bf16": False})
+
+
 def test_protection_aimed_where_the_prediction_points_shows_in_rho_and_the_top_tenths_share():
     from forgetmap.mitigation.fronts import at_learning, pareto
     from forgetmap.mitigation.protection import protection_row

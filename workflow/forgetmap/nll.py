@@ -11,6 +11,7 @@ NaN appears only where an example's span is empty, and is counted in the log.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 
 from .data.batches import pad
 from .data.chat import Encoded
-
+from .errors import ConfigError
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 
@@ -312,12 +313,31 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool
     try:
         from vllm import LLM
         from vllm.platforms import current_platform
-    except ImportError as exc:
-        raise RuntimeError("the vllm backend needs the optional extra: pip install 'forgetmap[gpu]'") from exc
+    except ImportError:
+        raise ConfigError("config key score.backend: vllm, and vLLM is not installed in this environment: "
+                          "pip install 'forgetmap[gpu]' (CUDA), or set score.backend: torch") from None
     from .devices import visible_devices
+    from .models import release_memory
 
+    release_memory()  # what torch held in this process is given back before the engine measures free memory
+    if not current_platform.is_cpu():
+        free_share(settings["gpu_memory_utilization"])
     options = engine_options(settings, seeded, current_platform.is_cpu(), len(visible_devices() or []))
     return LLM(model=str(weights_dir(model_dir)), max_model_len=max_model_len, **options)
+
+
+def free_share(utilization: float, memory: list[tuple[int, int]] | None = None) -> None:
+    """vLLM starts only where `utilization` of each GPU's memory is free: refuse before it, naming the key,
+    with the share that is free (`memory`: (free, total) bytes per device; default: this job's GPUs)."""
+    if memory is None:
+        memory = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
+    for device, (free, total) in enumerate(memory):
+        if free < utilization * total:
+            raise ConfigError(f"config key score.gpu_memory_utilization: {utilization:g} of GPU {device}'s "
+                              f"{total / 2**30:.1f} GiB is asked of vLLM and {free / 2**30:.1f} GiB "
+                              f"({free / total:.2f}) is free (other processes, or this job's own, hold the rest); "
+                              f"lower it to {math.floor(100 * free / total) / 100:.2f} or less, or give the job "
+                              f"a GPU of its own")
 
 
 class VllmEngines:

@@ -4,7 +4,9 @@ contexts' continuations decoded, with how many tokens were generated (the arms' 
 Generation is forgetmap.generation's (left-padded batches under a token budget, a KV cache, nucleus
 sampling from a seeded generator, greedy at temperature 0), stopped at the tokenizer's EOS; a context
 keeps its end where it alone would fill the model's positions (as training cuts an example), and each
-answer may run to `max_new_tokens` or to the end of the positions, whichever comes first.
+answer may run to `max_new_tokens` or to the end of the positions, whichever comes first. The model is
+the one about to be trained, its weights fp32: it generates inside training's autocast (bf16 on a GPU), as
+flash-attention, picked for bf16 training on a GPU, takes only half precision.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ def positions_of(model) -> int:
 
 
 def continuations(model, tokenizer, contexts: list[np.ndarray], max_new_tokens: int, temperature: float,
-                  top_p: float, seed: int, token_budget: int = 8192) -> tuple[list[str], int]:
-    """The decoded continuation of every context (special tokens dropped) and the tokens generated."""
+                  top_p: float, seed: int, bf16: bool = True, token_budget: int = 8192) -> tuple[list[str], int]:
+    """The decoded continuation of every context (special tokens dropped) and the tokens generated, in
+    training's precision (`bf16`: the fine-tune's `bf16` setting)."""
     from ..generation import Sampling, budgets, generate_torch
+    from ..models import autocast_for
 
     if tokenizer.eos_token_id is None:
         raise ValueError("the model's tokenizer has no EOS token: generation could not stop")
@@ -28,7 +32,9 @@ def continuations(model, tokenizer, contexts: list[np.ndarray], max_new_tokens: 
     was_training = model.training
     model.eval()
     try:
-        answers = generate_torch(model, tokenizer, contexts, limits, Sampling(temperature, top_p), seed, token_budget)
+        with autocast_for(next(model.parameters()).device, bf16):
+            answers = generate_torch(model, tokenizer, contexts, limits, Sampling(temperature, top_p), seed,
+                                     token_budget)
     finally:
         model.train(was_training)
     return answers.texts, int(answers.n_tokens.sum())

@@ -41,7 +41,7 @@ def distilled(model, tokenizer, frame: pd.DataFrame, generation: dict, settings:
                              context_limit(model))
     temperature = 0.0 if generation["temperature"] is None else generation["temperature"]
     rewrites, generated = continuations(model, tokenizer, contexts, generation["max_new_tokens"], temperature,
-                                        generation["top_p"], settings["seed"])
+                                        generation["top_p"], settings["seed"], settings.get("bf16", True))
     keep = [bool(r.strip()) and carries_answer(r, ref) for r, ref in zip(rewrites, frame["response"])]
     out = frame.copy()
     out["response"] = [r.strip() if k else ref for r, ref, k in zip(rewrites, frame["response"], keep)]

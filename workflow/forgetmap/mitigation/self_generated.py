@@ -53,4 +53,4 @@ def self_generated(model, tokenizer, frame: pd.DataFrame, arm: dict, settings: d
 def _generate(model, tokenizer, contexts, generation: dict, settings: dict) -> tuple[list[str], int]:
     temperature = 1.0 if generation["temperature"] is None else generation["temperature"]
     return continuations(model, tokenizer, contexts, generation["max_new_tokens"], temperature, generation["top_p"],
-                         settings["seed"])
+                         settings["seed"], settings.get("bf16", True))
