@@ -196,3 +196,21 @@ def greedy_tokens(model, contexts, pad_id: int, eos_id: int | None, max_new_toke
 
     limits = np.full(len(contexts), max_new_tokens)
     return generate_torch(model, IdTokenizer(pad_id, eos_id), contexts, limits, token_budget=token_budget).tokens
+
+
+def half_only_attention(name: str) -> str:
+    """Register (as `name`) an attention function that refuses fp32 as flash-attention does, after
+    transformers' own casting under autocast: a stand-in for flash-attn's kernel on a CPU."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.flash_attention import get_target_dtype
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def half_only(module, query, key, value, *args, **kwargs):
+        dtype = get_target_dtype(query, module) or query.dtype
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
+        return sdpa_attention_forward(module, query.to(dtype), key.to(dtype), value.to(dtype), *args, **kwargs)
+
+    AttentionInterface.register(name, half_only)
+    return name

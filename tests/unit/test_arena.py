@@ -17,7 +17,7 @@ from forgetmap.mitigation.freezing import Freeze, blocks
 from forgetmap.mitigation.hooks import Hooks
 from forgetmap.mitigation.knobs import arm_hooks, fine_tunes
 from forgetmap.train import finetune, train
-from helpers import tiny_model, tiny_tokenizer
+from helpers import half_only_attention, tiny_model, tiny_tokenizer
 
 SETTINGS = {"method": "full", "steps": 4, "batch_size": 4, "grad_accum": 1, "lr": 3e-3, "warmup_steps": 1,
             "weight_decay": 0.0, "max_grad_norm": 1.0, "max_epochs": None, "max_length": 48, "seed": 0,
@@ -264,21 +264,13 @@ def test_the_base_writes_its_own_text_in_trainings_precision(monkeypatch, tok):
     in for its kernel, CPU autocast for CUDA's."""
     from contextlib import nullcontext
 
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
-    from transformers.integrations.flash_attention import get_target_dtype
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     import forgetmap.models
     from forgetmap.mitigation import sdft
     from forgetmap.mitigation.self_generated import self_generated
 
-    def half_only(module, query, key, value, *args, **kwargs):  # transformers' casting, flash-attn's check
-        dtype = get_target_dtype(query, module) or query.dtype
-        if dtype not in (torch.float16, torch.bfloat16):
-            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
-        return sdpa_attention_forward(module, query.to(dtype), key.to(dtype), value.to(dtype), *args, **kwargs)
-
-    AttentionInterface.register("half_only_arena", half_only)
+    half_only_attention("half_only_arena")
     config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)

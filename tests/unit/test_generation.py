@@ -135,7 +135,7 @@ def test_greedy_answers_end_at_stop_strings_as_transformers_ends_them(chain, row
     config = settings(ask=ask, chat_template="auto", stop=stop, max_new_tokens=16)
     rows, questions = sampled.encode_questions(tok, frame, config)
     record = sampled.evaluate_torch(model, tok, questions, config)
-    limits = sampled.answer_budgets(questions, config)
+    limits = options_path.answer_budgets([q.context for q in questions], config)
     expected = [transformers_reading(model, tok, q.context, b, stop) for q, b in zip(questions, limits)]
     assert [g[0] for g in record["generations"]] == expected
     endless = sampled.evaluate_torch(model, tok, questions, {**config, "stop": []})
@@ -165,7 +165,7 @@ def test_an_answer_budget_is_the_room_its_question_leaves_and_the_question_stays
     rows, questions = sampled.encode_questions(tok, frame, config)
     for row_at, question in zip(rows, questions):
         assert tok.decode(question.context).count(frame["prompt"].iloc[row_at].split("\n")[0]) == 1
-    limits = sampled.answer_budgets(questions, config)
+    limits = options_path.answer_budgets([q.context for q in questions], config)
     assert (limits == 128 - np.array([len(q.context) for q in questions])).all() and (limits > 40).all()
     record = sampled.evaluate_torch(model, tok, questions, config)
     assert (record["n_generated"] <= 2 * limits).all()

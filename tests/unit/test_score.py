@@ -149,11 +149,11 @@ def test_the_vllm_engine_takes_the_configured_score_dtype():
 def test_a_vllm_memory_share_that_is_not_free_is_refused_naming_the_key():
     """vLLM V1 refuses to start unless its share of the whole GPU is free; the job says so first, with the
     share that is free, before any result is written."""
-    from forgetmap.errors import ConfigError
+    from forgetmap.errors import ForgetmapError
     from forgetmap.nll import free_share
 
     gib = 2**30
     free_share(0.85, [(70 * gib, 80 * gib)])  # 0.875 free: starts
-    with pytest.raises(ConfigError, match=r"config key score.gpu_memory_utilization: 0.85 of GPU 1's 80.0 GiB is "
+    with pytest.raises(ForgetmapError, match=r"config key score.gpu_memory_utilization: 0.85 of GPU 1's 80.0 GiB is "
                                           r"asked of vLLM and 60.0 GiB \(0.75\) is free .*lower it to 0.75 or less"):
         free_share(0.85, [(70 * gib, 80 * gib), (60 * gib, 80 * gib)])

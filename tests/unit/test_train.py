@@ -13,7 +13,7 @@ from forgetmap.nll import TorchScorer
 from forgetmap.data.batches import IGNORE, collate, planned_steps, task_batches
 from forgetmap.data.chat import Encoded
 from forgetmap.train import finetune, lr_at, train
-from helpers import tiny_model, tiny_tokenizer
+from helpers import half_only_attention, tiny_model, tiny_tokenizer
 
 SETTINGS = {"method": "full", "steps": 3, "batch_size": 4, "grad_accum": 1, "lr": 1e-3, "warmup_steps": 1,
             "weight_decay": 0.0, "max_grad_norm": 1.0, "max_epochs": None, "max_length": 48, "seed": 0,
@@ -209,20 +209,12 @@ def test_the_head_check_before_training_runs_in_trainings_precision():
     whether the kept positions alone may meet the output head must run inside that autocast (it ran
     outside it and crashed every single-GPU fine-tune with flash-attn installed). An attention function
     that refuses fp32 as flash-attn does stands in for its kernel here, CPU autocast for CUDA's."""
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
-    from transformers.integrations.flash_attention import get_target_dtype
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from forgetmap.nll import head_reproduces_logits
     from forgetmap.train import kept_positions_only
 
-    def half_only(module, query, key, value, *args, **kwargs):  # transformers' casting, flash-attn's check
-        dtype = get_target_dtype(query, module) or query.dtype
-        if dtype not in (torch.float16, torch.bfloat16):
-            raise RuntimeError("FlashAttention only support fp16 and bf16 data type")
-        return sdpa_attention_forward(module, query.to(dtype), key.to(dtype), value.to(dtype), *args, **kwargs)
-
-    AttentionInterface.register("half_only_test", half_only)
+    half_only_attention("half_only_test")
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
     torch.manual_seed(0)

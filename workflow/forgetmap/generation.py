@@ -4,7 +4,8 @@ answer's budget and the stop strings.
 
 - A prompt is never cut. Its answer may run to `min(max_new_tokens, positions - len(prompt))` tokens, so
   it ends where the model's context is full (Harmon et al. let chain-of-thought answers run so); a prompt
-  that alone fills the positions has no room and is the caller's error to name (`overlong`).
+  that alone fills the positions has no room and is the caller's error to name
+  (`correctness.items.check_room`).
 - A generation ends at EOS, at its budget, or as soon as its text holds a stop string (a check per
   sequence on torch; vLLM's `stop`), and its text is cut before the first stop string (`until_stop`),
   as lm-evaluation-harness's `until` cuts it.
@@ -47,17 +48,11 @@ class Answers:
 
 def budgets(lengths, max_new_tokens: int, positions: int | None) -> np.ndarray:
     """Each prompt's answer budget: `max_new_tokens`, less where the prompt leaves fewer of the model's
-    positions (unknown positions: no such limit). Prompts that leave none get 0 (see `overlong`)."""
+    positions (unknown positions: no such limit). Prompts that leave none get 0."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if positions is None:
         return np.full(len(lengths), max_new_tokens, dtype=np.int64)
     return np.clip(positions - lengths, 0, max_new_tokens).astype(np.int64)
-
-
-def overlong(lengths, positions: int | None) -> np.ndarray:
-    """The prompts that alone fill the model's positions (no room for one answer token)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return np.zeros(0, dtype=np.int64) if positions is None else np.flatnonzero(lengths >= positions)
 
 
 def until_stop(text: str, stop) -> str:

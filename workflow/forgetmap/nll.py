@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .data.batches import pad
 from .data.chat import Encoded
-from .errors import ConfigError
+from .errors import ForgetmapError
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 
@@ -314,7 +314,7 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool
         from vllm import LLM
         from vllm.platforms import current_platform
     except ImportError:
-        raise ConfigError("config key score.backend: vllm, and vLLM is not installed in this environment: "
+        raise ForgetmapError("config key score.backend: vllm, and vLLM is not installed in this environment: "
                           "pip install 'forgetmap[gpu]' (CUDA), or set score.backend: torch") from None
     from .devices import visible_devices
     from .models import release_memory
@@ -333,7 +333,7 @@ def free_share(utilization: float, memory: list[tuple[int, int]] | None = None) 
         memory = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
     for device, (free, total) in enumerate(memory):
         if free < utilization * total:
-            raise ConfigError(f"config key score.gpu_memory_utilization: {utilization:g} of GPU {device}'s "
+            raise ForgetmapError(f"config key score.gpu_memory_utilization: {utilization:g} of GPU {device}'s "
                               f"{total / 2**30:.1f} GiB is asked of vLLM and {free / 2**30:.1f} GiB "
                               f"({free / total:.2f}) is free (other processes, or this job's own, hold the rest); "
                               f"lower it to {math.floor(100 * free / total) / 100:.2f} or less, or give the job "

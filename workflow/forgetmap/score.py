@@ -16,17 +16,14 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-def _request_prompts(items: list, settings: dict, is_sampled: bool) -> list[int]:
+def _request_prompts(items: list, settings: dict) -> list[int]:
     """Each item's longest vLLM request as a prompt length, one output token left out: an option scored after
     its context, or a question with its whole answer budget (never past the model's positions)."""
     from .correctness import items as correctness
-    from .correctness import sampled
 
-    if is_sampled:
-        return [len(q.context) + int(b) - 1 for q, b in zip(items, sampled.answer_budgets(items, settings))]
     limits = correctness.answer_budgets([it.context for it in items], settings)
-    return [len(it.context) + (int(b) - 1 if it.free_form else correctness.needed_tokens(it) - 1 - len(it.context))
-            for it, b in zip(items, limits)]
+    longest = [correctness.needed_tokens(it) - 1 - len(it.context) for it in items]  # 0: a generated answer
+    return [len(it.context) + (option or int(b) - 1) for it, option, b in zip(items, longest, limits)]
 
 
 def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str, engines=None) -> dict:
@@ -61,7 +58,7 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     start = time.perf_counter()
     if settings["backend"] == "vllm":
         lengths = [len(e.ids) for e in encoded]
-        max_model_len, fits = vllm_lengths(lengths + _request_prompts(items, item_settings, is_sampled), positions)
+        max_model_len, fits = vllm_lengths(lengths + _request_prompts(items, item_settings), positions)
         if max(lengths) > fits:  # a prompt must leave room for one output token within the model's positions
             log.warning("the vllm backend scores at most %d tokens on this %d-position model: longer examples are "
                         "cut as max_length cuts them", fits, max_model_len)

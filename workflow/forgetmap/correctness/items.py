@@ -40,7 +40,7 @@ import torch
 from ..data.chat import Encoded
 from ..data.upstream import present, scorable
 from ..errors import DataError
-from ..generation import Sampling, budgets, generate_torch
+from ..generation import Sampling, budgets, generate_torch, until_stop
 from ..nll import TorchScorer, length_batches
 
 log = logging.getLogger(__name__)
@@ -80,8 +80,6 @@ def exact_match(prediction: str, answer: str) -> bool:
 
 def cut_at_stop(text: str, stop) -> str:
     """The generation up to the first stop string, stripped (the paper cuts at the first blank line)."""
-    from ..generation import until_stop
-
     return until_stop(text, stop).strip()
 
 
@@ -126,7 +124,8 @@ def encode_items(tokenizer, frame: pd.DataFrame, settings: dict) -> tuple[np.nda
 
 
 def answer_budgets(contexts: list[np.ndarray], settings: dict) -> np.ndarray:
-    """Each free-form answer's budget: `max_new_tokens`, less where its context leaves fewer positions."""
+    """Each generated answer's budget (free-form greedy items, sampled questions): `max_new_tokens`, less
+    where its context leaves fewer positions."""
     return budgets([len(c) for c in contexts], settings["max_new_tokens"], settings.get("positions"))
 
 

@@ -24,9 +24,6 @@ import pandas as pd
 
 from ..data.chat import chat_pieces
 
-ASKED = ("plain", "template", "item")
-
-
 def asked(settings: dict) -> str:
     """How a run asks: its `ask` setting, else plain text where it has shots and the item's format where not."""
     return settings.get("ask") or ("plain" if settings.get("shots", 0) else "item")

@@ -34,8 +34,9 @@ import pandas as pd
 
 from ..data.upstream import present, scorable
 from ..errors import DataError
-from ..generation import Answers, Sampling, budgets, until_stop
+from ..generation import Answers, Sampling, until_stop
 from .extract import LETTERS, choose_extractor, extract, is_correct
+from .items import answer_budgets
 from .prompts import contexts
 
 log = logging.getLogger(__name__)
@@ -145,17 +146,12 @@ def sampling(settings: dict) -> Sampling:
     return Sampling(settings["temperature"], settings["top_p"], tuple(settings["stop"]))
 
 
-def answer_budgets(questions: list[Question], settings: dict) -> np.ndarray:
-    """Each question's answer budget: `max_new_tokens`, less where the question leaves fewer positions."""
-    return budgets([len(q.context) for q in questions], settings["max_new_tokens"], settings.get("positions"))
-
-
 def evaluate_torch(model, tokenizer, questions: list[Question], settings: dict) -> pd.DataFrame:
     """Sampled answers from a torch model, one generation pass per seed."""
     from ..generation import generate_torch
 
     contexts = [q.context for q in questions]
-    limits = answer_budgets(questions, settings)
+    limits = answer_budgets(contexts, settings)
     generated = [generate_torch(model, tokenizer, contexts, limits, sampling(settings), seed, settings["token_budget"])
                  for seed in seeds_of(settings)]
     return judge(questions, generated, settings)
@@ -165,6 +161,7 @@ def evaluate_vllm(llm, questions: list[Question], settings: dict) -> pd.DataFram
     """The same answers from vLLM: one request per (item, seed), each with its own seed, in one call."""
     from ..generation import generate_vllm
 
-    generated = generate_vllm(llm, [q.context for q in questions], answer_budgets(questions, settings),
+    contexts = [q.context for q in questions]
+    generated = generate_vllm(llm, contexts, answer_budgets(contexts, settings),
                               sampling(settings), seeds_of(settings))
     return judge(questions, generated, settings)
