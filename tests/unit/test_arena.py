@@ -155,8 +155,23 @@ def judged_run(tmp_path_factory, tok):
     demo.upstream_corpus(40, 1234).to_parquet(heldout)
     score = {**with_defaults(SCORE, {"max_length": 48, "token_budget": 2048, "device": "cpu"}), "chat_template": "olmo"}
     arm = {"name": "x", **with_defaults(ARM, {"l2_sp": [0.1, 10.0]})}
-    summary = arm_command(str(root / "base"), str(task), {**SETTINGS, "arm": arm}, score, str(heldout), 1,
-                          str(root / "ck"), str(root / "scores.parquet"), str(root / "scores.json"), alphas=[0.0, 0.5])
+    models_alive = []  # torch models alive as each variant's held-out scoring starts (a vLLM engine would)
+
+    def held_out(*args, **kwargs):
+        import gc
+
+        from transformers import PreTrainedModel
+
+        gc.collect()
+        models_alive.append(sum(issubclass(type(o), PreTrainedModel) for o in gc.get_objects()))
+        return score_shard(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("forgetmap.score.score_shard", held_out)
+        summary = arm_command(str(root / "base"), str(task), {**SETTINGS, "arm": arm}, score, str(heldout), 1,
+                              str(root / "ck"), str(root / "scores.parquet"), str(root / "scores.json"),
+                              alphas=[0.0, 0.5])
+    summary["models_alive"] = models_alive
     alone = {name: score_shard(str(root / path), str(heldout), score, 1, str(root / f"{name}.parquet"))
              for name, path in (("base", "base"), ("tuned", "ck/l2_sp-0.1"))}
     return root, summary, alone
@@ -192,6 +207,13 @@ def test_a_sweep_is_judged_per_value_and_alpha_with_signals_and_costs(judged_run
                for t in facts["fine_tunes"])
     assert sorted(p.name for p in (root / "ck").iterdir()) == ["l2_sp-0.1", "l2_sp-10"]
     assert not list(root.glob(".variants.*"))  # the interpolated checkpoints are gone
+
+
+def test_the_held_out_scoring_starts_with_no_torch_model_on_the_device(judged_run):
+    """Every variant's learning is measured beside the base first; the base is let go before any held-out
+    scoring starts, so a vLLM engine (which claims its share of the whole GPU) never starts beside it."""
+    _, summary, _ = judged_run
+    assert summary["models_alive"] == [0] * 6
 
 
 def test_a_lora_adapter_scaled_by_zero_merges_into_the_base_exactly(tmp_path, tok):

@@ -87,7 +87,7 @@ def test_vllm_flat_prompt_logprobs_parse_as_the_list_form_does():
 
 
 def test_vllm_lengths_fit_a_2048_position_model():
-    from forgetmap.nll import vllm_lengths
+    from forgetmap.engine import vllm_lengths
 
     # documents cut to max_length 2048 on a 2048-position model: 2048 + 1 would be refused, and so would a
     # 2048-token prompt at 2048 (prompt and one output token must fit): prompts of 2047 tokens fit
@@ -134,7 +134,7 @@ def test_an_example_with_nothing_to_score_never_reaches_vllm_and_is_nan():
 
 
 def test_the_vllm_engine_takes_the_configured_score_dtype():
-    from forgetmap.nll import engine_options, vllm_dtype
+    from forgetmap.engine import engine_options, vllm_dtype
 
     assert vllm_dtype("auto") == "bfloat16" and vllm_dtype("float32") == "float32"
     assert vllm_dtype("float16") == "float16" and vllm_dtype("auto", cpu=True) == "float32"
@@ -150,10 +150,30 @@ def test_a_vllm_memory_share_that_is_not_free_is_refused_naming_the_key():
     """vLLM V1 refuses to start unless its share of the whole GPU is free; the job says so first, with the
     share that is free, before any result is written."""
     from forgetmap.errors import ForgetmapError
-    from forgetmap.nll import free_share
+    from forgetmap.engine import free_share
 
     gib = 2**30
     free_share(0.85, [(70 * gib, 80 * gib)])  # 0.875 free: starts
     with pytest.raises(ForgetmapError, match=r"config key score.gpu_memory_utilization: 0.85 of GPU 1's 80.0 GiB is "
                                           r"asked of vLLM and 60.0 GiB \(0.75\) is free .*lower it to 0.75 or less"):
         free_share(0.85, [(70 * gib, 80 * gib), (60 * gib, 80 * gib)])
+
+
+def test_an_engine_that_dies_at_work_ends_the_job_naming_the_checkpoint_and_other_errors_pass_through():
+    """vLLM raises EngineDeadError in the job's process when its core or a worker died (the cause is in the
+    engine's log above); forgetmap's own errors and any other exception are not rewritten."""
+    from forgetmap.engine import check_heads, engine_failures
+    from forgetmap.errors import ForgetmapError
+
+    class EngineDeadError(Exception):  # vLLM's class, known by its name
+        pass
+
+    with pytest.raises(ForgetmapError, match=r"^ck/a: vLLM's engine stopped while it worked; .* in the log above"):
+        with engine_failures("ck/a"):
+            raise EngineDeadError("EngineCore encountered an issue.")
+    with pytest.raises(KeyError):
+        with engine_failures("ck/a"):
+            raise KeyError("x")
+    check_heads(64, [32, 64], "ck/a")
+    with pytest.raises(ForgetmapError, match=r"ck/a: the model's attention heads have 16 dimensions .* computes 32, 64:"):
+        check_heads(16, [32, 64], "ck/a")

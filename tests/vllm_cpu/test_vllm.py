@@ -91,6 +91,46 @@ def torch_scored(tmp_path, model_dir, shard, config: dict, name: str) -> pd.Data
     return pd.read_parquet(out)
 
 
+def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_first(vllm_python, tmp_path):
+    """The workflow's tiny config with `backend: vllm`, its base scored by Snakemake's score job (the paper's
+    path: documents, chat examples, items asked in their own format). Its model's 16-dimension heads are
+    which vLLM's CPU attention lacks (an engine starts on them and dies at its first step): the job refuses
+    before starting one, naming the sizes it has, and writes nothing. With one 32-dimension head the job runs, and its scores equal the torch backend's."""
+    from helpers import clone_workdir, make_workdir, tiny_config, write_config
+
+    config = tiny_config()
+    config["models"]["tiny"]["score"]["backend"] = "vllm"
+    workdir = make_workdir(tmp_path / "wf", config)
+    target = "results/tiny/scores/base/shard-0.parquet"
+    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=workdir)
+    log = (workdir / "results/logs/tiny/score/base/shard-0.log").read_text()
+    assert proc.returncode != 0 and not (workdir / target).exists()
+    assert log.strip().splitlines()[-1] == (
+        "forgetmap score: error: results/tiny/base: the model's attention heads have 16 dimensions and vLLM's CPU "
+        "attention computes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512: score it with score.backend: torch, "
+        "or with vLLM on a GPU"), log[-3000:]
+    assert "Traceback" not in log  # refused before an engine started (one would die at its first step)
+    config["models"]["tiny"]["base"]["architecture"]["heads"] = 1
+    write_config(workdir, config)
+    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=workdir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    log = (workdir / "results/logs/tiny/score/base/shard-0.log").read_text()
+    assert "Traceback" not in proc.stdout + proc.stderr + log
+    summary = json.loads(next(line for line in reversed(log.splitlines()) if line.startswith("{")))
+    assert summary["asked"] == "item" and summary["items"] > 0
+    torch_run = clone_workdir(workdir, tmp_path / "torch")
+    config["models"]["tiny"]["score"]["backend"] = "torch"
+    write_config(torch_run, config)
+    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=torch_run)
+    assert proc.returncode == 0 and "base_model" not in proc.stdout + proc.stderr  # only the score job reran
+    mine, theirs = pd.read_parquet(workdir / target), pd.read_parquet(torch_run / target)
+    np.testing.assert_allclose(mine["nll"], theirs["nll"], rtol=0, atol=2e-5)
+    assert mine["n_tokens"].tolist() == theirs["n_tokens"].tolist()
+    items = theirs["correct"].notna()
+    assert mine["correct"][items].tolist() == theirs["correct"][items].tolist()
+    assert mine["predicted"][items].tolist() == theirs["predicted"][items].tolist()
+
+
 def test_vllm_scores_and_answers_as_the_torch_backend_does(vllm_python, shard, tmp_path):
     """OLMo-2 with Tulu's template: NLL on the same token ids, options by prompt log-probs and greedy
     answers ending at the stop string, equal to torch's; the question asked through the template."""

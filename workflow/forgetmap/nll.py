@@ -11,7 +11,6 @@ NaN appears only where an example's span is empty, and is counted in the log.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ import torch.nn.functional as F
 
 from .data.batches import pad
 from .data.chat import Encoded
-from .errors import ForgetmapError
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 
@@ -284,125 +282,6 @@ def model_positions(model_dir: str) -> int | None:
         if isinstance(config.get(key), int):
             return config[key]
     return None
-
-
-def vllm_lengths(lengths: list[int], positions: int | None) -> tuple[int, int]:
-    """(max_model_len, the longest prompt vLLM may score). vLLM needs room for the prompt and one output
-    token, and refuses a max_model_len above the model's positions: prompts of up to positions - 1 fit."""
-    longest = max(lengths, default=1)
-    if positions is None:
-        return longest + 1, longest
-    return min(longest + 1, positions), min(longest, positions - 1)
-
-
-def weights_dir(model_dir: str) -> Path:
-    """The directory holding a checkpoint's weights: itself, or the local files a base pointer names (the
-    files planning found, never a hub lookup)."""
-    from .models import read_pointer
-
-    if (Path(model_dir) / "adapter_config.json").exists():
-        raise RuntimeError(f"{model_dir}: the vllm backend scores full checkpoints; use the torch backend for LoRA")
-    pointer = read_pointer(model_dir) if not (Path(model_dir) / "config.json").exists() else None
-    return Path((pointer.get("local") or pointer["path"]) if pointer else model_dir)
-
-
-def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool = False):  # pragma: no cover - vLLM
-    """A vLLM engine on the model's weights (`pip install forgetmap[gpu]`; on a CPU, vLLM's CPU build).
-    Scoring is prefill only: eager mode skips the CUDA-graph capture that would otherwise start every shard
-    job. What the engine's platform and the job decide (`engine_options`) is never the user's to set."""
-    try:
-        from vllm import LLM
-        from vllm.platforms import current_platform
-    except ImportError:
-        raise ForgetmapError("config key score.backend: vllm, and vLLM is not installed in this environment: "
-                          "pip install 'forgetmap[gpu]' (CUDA), or set score.backend: torch") from None
-    from .devices import visible_devices
-    from .models import release_memory
-
-    release_memory()  # what torch held in this process is given back before the engine measures free memory
-    if not current_platform.is_cpu():
-        free_share(settings["gpu_memory_utilization"])
-    options = engine_options(settings, seeded, current_platform.is_cpu(), len(visible_devices() or []))
-    return LLM(model=str(weights_dir(model_dir)), max_model_len=max_model_len, **options)
-
-
-def free_share(utilization: float, memory: list[tuple[int, int]] | None = None) -> None:
-    """vLLM starts only where `utilization` of each GPU's memory is free: refuse before it, naming the key,
-    with the share that is free (`memory`: (free, total) bytes per device; default: this job's GPUs)."""
-    if memory is None:
-        memory = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
-    for device, (free, total) in enumerate(memory):
-        if free < utilization * total:
-            raise ForgetmapError(f"config key score.gpu_memory_utilization: {utilization:g} of GPU {device}'s "
-                              f"{total / 2**30:.1f} GiB is asked of vLLM and {free / 2**30:.1f} GiB "
-                              f"({free / total:.2f}) is free (other processes, or this job's own, hold the rest); "
-                              f"lower it to {math.floor(100 * free / total) / 100:.2f} or less, or give the job "
-                              f"a GPU of its own")
-
-
-class VllmEngines:
-    """A job's one vLLM engine: started for its first checkpoint, and for each next checkpoint of the same
-    architecture (an arm's fine-tunes and their interpolations) the weights are reloaded into it in place
-    (vLLM's `reload_weights`, the prefix cache reset), so the job starts one engine and holds its memory
-    once; a checkpoint of another architecture, or one needing a longer context, gets a new engine."""
-
-    def __init__(self):
-        self.llm, self.key, self.max_model_len = None, None, 0
-
-    def engine(self, model_dir: str, max_model_len: int, settings: dict, seeded: bool):  # pragma: no cover - vLLM
-        source = weights_dir(model_dir)
-        key = (architecture(source), settings["dtype"], seeded)
-        if self.llm is not None and key == self.key and max_model_len <= self.max_model_len:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(source)})
-            self.llm.reset_prefix_cache()  # cached prompts hold the old weights' keys and values
-            return self.llm
-        self.close()
-        self.llm = vllm_engine(model_dir, max_model_len, settings, seeded)
-        self.key, self.max_model_len = key, max_model_len
-        return self.llm
-
-    def close(self) -> None:  # pragma: no cover - vLLM
-        """Shut the engine down (its core process and its memory) before anything else starts."""
-        import gc
-
-        if self.llm is not None:
-            core = getattr(self.llm.llm_engine, "engine_core", None)
-            if core is not None and hasattr(core, "shutdown"):
-                core.shutdown()
-            self.llm = None
-            gc.collect()
-
-
-def architecture(directory: Path) -> str:
-    """A checkpoint's architecture as its config.json gives it, without names, versions or dtypes: equal
-    for a model and its fine-tunes."""
-    import json
-
-    config = json.loads((directory / "config.json").read_text())
-    kept = {k: v for k, v in config.items() if not k.startswith("_") and k not in ("transformers_version", "torch_dtype",
-                                                                                     "dtype")}
-    return json.dumps(kept, sort_keys=True)
-
-
-def engine_options(settings: dict, seeded: bool, cpu: bool, gpus: int) -> dict:
-    """The engine's options from its platform and the job: the dtype (`score.dtype`; auto is bf16 on a GPU
-    and fp32 on a CPU, as the torch backend reads it), tensor parallelism over the GPUs the job claimed, the
-    memory share, eager mode; on vLLM's CPU build, chunked prefill off where requests carry their own
-    seeds (a CPU generator cannot be rewound to resume a chunked prompt: "CPU Generator does not use offset")."""
-    options = {"dtype": vllm_dtype(settings["dtype"], cpu), "enforce_eager": True,
-               "gpu_memory_utilization": settings["gpu_memory_utilization"],
-               "tensor_parallel_size": 1 if cpu else max(1, gpus)}
-    if cpu and seeded:
-        options["enable_chunked_prefill"] = False
-    return options
-
-
-def vllm_dtype(requested: str, cpu: bool = False) -> str:
-    """The engine's dtype from `score.dtype`, as the torch backend reads it: `auto` is bf16 on a GPU, fp32
-    on a CPU."""
-    if requested == "auto":
-        return "float32" if cpu else "bfloat16"
-    return requested
 
 
 def prompt_logprob_params():  # pragma: no cover - needs the gpu extra

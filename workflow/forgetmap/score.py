@@ -29,7 +29,7 @@ def _request_prompts(items: list, settings: dict) -> list[int]:
 def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: str, engines=None) -> dict:
     """Score every example of an upstream shard with one model and write the scores contract; where the
     shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model.
-    `engines` (vllm backend, `nll.VllmEngines`): the job's engine, kept for its next checkpoint; without it
+    `engines` (vllm backend, `engine.VllmEngines`): the job's engine, kept for its next checkpoint; without it
     the engine is this call's and is shut down after it."""
     import pandas as pd
     import pyarrow as pa
@@ -40,7 +40,8 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     from .data.chat import encode_examples, scored_bytes, truncation
     from .io import write_table
     from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
-    from .nll import TorchScorer, VllmEngines, model_positions, score_with_vllm, vllm_lengths
+    from .engine import VllmEngines, engine_failures, vllm_lengths
+    from .nll import TorchScorer, model_positions, score_with_vllm
 
     set_threads(threads)
     frame = pd.read_parquet(shard)
@@ -68,13 +69,14 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
         engines = VllmEngines() if own else engines
         try:
             llm = engines.engine(model_dir, max_model_len, settings, seeded=is_sampled)
-            nll = score_with_vllm(llm, encoded)
-            n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
-            scored = time.perf_counter()
-            record = None
-            if items:
-                record = (sampled.evaluate_vllm(llm, items, item_settings) if is_sampled
-                          else correctness.evaluate_vllm(llm, tokenizer, items, item_settings))
+            with engine_failures(model_dir):
+                nll = score_with_vllm(llm, encoded)
+                n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
+                scored = time.perf_counter()
+                record = None
+                if items:
+                    record = (sampled.evaluate_vllm(llm, items, item_settings) if is_sampled
+                              else correctness.evaluate_vllm(llm, tokenizer, items, item_settings))
         finally:
             if own:
                 engines.close()

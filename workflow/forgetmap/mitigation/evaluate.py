@@ -23,6 +23,7 @@ import json
 import math
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -59,20 +60,16 @@ def read_primary(path: str) -> pd.DataFrame:
     return next(part for (_, alpha), part in read_variants(path, False) if alpha == 1.0)[["example_id", "nll"]]
 
 
-class Judge:
-    """The base model and the task's validation examples, loaded once, judging checkpoint after checkpoint."""
+class Learning:
+    """The base model and the task's validation examples, loaded once, measuring checkpoint after checkpoint
+    what each learned and its cheap signals."""
 
-    def __init__(self, base: str, heldout: str, task: str, settings: dict, threads: int):
+    def __init__(self, base: str, task: str, settings: dict):
         import torch
 
         from ..data.chat import encode_chat
-        from ..models import load_model, load_tokenizer, pick_device, set_threads
+        from ..models import load_model, load_tokenizer, pick_device
 
-        from ..nll import VllmEngines
-
-        set_threads(threads)
-        self.base_dir, self.heldout, self.settings, self.threads = base, heldout, settings, threads
-        self.engines = VllmEngines()  # the vllm backend: one engine for every variant, weights reloaded
         self.device = pick_device(settings["device"])
         self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         self.tokenizer = load_tokenizer(base)
@@ -88,64 +85,87 @@ class Judge:
 
         return task_signals(model, self.base, self.validation, self.tokenizer.pad_token_id)
 
-    def _learning(self, model) -> dict:
+    def __call__(self, model_dir: str | Path) -> dict:
+        """One checkpoint's validation NLL, its signals and how far it moved from the base."""
+        from ..models import load_model, release_memory
         from .signals import weight_distance
 
-        signals = self._signals(model)
-        return {**signals, "weight_distance": weight_distance(model, self.base),
-                "loss_drop": self.base_nll - signals["validation_nll"]}
-
-    def variant(self, model_dir: str | Path, into: Path) -> tuple[pd.DataFrame, dict]:
-        """One checkpoint: its held-out scores and its learning and signals."""
-        from ..models import load_model, release_memory
-        from ..score import score_shard
-
-        scores = into / "scores.parquet"
-        scored = score_shard(str(model_dir), self.heldout, self.settings, self.threads, str(scores), self.engines)
         model = load_model(model_dir, self.device, self.dtype)
-        learning = self._learning(model)
+        signals = self._signals(model)
+        learning = {**signals, "weight_distance": weight_distance(model, self.base),
+                    "loss_drop": self.base_nll - signals["validation_nll"]}
         del model
         release_memory()
-        return pd.read_parquet(scores), {"heldout": scored["examples"], **learning}
+        return learning
+
+
+@contextmanager
+def checkpoint(base: str, tune: dict, alpha: float, work: Path):
+    """The checkpoint of a fine-tune at `alpha`: itself at 1, else θ_α written into `work` and deleted after."""
+    if alpha == 1.0:
+        yield Path(tune["dir"])
+        return
+    from .interpolation import interpolate
+
+    model_dir = interpolate(base, tune["dir"], alpha, work / f"alpha-{alpha:g}")
+    try:
+        yield model_dir
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 def judge(fine_tunes: list[dict], base: str, heldout: str, task: str, settings: dict, alphas: list[float],
           threads: int, out: str, summary: str) -> dict:
     """Every fine-tune ({knob, value, dir}) at α = 1 and at every α of `alphas`: the variants' held-out
-    scores into `out`, their learning, signals and the fine-tunes' training facts into `summary`."""
+    scores into `out`, their learning, signals and the fine-tunes' training facts into `summary`.
+
+    Two passes, so that the device never holds the two kinds of work at once: first torch measures every
+    variant's learning beside the base model, then the base is let go and every variant's held-out examples
+    are scored (on the vllm backend by one engine, reloaded per variant, which claims its memory share of
+    the whole GPU). An interpolation is written once per pass: disk holds one at a time."""
+    from ..engine import VllmEngines
     from ..io import atomic_path, write_table
+    from ..models import release_memory, set_threads
+    from ..score import score_shard
 
     import pyarrow as pa
 
-    judge_ = Judge(base, heldout, task, settings, threads)
-    tables, variants, trainings = [], [], []
+    set_threads(threads)
+    plan = [(tune, alpha) for tune in fine_tunes for alpha in sorted({*alphas, 1.0}, reverse=True)]
+    trainings = []
+    for tune in fine_tunes:
+        training = json.loads((Path(tune["dir"]) / "train_summary.json").read_text())
+        trainings.append({"knob": tune["knob"], "value": tune["value"], **{k: training.get(k) for k in TRAINING}})
     work = Path(tempfile.mkdtemp(prefix=".variants.", dir=Path(out).parent))
+    engines = VllmEngines()  # the vllm backend: one engine for every variant, weights reloaded
+    tables, variants = [], []
     try:
-        for tune in fine_tunes:
-            training = json.loads((Path(tune["dir"]) / "train_summary.json").read_text())
-            trainings.append({"knob": tune["knob"], "value": tune["value"],
-                              **{k: training.get(k) for k in TRAINING}})
-            for alpha in sorted({*alphas, 1.0}, reverse=True):
-                model_dir = Path(tune["dir"])
-                if alpha != 1.0:
-                    from .interpolation import interpolate
-
-                    model_dir = interpolate(base, tune["dir"], alpha, work / f"alpha-{alpha:g}")
-                frame, facts = judge_.variant(model_dir, work)
-                if alpha != 1.0:
-                    shutil.rmtree(model_dir)
-                frame["knob"] = tune["knob"] or ""
-                frame["value"] = np.float64(tune["value"])
-                frame["alpha"] = np.float64(alpha)
-                tables.append(frame)
-                variants.append({"knob": tune["knob"], "value": tune["value"], "alpha": alpha, **facts})
+        learned = Learning(base, task, settings)
+        base_nll = learned.base_nll
+        learning = []
+        for tune, alpha in plan:
+            with checkpoint(base, tune, alpha, work) as model_dir:
+                learning.append(learned(model_dir))
+        del learned
+        release_memory()
+        for (tune, alpha), facts in zip(plan, learning):
+            with checkpoint(base, tune, alpha, work) as model_dir:
+                scores = work / "scores.parquet"
+                scored = score_shard(str(model_dir), heldout, settings, threads, str(scores), engines)
+            frame = pd.read_parquet(scores)
+            frame["knob"] = tune["knob"] or ""
+            frame["value"] = np.float64(tune["value"])
+            frame["alpha"] = np.float64(alpha)
+            tables.append(frame)
+            variants.append({"knob": tune["knob"], "value": tune["value"], "alpha": alpha,
+                             "heldout": scored["examples"], **facts})
     finally:
-        judge_.engines.close()
+        engines.close()
         shutil.rmtree(work, ignore_errors=True)
     write_table(pa.Table.from_pandas(pd.concat(tables, ignore_index=True), preserve_index=False), out,
                 {"base": str(base), "backend": settings["backend"]})
     first = variants[0]  # the first fine-tune as trained: the run's headline figures
-    result = {"validation_nll": first["validation_nll"], "base_validation_nll": judge_.base_nll,
+    result = {"validation_nll": first["validation_nll"], "base_validation_nll": base_nll,
               "heldout": first["heldout"], **{k: v for k, v in trainings[0].items() if k not in ("knob", "value")},
               "variants": variants, "fine_tunes": trainings}
     with atomic_path(summary) as tmp:
