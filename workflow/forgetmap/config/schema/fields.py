@@ -1,0 +1,41 @@
+"""The building blocks of every section: an object of keys, a number, an integer, a choice, a job's resources."""
+
+from __future__ import annotations
+
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def obj(properties: dict, required: tuple = (), description: str = "", **extra) -> dict:
+    schema = {"type": "object", "properties": properties, "additionalProperties": False, **extra}
+    if required:
+        schema["required"] = list(required)
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def number(default, description: str, minimum=None, exclusive_minimum=None, kind="number") -> dict:
+    schema = {"type": kind, "default": default, "description": description}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if exclusive_minimum is not None:
+        schema["exclusiveMinimum"] = exclusive_minimum
+    return schema
+
+
+def integer(default, description: str, minimum=None) -> dict:
+    return number(default, description, minimum=minimum, kind="integer")
+
+
+def choice(default, values, description: str) -> dict:
+    return {"enum": list(values), "default": default, "description": description}
+
+
+def resources(gpu: int, mem_mb: int, runtime: int, threads: int, what: str) -> dict:
+    return obj({
+        "gpu": integer(gpu, f"GPUs per {what} job (Snakemake resource `gpu`; SLURM --gpus)", 0),
+        "mem_mb": integer(mem_mb, f"memory per {what} job in MB", 1),
+        "runtime": integer(runtime, f"wall-clock minutes per {what} job", 1),
+        "threads": integer(threads, f"CPU threads per {what} job; torch uses exactly this many", 1),
+    }, description=f"resources of each {what} job", default={})

@@ -1,0 +1,114 @@
+"""What a model's jobs do: its fine-tuning, its scoring (and items' correctness), its base, the correlation
+analyses."""
+
+from __future__ import annotations
+
+from .fields import choice, integer, number, obj
+
+
+FINETUNE = obj({
+    "method": choice("full", ("full", "lora"), "full fine-tuning or a LoRA adapter (peft)"),
+    "steps": integer(1000, "optimizer steps (paper: 1,000)", 1),
+    "batch_size": integer(8, "examples per micro-batch", 1),
+    "grad_accum": integer(1, "micro-batches per optimizer step; effective batch = batch_size x grad_accum", 1),
+    "lr": number(2e-6, "peak learning rate (paper: 2e-6)", exclusive_minimum=0),
+    "warmup_steps": integer(10, "linear warm-up steps, then linear decay to 0", 0),
+    "weight_decay": number(0.0, "AdamW weight decay", minimum=0),
+    "max_grad_norm": number(1.0, "gradient clipping norm", exclusive_minimum=0),
+    "max_epochs": {"type": ["integer", "null"], "minimum": 1, "default": 3,
+                   "description": "cap on passes over the training split (null: no cap)"},
+    "max_length": integer(1024, "tokens per training example (left-truncated)", 2),
+    "seed": integer(42, "seed of the example order and LoRA init; override per task to vary it", 0),
+    "gradient_checkpointing": {"type": "boolean", "default": False, "description": "trade compute for memory"},
+    "bf16": {"type": "boolean", "default": True, "description": "bf16 autocast on CUDA (ignored on CPU)"},
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "processes": integer(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
+                            "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
+                            "resources.finetune.gpu to the same number", 1),
+    "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"),
+                        "auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa"),
+    "lora": obj({
+        "r": integer(64, "LoRA rank", 1),
+        "alpha": number(16, "LoRA alpha", exclusive_minimum=0),
+        "dropout": number(0.1, "LoRA dropout", minimum=0),
+        "target_modules": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                           "default": ["q_proj", "v_proj"], "description": "modules that get adapters"},
+    }, description="LoRA settings (method: lora)", default={}),
+}, description="fine-tuning settings; a task may override any of them", default={})
+
+SCORE = obj({
+    "backend": choice("torch", ("torch", "vllm"), "torch (CPU and GPU) or vllm (optional GPU extra)"),
+    "token_budget": integer(16384, "padded tokens per scoring batch (torch backend)", 16),
+    "max_padding": {"type": ["number", "null"], "minimum": 0, "maximum": 1, "default": None,
+                    "description": "largest share of padding in a scoring batch; null: 0 on CPU (equal-length "
+                                   "batches), 0.1 on GPU"},
+    "max_length": integer(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
+    "dtype": choice("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
+    "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
+    "gpu_memory_utilization": number(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
+    "correctness": obj({
+        "metric": choice("acc", ("acc", "acc_norm"), "multiple choice: acc = argmax of the options' summed "
+                                                     "log-likelihoods; acc_norm = argmax per character (lm-eval)"),
+        "target_delimiter": {"type": "string", "default": " ",
+                             "description": "lm items: text between the prompt and each option (lm-eval: a space)"},
+        "answers": choice("options", ("options", "sampled"),
+                          "options: multiple choice by option log-likelihood, free form by greedy decoding "
+                          "(deterministic); sampled: every item answered by text sampled over `seeds` (temperature, "
+                          "top_p), the answer extracted as upstream.NAME.answers says (Harmon et al.)"),
+        "seeds": integer(3, "sampled: sampling seeds per item (Harmon et al.: 3), paired seed by seed across runs", 1),
+        "seed": integer(0, "sampled: the first seed (seeds seed, seed+1, ...)", 0),
+        "temperature": number(0.6, "sampled: sampling temperature (Harmon et al.: 0.6)", minimum=0),
+        "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.95,
+                  "description": "sampled: nucleus sampling mass (Harmon et al.: 0.95)"},
+        "max_new_tokens": integer(32, "generation length cap: free-form greedy answers, or sampled answers (Harmon et "
+                                      "al. allow 32,768 for chain of thought); an answer never runs past the model's "
+                                      "positions: it may take min(max_new_tokens, positions - its question's tokens), and "
+                                      "a question is never cut", 1),
+        "stop": {"type": "array", "items": {"type": "string", "minLength": 1}, "default": ["\n\n"],
+                 "description": "generated answers (greedy and sampled) end at the first of these, and every "
+                                "extractor reads the text before it (paper: a blank line; [] for chains of thought)"},
+    }, description="items with an `answer`: how their correctness is scored", default={}),
+}, description="scoring settings", default={})
+
+DEMO_BASE = {
+    "n_examples": integer(2400, "demo: pretraining examples (the first n of the demo generator)", 1),
+    "vocab_size": integer(512, "demo: BPE vocabulary size", 64),
+    "max_length": integer(64, "demo: tokens per pretraining example", 8),
+    "architecture": obj({
+        "hidden_size": integer(128, "hidden size", 8),
+        "intermediate_size": integer(384, "MLP size", 8),
+        "layers": integer(4, "transformer layers", 1),
+        "heads": integer(4, "attention heads", 1),
+        "max_position_embeddings": integer(256, "context length", 8),
+    }, description="demo: Llama-style architecture", default={}),
+    "steps": integer(1200, "demo: pretraining steps", 1),
+    "batch_size": integer(32, "demo: pretraining batch size", 1),
+    "lr": number(3e-3, "demo: pretraining peak learning rate", exclusive_minimum=0),
+    "warmup_steps": integer(50, "demo: warm-up steps", 0),
+    "weight_decay": number(0.01, "demo: AdamW weight decay", minimum=0),
+    "max_grad_norm": number(1.0, "demo: clipping norm", exclusive_minimum=0),
+    "eval_every": integer(100, "demo: steps between upstream-NLL evaluations in the log (0: never)", 0),
+    "seed": integer(0, "demo: seed of the initial weights and example order", 0),
+    "device": {"type": "string", "default": "cpu", "description": "demo: device to pretrain on"},
+}
+
+BASE = obj({
+    "kind": choice("demo", ("demo", "pretrained"),
+                   "demo: pretrain a tiny model on the demo corpus; pretrained: use `path`"),
+    "path": {"type": ["string", "null"], "default": None,
+             "description": "pretrained: a local model directory or a Hugging Face id"},
+    "revision": {"type": ["string", "null"], "default": None, "description": "pretrained: HF revision"},
+    **DEMO_BASE,
+}, description="the base model", default={})
+
+CORRELATIONS = obj({
+    "semantic": {"type": "boolean", "default": True, "description": "correlate Z with MiniLM embedding cosine"},
+    "gradient": {"type": "boolean", "default": True, "description": "correlate Z with projected gradient products"},
+    "dim": integer(1024, "gradient projection dimension (count sketch)", 8),
+    "max_task_examples": integer(1000, "training examples per task embedded / differentiated (reference: 1,000)", 1),
+    "max_length": integer(1024, "tokens per example for gradients", 2),
+    "batch_size": integer(64, "texts per embedding batch", 1),
+    "seed": integer(0, "seed of the gradient projection", 0),
+    "device": {"type": "string", "default": "auto", "description": "auto, cpu or cuda"},
+}, description="the semantic and gradient correlation analyses", default={})
