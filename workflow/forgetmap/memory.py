@@ -1,16 +1,29 @@
-"""What a model needs of a device's memory, read from its config alone: the weights are never loaded.
+"""What a job needs of a device's memory, read from the model's config: the weights are never loaded.
 
 The parameters are counted as `accelerate estimate-memory` counts them, on a model built on the meta
-device (tied embeddings counted once, every architecture transformers knows, no hand-kept formula); the
-attention shape (layers, key-value heads, head dimension) sizes the key-value cache a serving engine keeps
-per token. `engine_need` is what vLLM must hold on each GPU before it can serve one request of its longest
-length: its share of the weights (tensor parallelism splits them over the job's GPUs) and of one
-max-length sequence's cache. vLLM's activation peak and CUDA context come on top, so the figure is a floor:
-a job below it cannot start, a job above it may still be refused by the engine's own profiling.
+device (tied embeddings counted once, every architecture transformers knows, no hand-kept formula). Past
+that anchor (weights, gradients and Adam states, no activations, no sharding) each term of a job is sized
+here:
+
+- activations: what autograd keeps for the backward pass, per token and layer, *measured* on the model's
+  own architecture at a tiny width (saved-tensor hooks count the bytes each operation keeps) and scaled
+  linearly to the real hidden, key-value and MLP widths, in fp32 and under bf16 autocast; the output
+  head's logits per scored token; gradient checkpointing keeps each layer's input and one layer's
+  activations;
+- mixed precision: under bf16 autocast every weight is cast once per forward and the copy is kept for the
+  backward pass (2 bytes per parameter, unsharded under FSDP, which all-gathers each block in fp32 too);
+- FSDP: weights, gradients and Adam states sharded over the processes;
+- LoRA: only the adapters train (their gradients and Adam states); the frozen base is held whole;
+- the arena's copies: KL's frozen reference model, L2-SP's initial weights, EMA's slow weights;
+- scoring with vLLM: its share of the weights and one max-length sequence's key-value cache.
+
+Each figure is a floor for what it counts: the allocator's fragmentation, CUDA's context and kernels'
+workspaces come on top (`OVERHEAD` names the margin the checks add).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,36 +32,204 @@ from .errors import ForgetmapError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2}
 GIB = 2**30
+OVERHEAD = 1.1  # the allocator's fragmentation and workspaces, over what the terms count
+PROCESS_HOST = 3 * GIB  # one training process's host memory beside any weights: Python, torch, CUDA's context
 
 
 @dataclass(frozen=True)
 class Shape:
-    """A causal LM's size: its parameters and the attention shape its key-value cache follows."""
+    """A causal LM's size: its parameters, its widths and the attention shape its key-value cache follows."""
 
     parameters: int
     layers: int
     kv_heads: int
     head_dim: int
+    hidden: int = 0
+    intermediate: int = 0
+    vocab: int = 0
+    block: int = 0  # parameters of one transformer block (what FSDP gathers at a time)
+    source: str = ""  # the config's directory
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """A key and a value per layer, head and dimension, for one token."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 
-def shape(directory: str | Path) -> Shape:
-    """The shape of the checkpoint whose config.json is in `directory` (a meta-device model: no memory)."""
+def _meta_model(config):
     from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(directory))
     with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config)
-    parameters = sum(p.numel() for p in model.parameters())  # shared (tied) tensors are yielded once
+        return AutoModelForCausalLM.from_config(config)
+
+
+def _dims(config) -> tuple[int, int, int, int, int]:
+    """(hidden, heads, key-value heads, head dim, MLP width) of a text config (MLP width 0 where unnamed)."""
     text = config.get_text_config()
     heads = text.num_attention_heads
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim))
+    return text.hidden_size, heads, kv_heads, head_dim, getattr(text, "intermediate_size", None) or 0
+
+
+def shape(directory: str | Path) -> Shape:
+    """The shape of the checkpoint whose config.json is in `directory` (a meta-device model: no memory)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(directory))
+    model = _meta_model(config)
+    parameters = sum(p.numel() for p in model.parameters())  # shared (tied) tensors are yielded once
+    blocks = set(getattr(model, "_no_split_modules", None) or [])
+    block = max((sum(p.numel() for p in m.parameters()) for m in model.modules() if type(m).__name__ in blocks),
+                default=0)
+    hidden, _, kv_heads, head_dim, intermediate = _dims(config)
+    text = config.get_text_config()
+    return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim), int(hidden),
+                 int(intermediate), int(text.vocab_size), int(block), str(directory))
+
+
+def lora_parameters(directory: str | Path, r: int, target_modules: list[str]) -> int:
+    """The adapters' parameters: r x (in + out) for every linear layer peft would wrap (a module named as a
+    target, or ending in '.target')."""
+    import torch
+    from transformers import AutoConfig
+
+    model = _meta_model(AutoConfig.from_pretrained(str(directory)))
+    total = 0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith(f".{t}") for t in target_modules):
+            total += r * (module.in_features + module.out_features)
+    return total
+
+
+@functools.lru_cache(maxsize=None)
+def activation_coefficients(directory: str, autocast: bool, frozen: bool = False) -> tuple[float, float, float, float]:
+    """Bytes autograd keeps per token and layer, as (per hidden unit, per key-value unit, per MLP unit,
+    constant): measured by running the architecture's own forward at tiny widths (four variants, one and two
+    layers, two lengths, so that what scales with the weights, such as autocast's copies, drops out) with
+    saved-tensor hooks counting each kept storage once, and solved for the linear coefficients. `frozen`:
+    the weights need no gradient (LoRA's base), so only what the inputs' gradients need is kept."""
+    import numpy as np
+    from transformers import AutoConfig
+
+    base = AutoConfig.from_pretrained(directory)
+    intermediate = _dims(base)[4]
+    grouped = getattr(base.get_text_config(), "num_key_value_heads", None) is not None
+    rows, bytes_per = [], []
+    for h, i, ratio in ((128, 256, 1), (256, 256, 1), (128, 512, 1), (128, 256, 4)):
+        per_layer = []
+        for tokens in (32, 64):
+            kept = [_saved_bytes(base, h, i, ratio, layers, tokens, autocast, frozen) for layers in (1, 2)]
+            per_layer.append(kept[1] - kept[0])
+        rows.append([h, h // ratio if grouped else h, i if intermediate else 0, 1])
+        bytes_per.append((per_layer[1] - per_layer[0]) / 32)
+    solution = np.linalg.lstsq(np.array(rows, dtype=float), np.array(bytes_per), rcond=None)[0]
+    return tuple(float(x) for x in solution)  # without grouped heads the key-value width is the hidden one
+
+
+def _saved_bytes(base, hidden: int, intermediate: int, kv_ratio: int, layers: int, tokens: int,
+                 autocast: bool, frozen: bool = False) -> int:
+    """Bytes of the tensors autograd keeps in one forward of a tiny variant of `base`'s architecture."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(base)
+    text = config.get_text_config()
+    heads = 4
+    values = {"hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": layers, "vocab_size": 64,
+              "intermediate_size": intermediate if getattr(text, "intermediate_size", None) else None,
+              "num_key_value_heads": heads // kv_ratio if getattr(text, "num_key_value_heads", None) else None,
+              "head_dim": hidden // heads if getattr(text, "head_dim", None) else None}
+    for key, value in values.items():
+        if value is not None:
+            setattr(text, key, value)
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if isinstance(getattr(text, key, None), int):
+            setattr(text, key, 0)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    weights = {p.untyped_storage()._cdata for p in model.parameters()}
+    seen: set = set()
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        storage = tensor.untyped_storage()
+        if storage._cdata not in weights and storage._cdata not in seen:
+            seen.add(storage._cdata)
+            total += storage.nbytes()
+        return tensor
+
+    ids = torch.randint(1, 60, (1, tokens))
+    inputs = {"input_ids": ids}
+    if frozen:  # the gradient flows to the inputs only, as under LoRA toward the first adapter
+        model.requires_grad_(False)
+        inputs = {"inputs_embeds": model.get_input_embeddings()(ids).requires_grad_()}
+    cast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), cast:
+        model(**inputs, attention_mask=torch.ones_like(ids))
+    return total
+
+
+@dataclass(frozen=True)
+class Need:
+    """A job's memory by term: bytes on each GPU (or, on a CPU, the process's) and on the host."""
+
+    terms: dict
+    host: dict
+
+    @property
+    def device(self) -> float:
+        return float(sum(self.terms.values()))
+
+    @property
+    def host_total(self) -> float:
+        return float(sum(self.host.values()))
+
+
+def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: dict | None = None) -> Need:
+    """A fine-tune's memory per process: `settings` the job's fine-tuning settings (batch_size, max_length,
+    processes, method, bf16, gradient_checkpointing), `lora` the adapters' parameters (method lora), `arm`
+    the mitigation arm whose copies it holds (kl_base, l2_sp, ema)."""
+    arm = arm or {}
+    processes = settings.get("processes", 1)
+    full = settings.get("method", "full") == "full"
+    shards = processes if full and processes > 1 else 1
+    mixed = cuda and settings.get("bf16", True)
+    trained = model.parameters if full else lora
+    tokens = settings["batch_size"] * settings["max_length"]
+    a, d, b, e = activation_coefficients(model.source, mixed, frozen=not full)
+    per_layer = a * model.hidden + d * model.kv_heads * model.head_dim + b * model.intermediate + e
+    compute = 2 if mixed else 4
+    # the head, per position: logits in the compute dtype, their fp32 copy, the log-softmax kept, its gradient
+    head = model.vocab * (compute + 4 + 4 + 4)
+    if settings.get("gradient_checkpointing"):
+        activations = tokens * (model.layers * 4 * model.hidden + per_layer + head)
+    else:
+        activations = tokens * (model.layers * per_layer + head)
+    if not full:  # each adapter keeps its input (one hidden-width tensor per adapted projection's input)
+        activations += tokens * model.layers * 4 * model.hidden
+    terms = {"weights": 4 * model.parameters / shards + 4 * lora,
+             "gradients": 4 * trained / shards,
+             "adam": 8 * trained / shards,
+             "autocast_copies": 2 * model.parameters if mixed else 0,
+             "fsdp_gathered": 2 * 4 * model.block if shards > 1 else 0,
+             "activations": activations}
+    if arm.get("kl_base") is not None:
+        # a frozen copy (LoRA: the adapter switched off instead), the reference's logits, both log-softmaxes,
+        # the reference's probabilities and their difference kept for the gradient
+        terms["kl_reference"] = (4 * model.parameters if full else 0) + tokens * model.vocab * (compute + 16)
+    if arm.get("l2_sp") is not None:
+        terms["l2_sp_anchor"] = 4 * trained / shards
+    if arm.get("ema") is not None:
+        terms["ema_weights"] = 4 * trained / shards
+    # the host: each process's own (Python, torch, the CUDA context); under FSDP rank 0 reads the whole model in
+    # fp32 on the CPU to hand out the shards, and gathers it there again to save (one after the other). One
+    # process loads straight onto its GPU, one tensor at a time.
+    host = {"processes": PROCESS_HOST * processes, "rank0_full_weights": 4 * model.parameters if shards > 1 else 0}
+    return Need({k: float(v) for k, v in terms.items()}, {k: float(v) for k, v in host.items()})
 
 
 def engine_need(model: Shape, dtype: str, max_model_len: int, gpus: int) -> tuple[float, float]:
