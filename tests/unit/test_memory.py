@@ -2,8 +2,11 @@
 shape, and the vLLM engine refused where its weights and one sequence cannot fit the GPUs a job claims."""
 
 import json
+import re
 
 import pytest
+
+from forgetmap.errors import ConfigError
 
 from standins import ARCHITECTURES, save_standin
 
@@ -135,3 +138,100 @@ def test_a_fine_tunes_estimate_is_within_its_stated_ratio_of_the_measured_peak(t
     need = finetune_need(shape(model), settings, cuda=False, lora=lora, arm=arm)
     print(f"{run}: measured {found['peak'] / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
     assert 0.9 <= found["peak"] / need.device <= 1.2, (found["peak"] / 2**20, need.terms)
+
+
+def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | None = None):
+    """A plan over the demo corpus whose base is OLMo-2 at `size` (its config.json and a stand-in's tokenizer:
+    no weights, as planning reads none)."""
+    from forgetmap.plan import Plan
+    from standins import TULU_TEMPLATE, train_tokenizer
+
+    directory = tmp_path / f"olmo2-{size}"
+    if not directory.exists():
+        olmo2_config(tmp_path, size)
+        train_tokenizer("olmo2", TULU_TEMPLATE).save_pretrained(directory)
+    raw = {"upstream": {"demo": {"format": "demo", "n_examples": 200}}, "categories": {"w": {"group": "in_domain"}},
+           "tasks": {"city_qa": {"category": "w"}, "job_qa": {"category": "w"}},
+           "models": {"m": {"upstream": "demo", "base": {"kind": "pretrained", "path": str(directory)},
+                            "finetune": finetune, "resources": {"finetune": resources}}}}
+    if arms:
+        raw["prediction"] = {"splits": {"s": {"test": ["city_qa"]}}}
+        raw["mitigation"] = {"tasks": {"split": "s"}, "heldout": 50, "arms": arms}
+    return Plan(raw)
+
+
+def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_the_keys(tmp_path, capsys):
+    """OLMo-2 13B on one 80 GB GPU cannot fit even with gradient checkpointing (weights, gradients and Adam
+    alone are 204 GiB): refused before any job, naming the GPU memory key, the figures and what would fit it;
+    sharded over 8 GPUs with micro-batches of 4 and checkpointing decided on, it plans, and the table is in the
+    log (with 8 of 8 it would not: autocast's unsharded bf16 copy of the weights, 25.5 GiB, stays whole)."""
+    from forgetmap.config import preflight
+
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.gpu_memory_gib: finetune \(2 tasks: "
+                                          r"city_qa, ...\) of model 'm' needs 2\d\d.\d GiB on each of its 1 GPU\(s\) "
+                                          r"\(weights 51.1, gradients 51.1, adam 102.2, autocast copies 25.5, "
+                                          r"activations .*; gradient checkpointing on; .* each GPU has 79.6 GiB: shard "
+                                          r"it over more GPUs \(models.m.finetune.processes with "
+                                          r"models.m.resources.finetune.gpu alike\)"):
+        preflight.check(planned(tmp_path, "13b", {}, {"gpu": 1, "gpu_memory_gib": 79.6}))
+    plan = planned(tmp_path, "13b", {"processes": 8, "batch_size": 4}, {"gpu": 8, "gpu_memory_gib": 79.6,
+                                                                      "mem_mb": 200000})
+    preflight.check(plan)
+    assert plan.finetune_settings("m", "city_qa")["gradient_checkpointing"] is True
+    table = capsys.readouterr().err
+    assert "memory of each fine-tune on GPUs" in table
+    assert re.search(r"m +finetune \(2 tasks: city_qa, ...\) +8 +on +\d\d\.\d +79.6 +\d+\.\d +200000", table), table
+
+
+def test_checkpointing_is_decided_where_the_gpu_is_known_and_left_to_the_job_where_it_is_not(tmp_path):
+    """auto: off on a CPU; on where the 7B fine-tune over 4 GPUs would not fit 80 GB without it (124 GiB of
+    activations and weights), off where the batch is small enough; `auto` in the job's settings where the
+    GPU's memory is not configured (the job decides on the GPU it gets)."""
+    cpu = planned(tmp_path, "7b", {}, {"gpu": 0})
+    assert cpu.finetune_settings("m", "city_qa")["gradient_checkpointing"] is False
+    four = {"gpu": 4, "gpu_memory_gib": 79.6, "mem_mb": 100000}
+    assert planned(tmp_path, "7b", {"processes": 4}, four).finetune_settings("m", "city_qa")["gradient_checkpointing"]
+    small = planned(tmp_path, "7b", {"processes": 4, "batch_size": 1, "max_length": 512}, four)
+    assert small.finetune_settings("m", "city_qa")["gradient_checkpointing"] is False
+    unknown = planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "mem_mb": 100000})
+    assert unknown.finetune_settings("m", "city_qa")["gradient_checkpointing"] == "auto"
+    chosen = planned(tmp_path, "7b", {"processes": 4, "gradient_checkpointing": False}, four)
+    assert chosen.finetune_settings("m", "city_qa")["gradient_checkpointing"] is False  # the user's word stands
+
+
+def test_an_fsdp_job_whose_host_memory_request_is_below_what_rank_0_holds_is_refused(tmp_path):
+    """Four processes fine-tuning 7B: rank 0 reads the whole model in fp32 on the host (27 GiB) beside the
+    processes' own; the schema's 32,000 MB would be killed by the scheduler: refused, naming mem_mb."""
+    from forgetmap.config import preflight
+
+    plan = planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "gpu_memory_gib": 79.6})
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.mem_mb: value 32000, and finetune "
+                                          r"\(2 tasks: city_qa, ...\) of model 'm' holds 39.2 GiB on the host \(its rank "
+                                          r"0 reads the whole model in fp32, 27.2 GiB, beside 4 processes' own\): set it "
+                                          r"to 45000 or more"):
+        preflight.check(plan)
+
+
+def test_a_job_left_to_decide_checkpointing_decides_on_the_gpu_it_got_and_says_so(tmp_path, monkeypatch, caplog):
+    """`auto` in a job's settings (the plan did not know the GPU): off on a CPU; on a GPU, by the estimate
+    against the device's memory (a GPU of 1 MiB stood in for by its reported properties), in the log."""
+    import logging
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from forgetmap.config.schema import FINETUNE, with_defaults
+    from forgetmap.train import checkpointing
+
+    model = AutoModelForCausalLM.from_pretrained(save_standin(tmp_path / "llama", "llama", width=64))
+    settings = with_defaults(FINETUNE, {"batch_size": 8, "max_length": 128})
+    assert settings["gradient_checkpointing"] == "auto"
+    assert checkpointing(model, settings, torch.device("cpu")) is False
+    for total, expected in ((2**20, True), (80 * 2**30, False)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, t=total: SimpleNamespace(total_memory=t))
+        with caplog.at_level(logging.INFO, logger="forgetmap.train"):
+            assert checkpointing(model, settings, torch.device("cuda", 0)) is expected
+        assert f"gradient checkpointing {'on' if expected else 'off'}: the fine-tune needs" in caplog.text
+        caplog.clear()
+    assert checkpointing(model, {**settings, "gradient_checkpointing": True}, torch.device("cpu")) is True

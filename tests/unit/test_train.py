@@ -225,3 +225,28 @@ def test_the_head_check_before_training_runs_in_trainings_precision():
     assert kept_positions_only(model, torch.device("cuda"), 1, bf16)
     assert not kept_positions_only(model, torch.device("cuda"), 2, bf16)  # FSDP: the full forward
     assert not kept_positions_only(model, torch.device("cpu"), 1, bf16)
+
+
+def test_a_training_process_waits_at_collectives_as_long_as_the_config_says(monkeypatch):
+    """torch's 10 minutes are less than rank 0 takes to read or write a 7B model: the process group's
+    timeout is `finetune.process_group_timeout` minutes (torchrun's workers are stood in for: the group's
+    creation is recorded and the worker stops there)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from forgetmap.config.schema import FINETUNE, with_defaults
+    from forgetmap.train import worker_main
+
+    created = {}
+
+    def init_process_group(backend, **kwargs):
+        created.update(backend=backend, **kwargs)
+        raise KeyboardInterrupt  # nothing past the group's creation runs
+
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    settings = with_defaults(FINETUNE, {"device": "cpu", "process_group_timeout": 90})
+    with pytest.raises(KeyboardInterrupt):
+        worker_main(["--base", "b", "--task", "t", "--settings", json.dumps(settings), "--into", "x"])
+    assert created == {"backend": "gloo", "timeout": timedelta(minutes=90)}
+    assert with_defaults(FINETUNE, {})["process_group_timeout"] == 60

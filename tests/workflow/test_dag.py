@@ -143,7 +143,7 @@ def sbatch_call(rule: str, resources: dict, threads: int = 1) -> str:
 def test_under_the_slurm_profile_a_job_goes_to_the_gpu_partition_exactly_when_it_asks_for_gpus(tmp_path, name):
     """Every job of the example configs, GPU rules beyond fine-tuning and scoring included (arms, held-out
     scores, token losses, similarities): its partition follows its GPU request, and the plugin's sbatch
-    string makes a GPU job one task that claims all its GPUs (never one task per GPU)."""
+    string makes a GPU job one task that claims all its GPUs (never one task per GPU), on one node."""
     workdir = make_workdir(tmp_path)
     config_path = example_config(workdir, name, n_upstream=20_000)
     config = yaml.safe_load(config_path.read_text())
@@ -163,5 +163,6 @@ def test_under_the_slurm_profile_a_job_goes_to_the_gpu_partition_exactly_when_it
         call = sbatch_call(rule, resources)
         assert "--ntasks-per-gpu" not in call and "--ntasks=" not in call.replace("--ntasks=1", ""), call
         assert (f"--gpus={gpus}" in call) == bool(gpus), call
+        assert "--nodes=1" in call, call  # a 4-GPU fine-tune's processes on one node
     finetune = next(sbatch_call(r, res) for r, _, res in jobs if r == "finetune")
     assert "--gpus=4" in finetune and "-p gpu" in finetune and "--ntasks" not in finetune

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import ForgetmapError
 
@@ -48,7 +47,7 @@ class Shape:
     intermediate: int = 0
     vocab: int = 0
     block: int = 0  # parameters of one transformer block (what FSDP gathers at a time)
-    source: str = ""  # the config's directory
+    config: str = ""  # the config it was read from, as JSON
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """A key and a value per layer, head and dimension, for one token."""
@@ -72,11 +71,10 @@ def _dims(config) -> tuple[int, int, int, int, int]:
     return text.hidden_size, heads, kv_heads, head_dim, getattr(text, "intermediate_size", None) or 0
 
 
-def shape(directory: str | Path) -> Shape:
-    """The shape of the checkpoint whose config.json is in `directory` (a meta-device model: no memory)."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(directory))
+def shape(source) -> Shape:
+    """The shape of a model: a directory with its config.json, or a transformers config (a meta-device
+    model: no memory)."""
+    config = _config(source)
     model = _meta_model(config)
     parameters = sum(p.numel() for p in model.parameters())  # shared (tied) tensors are yielded once
     blocks = set(getattr(model, "_no_split_modules", None) or [])
@@ -85,16 +83,28 @@ def shape(directory: str | Path) -> Shape:
     hidden, _, kv_heads, head_dim, intermediate = _dims(config)
     text = config.get_text_config()
     return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim), int(hidden),
-                 int(intermediate), int(text.vocab_size), int(block), str(directory))
+                 int(intermediate), int(text.vocab_size), int(block), config.to_json_string())
 
 
-def lora_parameters(directory: str | Path, r: int, target_modules: list[str]) -> int:
+def _config(source):
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(source, PretrainedConfig):
+        return source
+    if isinstance(source, str) and source.lstrip().startswith("{"):  # a Shape's own record of its config
+        import json
+
+        values = json.loads(source)
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+    return AutoConfig.from_pretrained(str(source))
+
+
+def lora_parameters(source, r: int, target_modules: list[str]) -> int:
     """The adapters' parameters: r x (in + out) for every linear layer peft would wrap (a module named as a
-    target, or ending in '.target')."""
+    target, or ending in '.target'); `source` as for `shape`."""
     import torch
-    from transformers import AutoConfig
 
-    model = _meta_model(AutoConfig.from_pretrained(str(directory)))
+    model = _meta_model(_config(source))
     total = 0
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith(f".{t}") for t in target_modules):
@@ -103,16 +113,16 @@ def lora_parameters(directory: str | Path, r: int, target_modules: list[str]) ->
 
 
 @functools.lru_cache(maxsize=None)
-def activation_coefficients(directory: str, autocast: bool, frozen: bool = False) -> tuple[float, float, float, float]:
+def activation_coefficients(config: str, autocast: bool, frozen: bool = False) -> tuple[float, float, float, float]:
     """Bytes autograd keeps per token and layer, as (per hidden unit, per key-value unit, per MLP unit,
     constant): measured by running the architecture's own forward at tiny widths (four variants, one and two
     layers, two lengths, so that what scales with the weights, such as autocast's copies, drops out) with
     saved-tensor hooks counting each kept storage once, and solved for the linear coefficients. `frozen`:
-    the weights need no gradient (LoRA's base), so only what the inputs' gradients need is kept."""
+    the weights need no gradient (LoRA's base), so only what the inputs' gradients need is kept. `config`: a
+    directory or a config as JSON (a Shape's)."""
     import numpy as np
-    from transformers import AutoConfig
 
-    base = AutoConfig.from_pretrained(directory)
+    base = _config(config)
     intermediate = _dims(base)[4]
     grouped = getattr(base.get_text_config(), "num_key_value_heads", None) is not None
     rows, bytes_per = [], []
@@ -200,12 +210,12 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
     mixed = cuda and settings.get("bf16", True)
     trained = model.parameters if full else lora
     tokens = settings["batch_size"] * settings["max_length"]
-    a, d, b, e = activation_coefficients(model.source, mixed, frozen=not full)
+    a, d, b, e = activation_coefficients(model.config, mixed, frozen=not full)
     per_layer = a * model.hidden + d * model.kv_heads * model.head_dim + b * model.intermediate + e
     compute = 2 if mixed else 4
     # the head, per position: logits in the compute dtype, their fp32 copy, the log-softmax kept, its gradient
     head = model.vocab * (compute + 4 + 4 + 4)
-    if settings.get("gradient_checkpointing"):
+    if settings.get("gradient_checkpointing") is True:
         activations = tokens * (model.layers * 4 * model.hidden + per_layer + head)
     else:
         activations = tokens * (model.layers * per_layer + head)
@@ -230,6 +240,33 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
     # process loads straight onto its GPU, one tensor at a time.
     host = {"processes": PROCESS_HOST * processes, "rank0_full_weights": 4 * model.parameters if shards > 1 else 0}
     return Need({k: float(v) for k, v in terms.items()}, {k: float(v) for k, v in host.items()})
+
+
+def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:
+    """(method, rank, target modules) a fine-tune trains with: its own, or an arm's LoRA (a swept rank: the
+    largest)."""
+    lora = dict(settings.get("lora") or {})
+    if arm and arm.get("lora"):
+        ranks = arm["lora"].get("r", lora.get("r"))
+        lora.update({k: v for k, v in arm["lora"].items() if v is not None},
+                    r=max(ranks) if isinstance(ranks, list) else ranks)
+        return "lora", lora["r"], list(lora["target_modules"])
+    return settings.get("method", "full"), lora.get("r", 0), list(lora.get("target_modules") or [])
+
+
+def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None, arm: dict | None = None) -> tuple[dict, Need]:
+    """The fine-tune's settings with `gradient_checkpointing: auto` decided, and its memory: off on a CPU or
+    where the GPU's memory is unknown (None) or holds the fine-tune without it (with `OVERHEAD`), else on."""
+    method, rank, targets = arm_lora(settings, arm)
+    lora = lora_parameters(model.config, rank, targets) if method == "lora" else 0
+    settings = {**settings, "method": method}
+    if settings.get("gradient_checkpointing") == "auto":
+        without = finetune_need(model, {**settings, "gradient_checkpointing": False}, cuda, lora, arm)
+        on = cuda and gpu_bytes is not None and without.device * OVERHEAD > gpu_bytes
+        settings["gradient_checkpointing"] = on
+        if not on:
+            return settings, without
+    return settings, finetune_need(model, settings, cuda, lora, arm)
 
 
 def engine_need(model: Shape, dtype: str, max_model_len: int, gpus: int) -> tuple[float, float]:

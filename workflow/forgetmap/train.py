@@ -112,7 +112,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
                                   weight_decay=settings["weight_decay"],
                                   fused=device.type == "cuda")
     autocast = autocast_for(device, settings["bf16"])
-    if settings["gradient_checkpointing"]:  # non-reentrant: works with LoRA's frozen inputs, any transformers
+    if checkpointing(model, settings, device):  # non-reentrant: works with LoRA's frozen inputs, any transformers
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     kept_only = not hooks.needs_logits and kept_positions_only(model, device, world, autocast)
     model.train()
@@ -165,6 +165,24 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     return {"steps": total, "final_loss": last.get("loss"), "seconds": round(time.perf_counter() - started, 3),
             "tokens": sum_tokens, "forward_tokens": sum_tokens + hooks.extra_forward_tokens,
             "backward_tokens": sum_tokens, "peak_memory_mb": peak_memory_mb(device), **facts}
+
+
+def checkpointing(model, settings: dict, device: torch.device) -> bool:
+    """Gradient checkpointing as configured; `auto` (left to the job where the plan did not know the GPU's
+    memory): on where forgetmap.memory's estimate of this fine-tune exceeds the GPU it got, said in the log."""
+    setting = settings["gradient_checkpointing"]
+    if setting != "auto":
+        return bool(setting)
+    if device.type != "cuda":
+        return False
+    from .memory import GIB, fitted, shape
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    decided, need = fitted(shape(model.config), settings, True, total, settings.get("arm"))
+    on = decided["gradient_checkpointing"]
+    log.info("gradient checkpointing %s: the fine-tune needs %.1f GiB per process %s (forgetmap.memory) and the GPU "
+             "has %.1f GiB", "on" if on else "off", need.device / GIB, "with it" if on else "without it", total / GIB)
+    return on
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -378,7 +396,10 @@ def worker_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo")
+    from datetime import timedelta
+
+    dist.init_process_group("nccl" if pick_device(args.settings["device"]).type == "cuda" else "gloo",
+                            timeout=timedelta(minutes=args.settings["process_group_timeout"]))
     try:
         summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads, args.replay,
                                 args.token_losses)

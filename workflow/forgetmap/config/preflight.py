@@ -7,11 +7,14 @@ loading them shows, once, in the Snakemake process that plans the run:
 - the chat template exists where the config asks for the tokenizer's own, and renders a response
   verbatim (the scored span is found in the rendered text);
 - LoRA `target_modules` name modules the architecture has (read from its config, no weights loaded);
-- on a local run, no rule asks for more GPUs than the machine has (a job would wait on a lock or fail).
+- on a local run, no rule asks for more GPUs than the machine has (a job would wait on a lock or fail);
+- every fine-tune on GPUs fits them, by forgetmap.memory's estimate, where their memory is configured, and
+  its host memory request holds what FSDP's rank 0 keeps on the host; the estimates are printed as a table.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -28,23 +31,17 @@ def check(plan) -> None:
     for model in plan.computed:
         if plan.mitigation.tasks(model):
             check_arena(plan, model)
+    check_memory(plan)
 
 
 def architecture(plan, model: str):
     """The base model's architecture on the meta device (no weights): from its config (a pretrained base)
     or from `models.NAME.base.architecture` (the demo's)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    base = plan.cfg["models"][model]["base"]
-    if base["kind"] == "pretrained":
-        config = AutoConfig.from_pretrained(plan.base_files[model]["local"], local_files_only=True)
-    else:
-        from ..models import demo_config
-
-        config = demo_config(base["vocab_size"], base["architecture"])
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config)
+        return AutoModelForCausalLM.from_config(plan.base_config(model))
 
 
 def check_arena(plan, model: str) -> None:
@@ -158,3 +155,90 @@ def check_gpus(plan) -> None:
                 raise ConfigError(f"config key models.{model}.resources.{stage}.gpu: value {gpus}, but this machine has "
                                   f"{available} GPU(s) and the run is local; set it to 0 to run on the CPU, or submit "
                                   f"to a cluster (--profile profiles/slurm)")
+
+
+def memory_rows(plan, model: str) -> list[dict]:
+    """The model's fine-tune jobs on GPUs, one row per distinct kind (a task's settings, each arm): what one
+    of its processes needs of its GPU and what the job needs of the host (forgetmap.memory)."""
+    import json
+
+    from ..memory import GIB, fitted
+
+    spec = plan.cfg["models"][model]
+    resources = spec["resources"]["finetune"]
+    if resources["gpu"] == 0 or not plan.finetuned[model]:
+        return []
+    gpu = resources["gpu_memory_gib"] * GIB if resources["gpu_memory_gib"] is not None else None
+    kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
+    for task in plan.finetuned[model]:
+        settings = fm_finetune(plan, model, task)
+        kind = kinds.setdefault(json.dumps({k: v for k, v in settings.items() if k != "seed"}, sort_keys=True),
+                                ["finetune", settings, None, f"models.{model}.finetune", []])
+        kind[4].append(task)
+    arm_tasks = plan.mitigation.tasks(model)
+    for name, arm in plan.cfg["mitigation"]["arms"].items() if arm_tasks else ():
+        kinds[f"arm {name}"] = [f"arm {name}", fm_finetune(plan, model, arm_tasks[0]), arm, f"mitigation.arms.{name}",
+                                arm_tasks]
+    rows = []
+    shape = plan.base_shape(model)
+    for label, settings, arm, key, tasks in kinds.values():
+        job = f"{label} ({len(tasks)} task{'s' if len(tasks) > 1 else ''}: {tasks[0]}{', ...' if len(tasks) > 1 else ''})"
+        decided, need = fitted(shape, settings, True, gpu, arm)
+        undecided = settings["gradient_checkpointing"] == "auto" and gpu is None  # the job decides on its GPU
+        rows.append({"model": model, "job": job, "key": key, "processes": settings["processes"],
+                     "checkpointing": "auto" if undecided else decided["gradient_checkpointing"], "need": need,
+                     "gpu": gpu,
+                     "mem_mb": resources["mem_mb"]})
+    return rows
+
+
+def fm_finetune(plan, model: str, task: str) -> dict:
+    """A task's fine-tuning settings as configured (`gradient_checkpointing` not yet decided)."""
+    from .views import finetune_settings
+
+    return finetune_settings(plan.cfg, model, task)
+
+
+def check_memory(plan) -> None:
+    """Each GPU fine-tune (and arm) fits the configured GPU memory and host memory; the table goes to the
+    run's log (stderr) for every model whose fine-tunes claim GPUs."""
+    import sys
+
+    from ..memory import GIB, OVERHEAD
+
+    rows = [row for model in plan.computed for row in memory_rows(plan, model)]
+    if rows:
+        print(memory_table(rows), file=sys.stderr)
+    for row in rows:
+        need, model = row["need"], row["model"]
+        where = f"models.{model}.resources.finetune"
+        if row["gpu"] is not None and need.device * OVERHEAD > row["gpu"]:
+            terms = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in need.terms.items() if v)
+            raise ConfigError(
+                f"config key {where}.gpu_memory_gib: {row['job']} of model {model!r} needs {need.device / GIB:.1f} GiB "
+                f"on each of its {row['processes']} GPU(s) ({terms}; gradient checkpointing "
+                f"{'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the allocator), and each GPU has "
+                f"{row['gpu'] / GIB:g} GiB: shard it over more GPUs ({row['key']}.processes with {where}.gpu alike), "
+                f"lower {row['key']}.batch_size or max_length, or train LoRA adapters ({row['key']}.method: lora)")
+        if need.host.get("rank0_full_weights") and row["mem_mb"] * 2**20 < need.host_total:
+            raise ConfigError(
+                f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {model!r} holds "
+                f"{need.host_total / GIB:.1f} GiB on the host (its rank 0 reads the whole model in fp32, "
+                f"{need.host['rank0_full_weights'] / GIB:.1f} GiB, beside {row['processes']} processes' own): set it to "
+                f"{math.ceil(need.host_total * OVERHEAD / 2**20 / 1000) * 1000} or more")
+
+
+def memory_table(rows: list[dict]) -> str:
+    """The fine-tunes' memory, one line per job kind."""
+    from ..memory import GIB
+
+    lines = ["forgetmap: memory of each fine-tune on GPUs (forgetmap.memory's estimate; docs/gpu.md)",
+             f"  {'model':<14} {'job':<44} {'procs':>5} {'ckpt':>5} {'GPU GiB':>8} {'of GiB':>7} {'host GiB':>8} "
+             f"{'mem_mb':>7}"]
+    for row in rows:
+        gpu = f"{row['gpu'] / GIB:g}" if row["gpu"] is not None else "?"
+        checkpointing = {True: "on", False: "off"}.get(row["checkpointing"], str(row["checkpointing"]))
+        lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5} {checkpointing:>5} "
+                     f"{row['need'].device / GIB:>8.1f} {gpu:>7} {row['need'].host_total / GIB:>8.1f} "
+                     f"{row['mem_mb']:>7}")
+    return "\n".join(lines)

@@ -38,6 +38,7 @@ class Plan:
         from ..released import released_tasks
 
         self.cfg = cfg = fm_config.resolve(config)
+        self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -226,9 +227,50 @@ class Plan:
                 **self.base_files.get(model, {})}
 
     def finetune_settings(self, model: str, task: str) -> dict:
-        """The model's fine-tuning settings with the task's overrides, plus the chat template training renders."""
-        return {**fm_config.finetune_settings(self.cfg, model, task),
-                "chat_template": self.cfg["models"][model]["chat_template"]}
+        """The model's fine-tuning settings with the task's overrides, plus the chat template training renders;
+        `gradient_checkpointing: auto` decided where the job's GPU memory is known."""
+        return self.arm_finetune_settings(model, task, None)
+
+    def arm_finetune_settings(self, model: str, task: str, arm: dict | None) -> dict:
+        """`finetune_settings` for a fine-tune under a mitigation arm, whose copies count toward its memory."""
+        settings = {**fm_config.finetune_settings(self.cfg, model, task),
+                    "chat_template": self.cfg["models"][model]["chat_template"]}
+        if settings["gradient_checkpointing"] == "auto":
+            settings["gradient_checkpointing"] = self.checkpointing(model, settings, arm)
+        return settings
+
+    def checkpointing(self, model: str, settings: dict, arm: dict | None = None) -> bool | str:
+        """`auto` decided: off on a CPU (a job without GPUs), by the memory estimate where
+        `resources.finetune.gpu_memory_gib` is given, else left to the job (the GPU it gets)."""
+        resources = self.cfg["models"][model]["resources"]["finetune"]
+        if resources["gpu"] == 0:
+            return False
+        if resources["gpu_memory_gib"] is None:
+            return "auto"
+        from ..memory import GIB, fitted
+
+        decided, _ = fitted(self.base_shape(model), settings, True, resources["gpu_memory_gib"] * GIB, arm)
+        return decided["gradient_checkpointing"]
+
+    def base_config(self, model: str):
+        """The base model's transformers config: from its files (a pretrained base) or built from
+        `models.NAME.base.architecture` (the demo's). No weights are read."""
+        base = self.cfg["models"][model]["base"]
+        if base["kind"] == "pretrained":
+            from transformers import AutoConfig
+
+            return AutoConfig.from_pretrained(self.base_files[model]["local"], local_files_only=True)
+        from ..models import demo_config
+
+        return demo_config(base["vocab_size"], base["architecture"])
+
+    def base_shape(self, model: str):
+        """The base model's size (forgetmap.memory.Shape), read once."""
+        if model not in self._shapes:
+            from ..memory import shape
+
+            self._shapes[model] = shape(self.base_config(model))
+        return self._shapes[model]
 
     def score_settings(self, model: str) -> dict:
         """How the model's base and fine-tunes are scored (its chat template) and asked items: plain text

@@ -96,7 +96,8 @@ class MitigationPlan:
         from ..mitigation.knobs import compact
 
         spec = self.arms()[arm]
-        settings = {**self.plan.finetune_settings(model, task), "seed": seed, "arm": {"name": arm, **compact(spec)}}
+        settings = {**self.plan.arm_finetune_settings(model, task, spec), "seed": seed,
+                    "arm": {"name": arm, **compact(spec)}}
         if spec["replay"] == "online":  # the completion runs inside the job: its method's parameters too
             settings["arm"].update(split=self.prediction_split(model, arm, task), task=task,
                                    params=self.cfg["prediction"]["methods"][spec["method"]],

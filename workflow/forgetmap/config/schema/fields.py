@@ -38,4 +38,8 @@ def resources(gpu: int, mem_mb: int, runtime: int, threads: int, what: str) -> d
         "mem_mb": integer(mem_mb, f"memory per {what} job in MB", 1),
         "runtime": integer(runtime, f"wall-clock minutes per {what} job", 1),
         "threads": integer(threads, f"CPU threads per {what} job; torch uses exactly this many", 1),
+        "gpu_memory_gib": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": None,
+                           "description": f"memory of each GPU a {what} job runs on, in GiB (nvidia-smi's MiB / 1024: "
+                                          f"79.6 for an 80 GB H100); given, a job the memory estimate says cannot fit "
+                                          f"is refused when the run is planned; null: not known before the job runs"},
     }, description=f"resources of each {what} job", default={})

@@ -19,12 +19,20 @@ FINETUNE = obj({
                    "description": "cap on passes over the training split (null: no cap)"},
     "max_length": integer(1024, "tokens per training example (left-truncated)", 2),
     "seed": integer(42, "seed of the example order and LoRA init; override per task to vary it", 0),
-    "gradient_checkpointing": {"type": "boolean", "default": False, "description": "trade compute for memory"},
+    "gradient_checkpointing": {"enum": [True, False, "auto"], "default": "auto",
+                               "description": "recompute each layer's activations in the backward pass (about a third "
+                                              "more compute, a fraction of the memory); auto: on only where the "
+                                              "fine-tune would not fit its GPU without it (forgetmap.memory's "
+                                              "estimate against resources.finetune.gpu_memory_gib, else the GPU the "
+                                              "job gets), off on a CPU"},
     "bf16": {"type": "boolean", "default": True, "description": "bf16 autocast on CUDA (ignored on CPU)"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "processes": integer(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
                             "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
                             "resources.finetune.gpu to the same number", 1),
+    "process_group_timeout": integer(60, "processes above 1: minutes a training process waits at a collective "
+                                         "before it gives up (torch's default is 10; rank 0 alone reads the model "
+                                         "before the first and writes the checkpoint before the last)", 1),
     "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"),
                         "auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa"),
     "lora": obj({
