@@ -163,8 +163,7 @@ def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | N
 def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_the_keys(tmp_path, capsys):
     """OLMo-2 13B on one 80 GB GPU cannot fit even with gradient checkpointing (weights, gradients and Adam
     alone are 204 GiB): refused before any job, naming the GPU memory key, the figures and what would fit it;
-    sharded over 8 GPUs with micro-batches of 4 and checkpointing decided on, it plans, and the table is in the
-    log (with 8 of 8 it would not: autocast's unsharded bf16 copy of the weights, 25.5 GiB, stays whole)."""
+    sharded over 8 GPUs with checkpointing decided on, it plans, and the table is in the log."""
     from forgetmap.config import preflight
 
     with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.gpu_memory_gib: finetune \(2 tasks: "
@@ -174,8 +173,7 @@ def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_
                                           r"it over more GPUs \(models.m.finetune.processes with "
                                           r"models.m.resources.finetune.gpu alike\)"):
         preflight.check(planned(tmp_path, "13b", {}, {"gpu": 1, "gpu_memory_gib": 79.6}))
-    plan = planned(tmp_path, "13b", {"processes": 8, "batch_size": 4}, {"gpu": 8, "gpu_memory_gib": 79.6,
-                                                                      "mem_mb": 200000})
+    plan = planned(tmp_path, "13b", {"processes": 8}, {"gpu": 8, "gpu_memory_gib": 79.6, "mem_mb": 200000})
     preflight.check(plan)
     assert plan.finetune_settings("m", "city_qa")["gradient_checkpointing"] is True
     table = capsys.readouterr().err
@@ -199,17 +197,19 @@ def test_checkpointing_is_decided_where_the_gpu_is_known_and_left_to_the_job_whe
     assert chosen.finetune_settings("m", "city_qa")["gradient_checkpointing"] is False  # the user's word stands
 
 
-def test_an_fsdp_job_whose_host_memory_request_is_below_what_rank_0_holds_is_refused(tmp_path):
-    """Four processes fine-tuning 7B: rank 0 reads the whole model in fp32 on the host (27 GiB) beside the
-    processes' own; the schema's 32,000 MB would be killed by the scheduler: refused, naming mem_mb."""
+def test_an_fsdp_job_whose_host_memory_request_is_below_what_it_holds_is_refused(tmp_path):
+    """Four processes fine-tuning 7B hold their own host memory (3 GiB each) and, while rank 0 writes the
+    checkpoint, one 5 GiB file of it (the whole model never: forgetmap.sharded); 16,000 MB would be killed
+    by the scheduler: refused before any job, naming mem_mb and the figure to set; the schema's 32,000 holds."""
     from forgetmap.config import preflight
 
-    plan = planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "gpu_memory_gib": 79.6})
-    with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.mem_mb: value 32000, and finetune "
-                                          r"\(2 tasks: city_qa, ...\) of model 'm' holds 39.2 GiB on the host \(its rank "
-                                          r"0 reads the whole model in fp32, 27.2 GiB, beside 4 processes' own\): set it "
-                                          r"to 45000 or more"):
+    plan = planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "gpu_memory_gib": 79.6, "mem_mb": 16000})
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.mem_mb: value 16000, and finetune "
+                                          r"\(2 tasks: city_qa, ...\) of model 'm' holds 17.0 GiB on the host \(4 "
+                                          r"processes' own, 12 GiB, and one checkpoint file while rank 0 writes it, 5.0 "
+                                          r"GiB\): set it to 20000 or more"):
         preflight.check(plan)
+    preflight.check(planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "gpu_memory_gib": 79.6}))
 
 
 def test_a_job_left_to_decide_checkpointing_decides_on_the_gpu_it_got_and_says_so(tmp_path, monkeypatch, caplog):

@@ -10,9 +10,11 @@ here:
   linearly to the real hidden, key-value and MLP widths, in fp32 and under bf16 autocast; the output
   head's logits per scored token; gradient checkpointing keeps each layer's input and one layer's
   activations;
-- mixed precision: under bf16 autocast every weight is cast once per forward and the copy is kept for the
-  backward pass (2 bytes per parameter, unsharded under FSDP, which all-gathers each block in fp32 too);
-- FSDP: weights, gradients and Adam states sharded over the processes;
+- mixed precision: in one process bf16 autocast casts every weight once per forward and keeps the copy for
+  the backward pass (2 bytes per parameter); FSDP gathers each block in bf16 and frees it after (its
+  mixed-precision policy over fp32 shards), holding two blocks and the root's embeddings and head;
+- FSDP: weights, gradients and Adam states sharded over the processes; the host holds one checkpoint file
+  while rank 0 writes it;
 - LoRA: only the adapters train (their gradients and Adam states); the frozen base is held whole;
 - the arena's copies: KL's frozen reference model, L2-SP's initial weights, EMA's slow weights;
 - scoring with vLLM: its share of the weights and one max-length sequence's key-value cache.
@@ -221,11 +223,15 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
         activations = tokens * (model.layers * per_layer + head)
     if not full:  # each adapter keeps its input (one hidden-width tensor per adapted projection's input)
         activations += tokens * model.layers * 4 * model.hidden
+    fsdp = shards > 1
+    root = model.parameters - model.layers * model.block  # embeddings, output head, final norm: gathered throughout
     terms = {"weights": 4 * model.parameters / shards + 4 * lora,
              "gradients": 4 * trained / shards,
              "adam": 8 * trained / shards,
-             "autocast_copies": 2 * model.parameters if mixed else 0,
-             "fsdp_gathered": 2 * 4 * model.block if shards > 1 else 0,
+             # one process: autocast casts every fp32 weight once per forward and keeps the copy for backward;
+             # FSDP gathers each block in bf16 (its mixed-precision policy) and frees it after: no copies
+             "autocast_copies": 2 * model.parameters if mixed and not fsdp else 0,
+             "fsdp_gathered": (2 * model.block + root) * compute if fsdp else 0,
              "activations": activations}
     if arm.get("kl_base") is not None:
         # a frozen copy (LoRA: the adapter switched off instead), the reference's logits, both log-softmaxes,
@@ -235,10 +241,12 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
         terms["l2_sp_anchor"] = 4 * trained / shards
     if arm.get("ema") is not None:
         terms["ema_weights"] = 4 * trained / shards
-    # the host: each process's own (Python, torch, the CUDA context); under FSDP rank 0 reads the whole model in
-    # fp32 on the CPU to hand out the shards, and gathers it there again to save (one after the other). One
-    # process loads straight onto its GPU, one tensor at a time.
-    host = {"processes": PROCESS_HOST * processes, "rank0_full_weights": 4 * model.parameters if shards > 1 else 0}
+    # the host: each process's own (Python, torch, the CUDA context); each loads one tensor (one slice under
+    # FSDP) at a time, and under FSDP rank 0 writes the checkpoint a file at a time (forgetmap.sharded)
+    from .sharded import MAX_FILE_BYTES
+
+    host = {"processes": PROCESS_HOST * processes,
+            "checkpoint_file": min(MAX_FILE_BYTES, 4 * model.parameters) if fsdp else 0}
     return Need({k: float(v) for k, v in terms.items()}, {k: float(v) for k, v in host.items()})
 
 

@@ -282,46 +282,6 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
         return json.loads((tmp / "train_summary.json").read_text())
 
 
-def _shard(model) -> None:
-    """FSDP (fully_shard) on every transformer block the model names as unsplittable, then the root."""
-    from torch.distributed.fsdp import fully_shard
-
-    blocks = set(getattr(model, "_no_split_modules", None) or [])
-    for module in model.modules():
-        if type(module).__name__ in blocks:
-            fully_shard(module)
-    fully_shard(model)
-
-
-def load_sharded(base_dir: str, device: torch.device, attention: str, rank: int):
-    """The base model sharded over the ranks (full fine-tuning under FSDP), read from disk once: rank 0 loads
-    the weights on the CPU, every rank builds the architecture on the meta device (no memory), shards it,
-    allocates its shards on its device, and receives them from rank 0's copy, tensor by tensor. Buffers
-    (rotary frequencies) are not sharded: rank 0's are broadcast. Returns (model, parameters, class name)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .models import load_model, model_source, n_parameters
-
-    full = load_model(base_dir, torch.device("cpu"), torch.float32, attention) if rank == 0 else None
-    source, kwargs = model_source(base_dir)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, **kwargs),
-                                                 attn_implementation=attention, dtype=torch.float32)
-    parameters, architecture = n_parameters(model), type(model).__name__
-    _shard(model)
-    model.to_empty(device=device)
-    state = full.state_dict() if full is not None else {}
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
-    buffers = dict(full.named_buffers()) if full is not None else {}
-    for name, buffer in model.named_buffers():
-        if full is not None:
-            buffer.copy_(buffers[name])
-        dist.broadcast(buffer, src=0)
-    del full, state
-    return model, parameters, architecture
-
-
 def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
                   replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
@@ -341,13 +301,17 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
         torch.cuda.set_device(device)
     tokenizer = load_tokenizer(base_dir)
-    # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs,
-    # and flash-attention 2 (which needs half precision) runs inside that autocast
+    # weights stay fp32 for training; bf16 comes from autocast, as the paper's HF Trainer bf16 runs, and
+    # flash-attention 2 (which needs half precision) runs inside that autocast; under FSDP the blocks are
+    # also gathered in bf16 (its mixed-precision policy), so no unsharded copy outlives its block
     compute_dtype = torch.bfloat16 if device.type == "cuda" and settings["bf16"] else torch.float32
     attention = pick_attention(settings["attention"], device, compute_dtype)
     examples = training_examples(tokenizer, task_path, settings["chat_template"], settings["max_length"])
-    if world > 1:
-        model, parameters, architecture = load_sharded(base_dir, device, attention, rank)
+    if world > 1:  # FSDP: each rank reads its own rows; bf16 on a GPU is FSDP's policy over fp32 shards
+        from .sharded import load_sharded
+
+        model, parameters, architecture = load_sharded(base_dir, device, attention, rank, world,
+                                                       compute_dtype == torch.bfloat16)
     else:
         model = load_model(base_dir, device, torch.float32, attention)
         if settings["method"] == "lora":
@@ -358,16 +322,13 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
                     into / "train_log.jsonl" if rank == 0 else None, hooks=arm_hooks(settings))
     summary.update(arm_summary)
-    state = None
-    if world > 1:  # every rank takes part in gathering the full weights; rank 0 writes them
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    if world > 1:  # every rank gathers each weight in turn; rank 0 writes them file by file
+        from .sharded import save_sharded
 
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        save_sharded(model, into, architecture, rank)
+    elif rank == 0:
+        model.save_pretrained(into)
     if rank == 0:
-        model.save_pretrained(into, state_dict=state)
-        if world > 1:  # FSDP swapped in a subclass; the checkpoint names the model's own class
-            model.config.architectures = [architecture]
-            model.config.save_pretrained(into)
         if settings["method"] == "lora":
             write_pointer(into, str(base_dir))
         tokenizer.save_pretrained(into)

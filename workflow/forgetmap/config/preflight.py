@@ -9,7 +9,8 @@ loading them shows, once, in the Snakemake process that plans the run:
 - LoRA `target_modules` name modules the architecture has (read from its config, no weights loaded);
 - on a local run, no rule asks for more GPUs than the machine has (a job would wait on a lock or fail);
 - every fine-tune on GPUs fits them, by forgetmap.memory's estimate, where their memory is configured, and
-  its host memory request holds what FSDP's rank 0 keeps on the host; the estimates are printed as a table.
+  its host memory request holds its processes and the checkpoint file being written; the estimates are
+  printed as a table.
 """
 
 from __future__ import annotations
@@ -220,11 +221,12 @@ def check_memory(plan) -> None:
                 f"{'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the allocator), and each GPU has "
                 f"{row['gpu'] / GIB:g} GiB: shard it over more GPUs ({row['key']}.processes with {where}.gpu alike), "
                 f"lower {row['key']}.batch_size or max_length, or train LoRA adapters ({row['key']}.method: lora)")
-        if need.host.get("rank0_full_weights") and row["mem_mb"] * 2**20 < need.host_total:
+        if row["mem_mb"] * 2**20 < need.host_total * OVERHEAD:
             raise ConfigError(
                 f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {model!r} holds "
-                f"{need.host_total / GIB:.1f} GiB on the host (its rank 0 reads the whole model in fp32, "
-                f"{need.host['rank0_full_weights'] / GIB:.1f} GiB, beside {row['processes']} processes' own): set it to "
+                f"{need.host_total / GIB:.1f} GiB on the host ({row['processes']} processes' own, "
+                f"{need.host['processes'] / GIB:.0f} GiB, and one checkpoint file while rank 0 writes it, "
+                f"{need.host['checkpoint_file'] / GIB:.1f} GiB): set it to "
                 f"{math.ceil(need.host_total * OVERHEAD / 2**20 / 1000) * 1000} or more")
 
 

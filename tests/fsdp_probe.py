@@ -1,0 +1,37 @@
+"""One FSDP rank (torchrun, gloo) that loads a checkpoint sharded, saves it back file by file, and records
+the host memory each step held above where it began (tests/unit/test_sharded.py runs two of it)."""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from peaks import peak_bytes  # noqa: E402
+
+from forgetmap.sharded import load_sharded, save_sharded  # noqa: E402
+
+
+def main(base: str, into: str, max_file_bytes: int, results: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    import gc
+
+    warm, _, _ = load_sharded(base, torch.device("cpu"), "sdpa", rank, world)  # imports and caches, first
+    del warm
+    gc.collect()
+    with peak_bytes() as loading:
+        model, _, architecture = load_sharded(base, torch.device("cpu"), "sdpa", rank, world)
+    dist.barrier()
+    with peak_bytes() as saving:
+        save_sharded(model, Path(into), architecture, rank, max_file_bytes)
+    Path(f"{results}.{rank}").write_text(json.dumps({"load": loading["peak"], "save": saving["peak"]}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
