@@ -221,7 +221,7 @@ def check_memory(plan) -> None:
                 f"{'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the allocator), and each GPU has "
                 f"{row['gpu'] / GIB:g} GiB: shard it over more GPUs ({row['key']}.processes with {where}.gpu alike), "
                 f"lower {row['key']}.batch_size or max_length, or train LoRA adapters ({row['key']}.method: lora)")
-        if row["mem_mb"] * 2**20 < need.host_total * OVERHEAD:
+        if need.host["checkpoint_file"] and row["mem_mb"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
             raise ConfigError(
                 f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {model!r} holds "
                 f"{need.host_total / GIB:.1f} GiB on the host ({row['processes']} processes' own, "
