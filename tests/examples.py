@@ -31,7 +31,7 @@ TULU_SUBSETS = ["open_orca", "oasst1", "lima", "code_alpaca", "gpt4_alpaca", "co
                 "science.qasper_truncated_4000", "flan_v2", "sharegpt", "hard_coded", "wizardlm"]
 DOLLY_CATEGORIES = ["brainstorming", "closed_qa", "information_extraction", "classification", "open_qa",
                     "general_qa", "creative_writing", "summarization"]
-ARCHITECTURES = {"allenai/OLMo-1B-hf": "olmo", "EleutherAI/pythia-1b": "gpt_neox"}
+ARCHITECTURES = {"allenai/OLMo-1B-hf": "olmo", "EleutherAI/pythia-1b": "gpt_neox", "allenai/OLMo-2-1124-7B": "olmo2"}
 
 
 def tulu_rows(per_subset: int, subsets=TULU_SUBSETS) -> list[dict]:
@@ -132,8 +132,10 @@ def miniature(cfg: dict, workdir: Path) -> None:
     cfg["shard_size"] = 12
     cfg["prediction"].update(k=4, seeds=2, budget=3)
     cfg["prediction"]["probe_evaluation"] = {"ks": [2, 4], "draws": 2}
-    cfg["mitigation"]["heldout"] = 4
-    for arm in cfg["mitigation"]["arms"].values():
+    mitigation = cfg.get("mitigation") or {"arms": {}}
+    if "heldout" in mitigation:
+        mitigation["heldout"] = 4
+    for arm in mitigation["arms"].values():
         if "probes" in arm:
             arm["probes"] = 3
         if arm.get("ratio"):
@@ -141,6 +143,9 @@ def miniature(cfg: dict, workdir: Path) -> None:
     for model in cfg["models"].values():
         model["finetune"].update(steps=3, batch_size=2, grad_accum=1, lr=1e-3, warmup_steps=1, max_length=48,
                                  gradient_checkpointing=False)
+        if model["finetune"].get("processes", 1) > 1:  # FSDP rehearsed by two gloo processes on the CPU
+            model["finetune"]["processes"] = 2
+        model["score"]["backend"] = "torch"  # vLLM runs in its own environment (tests/vllm_cpu)
         model["score"].update(token_budget=512, max_length=48)
         model["correlations"] = {"dim": 16, "max_task_examples": 4, "max_length": 48, "batch_size": 8,
                                  "device": "cpu"}

@@ -166,3 +166,29 @@ def test_under_the_slurm_profile_a_job_goes_to_the_gpu_partition_exactly_when_it
         assert "--nodes=1" in call, call  # a 4-GPU fine-tune's processes on one node
     finetune = next(sbatch_call(r, res) for r, _, res in jobs if r == "finetune")
     assert "--gpus=4" in finetune and "-p gpu" in finetune and "--ntasks" not in finetune
+
+
+def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_path):
+    """config/examples/olmo2-7b.yaml at paper scale, its base's real config.json in the hub cache (OLMo-2 7B's
+    widths: planning reads no weights): 85 four-GPU fine-tunes and vLLM scoring on one node each, and the
+    memory table in the dry run's log: each process needs about 33 GiB of its 47.5 GiB A6000 with gradient
+    checkpointing, which `auto` turns on (without it, 50 GiB), and the host 17 GiB of the 64,000 MB asked."""
+    import json
+
+    workdir = make_workdir(tmp_path)
+    config_path = example_config(workdir, "olmo2-7b", n_upstream=20_000)
+    snapshot = next((workdir / "hub").glob("models--allenai--OLMo-2-1124-7B/snapshots/*"))
+    config = json.loads((snapshot / "config.json").read_text())
+    config.update(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=32, max_position_embeddings=4096, vocab_size=100352, tie_word_embeddings=False)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    proc = snakemake(workdir, "--dry-run", "--profile", "profiles/slurm", "--configfile", str(config_path),
+                     env={"HF_HUB_CACHE": str(workdir / "hub")})
+    jobs = jobs_printed(proc.stdout + proc.stderr)
+    counts = by_rule([(rule, wildcards) for rule, wildcards, _ in jobs])
+    assert {resources["nodes"] for rule, _, resources in jobs if rule == "finetune"} == {"1"}
+    assert counts["finetune"] == 85 and counts["score"] == 86 * 2
+    line = next(l for l in (proc.stdout + proc.stderr).splitlines() if "finetune (85 tasks" in l)
+    fields = line.split()
+    assert fields[0] == "olmo2-7b" and fields[-6:-4] == ["4", "on"], line
+    assert 30 < float(fields[-4]) < 40 and fields[-3] == "47.5" and fields[-2] == "17.0" and fields[-1] == "64000"

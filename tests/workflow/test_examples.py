@@ -1,5 +1,6 @@
 """The shipped example configs, run end to end in miniature: the same files, with tiny stand-ins of
-their base models (OLMo, GPTNeoX) under the configs' own hub ids, their data in the formats they expect
+their base models (OLMo, GPTNeoX, OLMo-2) under the configs' own hub ids (OLMo-2 7B's four FSDP processes
+as two gloo processes), their data in the formats they expect
 (a corpus without items, FLAN json files, Tulu and Dolly as Hugging Face datasets), and only paths, sizes,
 steps and a few tasks overridden."""
 
@@ -15,7 +16,7 @@ from helpers import library_warnings, make_workdir, snakemake
 pytestmark = pytest.mark.workflow
 
 
-@pytest.fixture(scope="module", params=["olmo-1b", "pythia-1b"])
+@pytest.fixture(scope="module", params=["olmo-1b", "pythia-1b", "olmo2-7b"])
 def finished(request, tmp_path_factory):
     workdir = make_workdir(tmp_path_factory.mktemp(request.param) / "wf")
     config = example_config(workdir, request.param, scale="mini")
@@ -31,8 +32,11 @@ def test_the_example_config_builds_every_target_without_a_traceback(finished):
     tasks = list(matrix.columns[3:])
     assert {"oasst1", "science", "brainstorming", "closed_qa"} <= set(tasks)  # hf tasks, one per Dolly category
     assert np.isfinite(matrix[tasks].to_numpy()).all()
-    for name in ("summary.tsv", "tests.tsv"):
+    for name in ("summary.tsv", "tests.tsv") if cfg.get("mitigation") else ():
         assert (workdir / f"results/{model}/mitigation/{name}").exists()
+    if cfg["models"][model]["finetune"].get("processes", 1) > 1:  # olmo2-7b: every fine-tune FSDP-sharded
+        log = (workdir / f"results/logs/{model}/finetune/oasst1.log").read_text()
+        assert "launching 2 FSDP training processes" in log
     assert (workdir / f"results/{model}/prediction/scores.tsv").exists()
     assert "Traceback" not in (workdir / "run.out").read_text() and library_warnings(workdir) == []
     assert not (workdir / f"results/{model}/checkpoints").exists() or not any(
