@@ -235,3 +235,18 @@ def test_a_job_left_to_decide_checkpointing_decides_on_the_gpu_it_got_and_says_s
         assert f"gradient checkpointing {'on' if expected else 'off'}: the fine-tune needs" in caplog.text
         caplog.clear()
     assert checkpointing(model, {**settings, "gradient_checkpointing": True}, torch.device("cpu")) is True
+
+
+def test_a_fine_tunes_memory_request_is_the_estimate_where_the_config_leaves_it_unset(tmp_path):
+    """resources.finetune.mem_mb null (the default): the job asks for its estimated host memory, 10 % added:
+    four FSDP processes of 7B hold 17 GiB (20,000 MB asked); a CPU fine-tune holds the whole of it there; a
+    configured value stands."""
+    from forgetmap.config import preflight
+
+    fsdp = planned(tmp_path, "7b", {"processes": 4}, {"gpu": 4, "gpu_memory_gib": 79.6})
+    assert fsdp.cfg["models"]["m"]["resources"]["finetune"]["mem_mb"] is None
+    assert fsdp.resource("m", "finetune", "mem_mb") == 20000
+    preflight.check(fsdp)  # the estimate holds what the check asks
+    cpu = planned(tmp_path, "7b", {}, {"gpu": 0})
+    assert cpu.resource("m", "finetune", "mem_mb") > 200000  # 7B's weights, gradients, Adam and activations
+    assert planned(tmp_path, "7b", {}, {"gpu": 0, "mem_mb": 5000}).resource("m", "finetune", "mem_mb") == 5000

@@ -167,9 +167,10 @@ def memory_rows(plan, model: str) -> list[dict]:
 
     spec = plan.cfg["models"][model]
     resources = spec["resources"]["finetune"]
-    if resources["gpu"] == 0 or not plan.finetuned[model]:
+    if not plan.finetuned[model]:
         return []
-    gpu = resources["gpu_memory_gib"] * GIB if resources["gpu_memory_gib"] is not None else None
+    cuda = resources["gpu"] > 0
+    gpu = resources["gpu_memory_gib"] * GIB if resources["gpu_memory_gib"] is not None and cuda else None
     kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
     for task in plan.finetuned[model]:
         settings = fm_finetune(plan, model, task)
@@ -184,13 +185,21 @@ def memory_rows(plan, model: str) -> list[dict]:
     shape = plan.base_shape(model)
     for label, settings, arm, key, tasks in kinds.values():
         job = f"{label} ({len(tasks)} task{'s' if len(tasks) > 1 else ''}: {tasks[0]}{', ...' if len(tasks) > 1 else ''})"
-        decided, need = fitted(shape, settings, True, gpu, arm)
-        undecided = settings["gradient_checkpointing"] == "auto" and gpu is None  # the job decides on its GPU
+        decided, need = fitted(shape, settings, cuda, gpu, arm)
+        undecided = settings["gradient_checkpointing"] == "auto" and cuda and gpu is None  # the job decides
         rows.append({"model": model, "job": job, "key": key, "processes": settings["processes"],
                      "checkpointing": "auto" if undecided else decided["gradient_checkpointing"], "need": need,
-                     "gpu": gpu,
-                     "mem_mb": resources["mem_mb"]})
+                     "gpu": gpu, "cuda": cuda, "mem_mb": resources["mem_mb"]})
     return rows
+
+
+def host_request(plan, model: str) -> int:
+    """A fine-tune job's mem_mb from the estimate (the largest of its kinds): on GPUs its host memory, on a
+    CPU the whole fine-tune and the process's own; 10 % added, in thousands of MB, at least 4,000."""
+    from ..memory import OVERHEAD
+
+    needs = [row["need"].host_total + (0 if row["cuda"] else row["need"].device) for row in memory_rows(plan, model)]
+    return max(4000, math.ceil(max(needs, default=0) * OVERHEAD / 2**20 / 1000) * 1000)
 
 
 def fm_finetune(plan, model: str, task: str) -> dict:
@@ -207,7 +216,9 @@ def check_memory(plan) -> None:
 
     from ..memory import GIB, OVERHEAD
 
-    rows = [row for model in plan.computed for row in memory_rows(plan, model)]
+    rows = [row for model in plan.computed for row in memory_rows(plan, model) if row["cuda"]]
+    for row in rows:
+        row["requested"] = plan.resource(row["model"], "finetune", "mem_mb")
     if rows:
         print(memory_table(rows), file=sys.stderr)
     for row in rows:
@@ -221,7 +232,7 @@ def check_memory(plan) -> None:
                 f"{'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the allocator), and each GPU has "
                 f"{row['gpu'] / GIB:g} GiB: shard it over more GPUs ({row['key']}.processes with {where}.gpu alike), "
                 f"lower {row['key']}.batch_size or max_length, or train LoRA adapters ({row['key']}.method: lora)")
-        if need.host["checkpoint_file"] and row["mem_mb"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
+        if need.host["checkpoint_file"] and row["requested"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
             raise ConfigError(
                 f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {model!r} holds "
                 f"{need.host_total / GIB:.1f} GiB on the host ({row['processes']} processes' own, "
@@ -242,5 +253,5 @@ def memory_table(rows: list[dict]) -> str:
         checkpointing = {True: "on", False: "off"}.get(row["checkpointing"], str(row["checkpointing"]))
         lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5} {checkpointing:>5} "
                      f"{row['need'].device / GIB:>8.1f} {gpu:>7} {row['need'].host_total / GIB:>8.1f} "
-                     f"{row['mem_mb']:>7}")
+                     f"{row['requested']:>7}{'' if row['mem_mb'] is not None else ' (estimated)'}")
     return "\n".join(lines)

@@ -39,6 +39,7 @@ class Plan:
 
         self.cfg = cfg = fm_config.resolve(config)
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
+        self._host_requests: dict = {}  # fine-tunes' estimated mem_mb, where the config leaves it null
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -380,8 +381,15 @@ class Plan:
     # --- resources -----------------------------------------------------------------------------------
 
     def resource(self, model: str, stage: str, key: str, attempt: int = 1):
-        """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time)."""
+        """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time); a
+        fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate."""
         value = self.cfg["models"][model]["resources"][stage][key]
+        if value is None and key == "mem_mb":
+            if model not in self._host_requests:
+                from ..config.preflight import host_request
+
+                self._host_requests[model] = host_request(self, model)
+            return self._host_requests[model]
         return value * attempt if key == "runtime" else value
 
     # --- targets -------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ MODEL = obj({
     "score": SCORE,
     "resources": obj({
         "base": resources(0, 4000, 60, 1, "base-model"),
-        "finetune": resources(1, 32000, 240, 4, "fine-tuning"),
+        "finetune": resources(1, None, 240, 4, "fine-tuning"),
         "score": resources(1, 16000, 60, 4, "scoring"),
         "semantic": resources(1, 16000, 60, 4, "semantic-similarity (MiniLM embedding)"),
         "gradient": resources(1, 32000, 240, 4, "gradient-similarity (per-example gradients)"),
