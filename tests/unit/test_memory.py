@@ -250,3 +250,41 @@ def test_a_fine_tunes_memory_request_is_the_estimate_where_the_config_leaves_it_
     cpu = planned(tmp_path, "7b", {}, {"gpu": 0})
     assert cpu.resource("m", "finetune", "mem_mb") > 200000  # 7B's weights, gradients, Adam and activations
     assert planned(tmp_path, "7b", {}, {"gpu": 0, "mem_mb": 5000}).resource("m", "finetune", "mem_mb") == 5000
+
+
+@pytest.mark.skipif(__import__("peaks").LIBC is None, reason="needs glibc's mallinfo2 (2.33 or later)")
+def test_an_fsdp_fine_tunes_estimate_is_within_its_stated_ratio_of_each_ranks_peak(tmp_path):
+    """Two gloo processes (torchrun) train a Llama stand-in two steps, weights leading: each rank holds half
+    the weights, gradients and Adam states, the gathered blocks and root, and a whole micro-batch's
+    activations; its peak is within 0.9-1.2 of `finetune_need` with processes 2."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from forgetmap.config.schema import FINETUNE, with_defaults
+    from forgetmap.memory import finetune_need, shape
+    from standins import TULU_TEMPLATE, sentences
+
+    model = save_standin(tmp_path / "model", "llama", TULU_TEMPLATE, width=768, max_positions=256, vocab_size=2000)
+    texts = sentences(384, seed=3)
+    long = [" ".join(texts[i:i + 12]) for i in range(0, 384, 12)]
+    task = tmp_path / "task.parquet"
+    pd.DataFrame({"prompt": [t[:40] for t in long], "response": long, "split": "train"}).to_parquet(task)
+    settings = with_defaults(FINETUNE, {"steps": 2, "batch_size": 1, "max_length": 16, "lr": 1e-4, "warmup_steps": 0,
+                                        "device": "cpu", "max_epochs": None, "processes": 2})
+    settings["chat_template"] = "tokenizer"
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tests / "fsdp_probe.py"), "train", str(model), str(task), json.dumps(settings),
+                           str(tmp_path / "peaks")], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    need = finetune_need(shape(model), settings, cuda=False)
+    for rank in (0, 1):
+        peak = json.loads((tmp_path / f"peaks.{rank}").read_text())["train"]
+        print(f"rank {rank}: measured {peak / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
+        assert 0.9 <= peak / need.device <= 1.2, (rank, peak / 2**20, need.terms)
