@@ -288,3 +288,19 @@ def test_an_fsdp_fine_tunes_estimate_is_within_its_stated_ratio_of_each_ranks_pe
         peak = json.loads((tmp_path / f"peaks.{rank}").read_text())["train"]
         print(f"rank {rank}: measured {peak / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
         assert 0.9 <= peak / need.device <= 1.2, (rank, peak / 2**20, need.terms)
+
+
+def test_a_vllm_scored_model_whose_engine_cannot_fit_its_score_gpus_is_refused_at_planning(tmp_path):
+    """13B in bf16 on one 24 GiB GPU (0.85 of it for vLLM): its weights alone are 25.5 GiB; refused before any
+    job, naming the score job's GPU memory key and the GPUs that would fit; two GPUs plan."""
+    from forgetmap.config import preflight
+
+    plan = planned(tmp_path, "13b", {}, {"gpu": 0})
+    plan.cfg["models"]["m"]["score"]["backend"] = "vllm"
+    plan.cfg["models"]["m"]["resources"]["score"].update(gpu=1, gpu_memory_gib=24)
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.score.gpu_memory_gib \(24 GiB\): the model "
+                                          r"does not fit the GPUs the job claims: its 13.72B parameters in bfloat16 "
+                                          r".*claim 2 GPUs or more"):
+        preflight.check(plan)
+    plan.cfg["models"]["m"]["resources"]["score"]["gpu"] = 2
+    preflight.check(plan)

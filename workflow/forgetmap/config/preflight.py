@@ -239,6 +239,31 @@ def check_memory(plan) -> None:
                 f"{need.host['processes'] / GIB:.0f} GiB, and one checkpoint file while rank 0 writes it, "
                 f"{need.host['checkpoint_file'] / GIB:.1f} GiB): set it to "
                 f"{math.ceil(need.host_total * OVERHEAD / 2**20 / 1000) * 1000} or more")
+    for model in plan.computed:
+        check_engine(plan, model)
+
+
+def check_engine(plan, model: str) -> None:
+    """A vLLM-scored model whose score jobs' GPU memory is configured: the engine's weights and one
+    max-length sequence's cache fit the share `score.gpu_memory_utilization` asks of each GPU (what the job
+    checks again on the GPU it gets)."""
+    from ..errors import ForgetmapError
+    from ..memory import GIB, check_engine_fits
+
+    spec = plan.cfg["models"][model]
+    resources = spec["resources"]["score"]
+    if spec["score"]["backend"] != "vllm" or not resources["gpu"] or resources["gpu_memory_gib"] is None:
+        return
+    config = plan.base_config(model).get_text_config()
+    positions = getattr(config, "max_position_embeddings", None) or spec["score"]["max_length"] + 1
+    max_model_len = min(spec["score"]["max_length"] + 1, positions)
+    dtype = "bfloat16" if spec["score"]["dtype"] == "auto" else spec["score"]["dtype"]
+    try:
+        check_engine_fits(plan.base_shape(model), dtype, max_model_len, resources["gpu"],
+                          spec["score"]["gpu_memory_utilization"], resources["gpu_memory_gib"] * GIB,
+                          f"models.{model}.resources.score.gpu_memory_gib ({resources['gpu_memory_gib']:g} GiB)")
+    except ForgetmapError as exc:
+        raise ConfigError(f"config key {exc}") from None
 
 
 def memory_table(rows: list[dict]) -> str:
