@@ -304,3 +304,17 @@ def test_a_vllm_scored_model_whose_engine_cannot_fit_its_score_gpus_is_refused_a
         preflight.check(plan)
     plan.cfg["models"]["m"]["resources"]["score"]["gpu"] = 2
     preflight.check(plan)
+
+
+def test_a_tied_output_head_is_counted_once():
+    """The demo's Llama ties its output head to the input embedding (as OLMo-1B does): the meta-device count
+    equals the loaded model's parameters, the head not counted twice."""
+    from transformers import AutoModelForCausalLM
+
+    from forgetmap.memory import shape
+    from forgetmap.models import demo_config
+
+    config = demo_config(300, {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2,
+                               "max_position_embeddings": 128})
+    assert config.tie_word_embeddings
+    assert shape(config).parameters == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())

@@ -61,7 +61,9 @@ def _meta_model(config):
     from transformers import AutoModelForCausalLM
 
     with init_empty_weights():
-        return AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config)
+    model.tie_weights()  # a tied output head is the input embedding (the meta build leaves the two apart)
+    return model
 
 
 def _dims(config) -> tuple[int, int, int, int, int]:
