@@ -125,7 +125,12 @@ def miniature(cfg: dict, workdir: Path) -> None:
                 path.write_text(json.dumps(flan_records(n, seed=10 * i + n)))
         cfg["prediction"]["splits"]["id"]["test"] = test
     keep = {"oasst1", "lima", "science", "dolly", "flan"}  # an exact and a glob filter; Dolly's column; FLAN's glob
+    if any(m["finetune"].get("processes", 1) > 1 for m in cfg["models"].values()):
+        keep = {"oasst1", "flan"}  # FSDP's fine-tunes are what this config adds: the task formats are olmo-1b's
     cfg["tasks"] = {k: v for k, v in cfg["tasks"].items() if k in keep}
+    categories = {t["category"] for t in cfg["tasks"].values()}
+    cfg["prediction"]["splits"] = {name: split for name, split in cfg["prediction"]["splits"].items()
+                                   if split.get("test_category") in (None, *categories)}
     for split in cfg["prediction"]["splits"].values():
         if split.get("test"):
             split["test"] = [t for t in split["test"] if t in cfg["tasks"] or t.endswith("_10templates")] or ["lima"]

@@ -69,10 +69,8 @@ def gpu_config():
 
 
 @pytest.fixture(scope="module")
-def local_matrix(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("local") / "wf")
-    snakemake(workdir, MATRIX)
-    return ForgettingMatrix.read(workdir / MATRIX)
+def local_matrix(tiny_run):
+    return ForgettingMatrix.read(tiny_run / MATRIX)  # the session's shared local run (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

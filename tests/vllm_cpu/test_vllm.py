@@ -96,7 +96,7 @@ def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_fir
     path: documents, chat examples, items asked in their own format). Its model's 16-dimension heads are
     which vLLM's CPU attention lacks (an engine starts on them and dies at its first step): the job refuses
     before starting one, naming the sizes it has, and writes nothing. With one 32-dimension head the job runs, and its scores equal the torch backend's."""
-    from helpers import clone_workdir, make_workdir, tiny_config, write_config
+    from helpers import make_workdir, tiny_config, write_config
 
     config = tiny_config()
     config["models"]["tiny"]["score"]["backend"] = "vllm"
@@ -118,12 +118,12 @@ def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_fir
     assert "Traceback" not in proc.stdout + proc.stderr + log
     summary = json.loads(next(line for line in reversed(log.splitlines()) if line.startswith("{")))
     assert summary["asked"] == "item" and summary["items"] > 0
-    torch_run = clone_workdir(workdir, tmp_path / "torch")
-    config["models"]["tiny"]["score"]["backend"] = "torch"
-    write_config(torch_run, config)
-    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=torch_run)
-    assert proc.returncode == 0 and "base_model" not in proc.stdout + proc.stderr  # only the score job reran
-    mine, theirs = pd.read_parquet(workdir / target), pd.read_parquet(torch_run / target)
+    from forgetmap.plan import Plan
+
+    planned = Plan(config).score_settings("tiny")  # what the score job was given, on the torch backend
+    shard = workdir / "results/data/upstream/demo/shard-0.parquet"
+    theirs = torch_scored(tmp_path, workdir / "results/tiny/base", shard, {**planned, "backend": "torch"}, "torch")
+    mine = pd.read_parquet(workdir / target)
     np.testing.assert_allclose(mine["nll"], theirs["nll"], rtol=0, atol=2e-5)
     assert mine["n_tokens"].tolist() == theirs["n_tokens"].tolist()
     items = theirs["correct"].notna()

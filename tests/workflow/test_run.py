@@ -27,11 +27,8 @@ MATRIX_ARMS = {"replay_selection": 1, "arm_run": 2}
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("run") / "wf")
-    proc = snakemake(workdir)
-    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
-    return workdir
+def finished(tiny_run):
+    return tiny_run
 
 
 def test_a_successful_run_prints_no_traceback_exception_or_warning(finished):

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 
-from .errors import ForgetmapError
+from .errors import LOG_FORMAT, ForgetmapError
 
 log = logging.getLogger("forgetmap")
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     """The `forgetmap` command: parse, claim the job's GPUs, run the command, print its summary as JSON."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+                        format=LOG_FORMAT, stream=sys.stderr)
     try:
         if getattr(args, "gpus", None) is not None:  # claim the job's GPUs (0: it sees none)
             from .devices import claim_gpus

@@ -1,4 +1,7 @@
-"""The errors forgetmap raises for bad input: each names what is wrong and where."""
+"""The errors forgetmap raises for bad input: each names what is wrong and where; and the one format of its
+log records (every job's process and every training process under torchrun write it)."""
+
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 
 
 class ForgetmapError(Exception):

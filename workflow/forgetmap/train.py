@@ -355,7 +355,9 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", default=None)
     parser.add_argument("--token-losses", default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    from .errors import LOG_FORMAT
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)  # as every job logs
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from datetime import timedelta
 
