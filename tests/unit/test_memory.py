@@ -47,7 +47,8 @@ def test_the_paper_olmo2_models_are_sized_from_their_configs(tmp_path):
     from forgetmap.memory import shape
 
     seven, thirteen = shape(olmo2_config(tmp_path, "7b")), shape(olmo2_config(tmp_path, "13b"))
-    assert seven.parameters == pytest.approx(7.30e9, rel=2e-3) and thirteen.parameters == pytest.approx(13.72e9, rel=2e-3)
+    assert seven.parameters == pytest.approx(7.30e9, rel=2e-3)
+    assert thirteen.parameters == pytest.approx(13.72e9, rel=2e-3)
     assert seven.kv_bytes_per_token(2) == 2 * 32 * 32 * 128 * 2 and thirteen.head_dim == 128
 
 
@@ -229,7 +230,8 @@ def test_a_job_left_to_decide_checkpointing_decides_on_the_gpu_it_got_and_says_s
     assert settings["gradient_checkpointing"] == "auto"
     assert checkpointing(model, settings, torch.device("cpu")) is False
     for total, expected in ((2**20, True), (80 * 2**30, False)):
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, t=total: SimpleNamespace(total_memory=t))
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda device, t=total: SimpleNamespace(total_memory=t))
         with caplog.at_level(logging.INFO, logger="forgetmap.train"):
             assert checkpointing(model, settings, torch.device("cuda", 0)) is expected
         assert f"gradient checkpointing {'on' if expected else 'off'}: the fine-tune needs" in caplog.text

@@ -264,7 +264,8 @@ def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:
     return settings.get("method", "full"), lora.get("r", 0), list(lora.get("target_modules") or [])
 
 
-def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None, arm: dict | None = None) -> tuple[dict, Need]:
+def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None,
+           arm: dict | None = None) -> tuple[dict, Need]:
     """The fine-tune's settings with `gradient_checkpointing: auto` decided, and its memory: off on a CPU or
     where the GPU's memory is unknown (None) or holds the fine-tune without it (with `OVERHEAD`), else on."""
     method, rank, targets = arm_lora(settings, arm)

@@ -159,8 +159,8 @@ def check_gpus(plan) -> None:
 
 
 def memory_rows(plan, model: str) -> list[dict]:
-    """The model's fine-tune jobs on GPUs, one row per distinct kind (a task's settings, each arm): what one
-    of its processes needs of its GPU and what the job needs of the host (forgetmap.memory)."""
+    """The model's fine-tune jobs, one row per distinct kind (a task's settings, each arm): what one of its
+    processes needs of its device (`cuda`: a GPU) and what the job needs of the host (forgetmap.memory)."""
     import json
 
     from ..memory import GIB, fitted
@@ -173,18 +173,19 @@ def memory_rows(plan, model: str) -> list[dict]:
     gpu = resources["gpu_memory_gib"] * GIB if resources["gpu_memory_gib"] is not None and cuda else None
     kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
     for task in plan.finetuned[model]:
-        settings = fm_finetune(plan, model, task)
+        settings = configured_finetune(plan, model, task)
         kind = kinds.setdefault(json.dumps({k: v for k, v in settings.items() if k != "seed"}, sort_keys=True),
                                 ["finetune", settings, None, f"models.{model}.finetune", []])
         kind[4].append(task)
     arm_tasks = plan.mitigation.tasks(model)
     for name, arm in plan.cfg["mitigation"]["arms"].items() if arm_tasks else ():
-        kinds[f"arm {name}"] = [f"arm {name}", fm_finetune(plan, model, arm_tasks[0]), arm, f"mitigation.arms.{name}",
-                                arm_tasks]
+        kinds[f"arm {name}"] = [f"arm {name}", configured_finetune(plan, model, arm_tasks[0]), arm,
+                                f"mitigation.arms.{name}", arm_tasks]
     rows = []
     shape = plan.base_shape(model)
     for label, settings, arm, key, tasks in kinds.values():
-        job = f"{label} ({len(tasks)} task{'s' if len(tasks) > 1 else ''}: {tasks[0]}{', ...' if len(tasks) > 1 else ''})"
+        more = len(tasks) > 1
+        job = f"{label} ({len(tasks)} task{'s' if more else ''}: {tasks[0]}{', ...' if more else ''})"
         decided, need = fitted(shape, settings, cuda, gpu, arm)
         undecided = settings["gradient_checkpointing"] == "auto" and cuda and gpu is None  # the job decides
         rows.append({"model": model, "job": job, "key": key, "processes": settings["processes"],
@@ -202,7 +203,7 @@ def host_request(plan, model: str) -> int:
     return max(4000, math.ceil(max(needs, default=0) * OVERHEAD / 2**20 / 1000) * 1000)
 
 
-def fm_finetune(plan, model: str, task: str) -> dict:
+def configured_finetune(plan, model: str, task: str) -> dict:
     """A task's fine-tuning settings as configured (`gradient_checkpointing` not yet decided)."""
     from .views import finetune_settings
 
