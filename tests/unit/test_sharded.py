@@ -36,6 +36,7 @@ def test_two_ranks_load_and_save_a_checkpoint_holding_a_fraction_of_it_each(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         peaks = json.loads((tmp_path / f"peaks.{rank}").read_text())
+        print(f"rank {rank}: loading {peaks['load'] / size:.2f}, saving {peaks['save'] / size:.2f} of the model")
         assert peaks["load"] <= 0.6 * size and peaks["save"] <= 0.4 * size, (rank, peaks, size)
     files = sorted(p.name for p in (tmp_path / "out").glob("model-*.safetensors"))
     assert len(files) >= 4 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
