@@ -49,11 +49,11 @@ def test_the_default_demo_carries_a_small_arena_in_one_job_per_arm_and_task(tmp_
 
 def test_gpu_resources_come_from_the_config(tmp_path):
     cfg = edited(tiny_config(), lambda c: (c["models"]["tiny"]["resources"].update(
-        finetune={"gpu": 2, "mem_mb": 1234, "runtime": 77, "threads": 1}),
+        finetune={"gpu": 2, "mem_mb": 12345, "runtime": 77, "threads": 1}),  # two processes: 6 GiB of their own
         c["models"]["tiny"]["finetune"].update(processes=2), c.pop("mitigation")))  # online replay needs 1 process
     proc = snakemake(make_workdir(tmp_path, cfg), "--dry-run")
     block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
-    assert "gpu=2" in block and "mem_mb=1234" in block and "runtime=77" in block
+    assert "gpu=2" in block and "mem_mb=12345" in block and "runtime=77" in block
 
 
 def test_a_config_error_stops_before_the_dag_naming_the_key(tmp_path):
