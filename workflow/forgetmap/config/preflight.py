@@ -194,12 +194,12 @@ def memory_rows(plan, model: str) -> list[dict]:
     return rows
 
 
-def host_request(plan, model: str) -> int:
-    """A fine-tune job's mem_mb from the estimate (the largest of its kinds): on GPUs its host memory, on a
-    CPU the whole fine-tune and the process's own; 10 % added, in thousands of MB, at least 4,000."""
+def host_request(rows: list[dict]) -> int:
+    """A fine-tune job's mem_mb from the estimate of its kinds (`memory_rows`), the largest: on GPUs its host
+    memory, on a CPU the whole fine-tune and the process's own; 10 % added, in thousands of MB, at least 4,000."""
     from ..memory import OVERHEAD
 
-    needs = [row["need"].host_total + (0 if row["cuda"] else row["need"].device) for row in memory_rows(plan, model)]
+    needs = [row["need"].host_total + (0 if row["cuda"] else row["need"].device) for row in rows]
     return max(4000, math.ceil(max(needs, default=0) * OVERHEAD / 2**20 / 1000) * 1000)
 
 
@@ -217,9 +217,8 @@ def check_memory(plan) -> None:
 
     from ..memory import GIB, OVERHEAD
 
-    rows = [row for model in plan.computed for row in memory_rows(plan, model) if row["cuda"]]
-    for row in rows:
-        row["requested"] = plan.resource(row["model"], "finetune", "mem_mb")
+    rows = [{**row, "requested": plan.resource(model, "finetune", "mem_mb")}
+            for model in plan.computed for row in plan.finetune_memory(model) if row["cuda"]]
     if rows:
         print(memory_table(rows), file=sys.stderr)
     for row in rows:

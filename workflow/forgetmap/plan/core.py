@@ -39,7 +39,7 @@ class Plan:
 
         self.cfg = cfg = fm_config.resolve(config)
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
-        self._host_requests: dict = {}  # fine-tunes' estimated mem_mb, where the config leaves it null
+        self._memory: dict = {}  # the fine-tunes' memory rows (config.preflight.memory_rows), read once
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -385,12 +385,19 @@ class Plan:
         fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate."""
         value = self.cfg["models"][model]["resources"][stage][key]
         if value is None and key == "mem_mb":
-            if model not in self._host_requests:
-                from ..config.preflight import host_request
+            from ..config.preflight import host_request
 
-                self._host_requests[model] = host_request(self, model)
-            return self._host_requests[model]
+            return host_request(self.finetune_memory(model))
         return value * attempt if key == "runtime" else value
+
+    def finetune_memory(self, model: str) -> list[dict]:
+        """What the model's fine-tunes need of their devices and the host, one row per kind (estimated once:
+        the memory check and every fine-tune job's mem_mb read the same rows)."""
+        if model not in self._memory:
+            from ..config.preflight import memory_rows
+
+            self._memory[model] = memory_rows(self, model)
+        return self._memory[model]
 
     # --- targets -------------------------------------------------------------------------------------
 
