@@ -84,8 +84,9 @@ def head_reproduces_logits(model, ids) -> bool:
     model whose forward scales or caps its logits: then only the full forward is right.)"""
     device = next(model.parameters()).device
     ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(device)
-    logits = model(input_ids=ids).logits[0]
-    via_head = model.get_output_embeddings()(transformer_body(model)(input_ids=ids).last_hidden_state[0])
+    logits = model(input_ids=ids, use_cache=False).logits[0]
+    hidden = transformer_body(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
+    via_head = model.get_output_embeddings()(hidden)
     tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2  # half precision
     return bool(torch.allclose(logits.float(), via_head.float(), atol=tol, rtol=tol))
 
@@ -119,10 +120,13 @@ class TorchScorer:
         groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
         hits = [] if argmax is not None else None
         if self.use_hidden:
-            hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+            # no key-value cache: without gradients it would keep every layer's keys and values to the end
+            hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False).last_hidden_state
             out = [_token_nll_from_hidden(hidden[rows[g], predict_at[g]], self.head, targets[g], hits) for g in groups]
         else:
-            logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                                use_cache=False).logits
             out = []
             for g in groups:
                 chosen = logits[rows[g], predict_at[g]].float()

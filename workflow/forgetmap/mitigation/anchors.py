@@ -70,9 +70,9 @@ class KLToBase(Hook):
         inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         with torch.no_grad():
             if self.reference is not None:
-                return self.reference(**inputs).logits
+                return self.reference(**inputs, use_cache=False).logits
             with model.disable_adapter() if is_peft(model) else nullcontext():
-                return model(**inputs).logits
+                return model(**inputs, use_cache=False).logits
 
     def micro_loss(self, model, batch, logits, n_targets):
         labels = batch["labels"][:, 1:]

@@ -35,8 +35,8 @@ def task_signals(model, base, encoded: list, pad_id: int, batch_size: int = 16) 
         ids, mask = pad(chunk, pad_id)
         inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
         with torch.no_grad():
-            logits = model(**inputs).logits
-            reference = logits if base is model else base(**inputs).logits  # the base judged: one pass
+            logits = model(**inputs, use_cache=False).logits
+            reference = logits if base is model else base(**inputs, use_cache=False).logits  # the base judged: one pass
             for row, e in enumerate(chunk):
                 if e.n_scored == 0:
                     continue
