@@ -168,7 +168,7 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
     matrix, upstream = _load(matrix_path, shard_paths)
     device = pick_device(settings["device"])
     tokenizer = load_tokenizer(base_dir)
-    model = load_model(base_dir, device, torch.float32, "eager")
+    model = load_model(base_dir, device, torch.float32, "sdpa")  # a GPU's fused attention: no scores kept
     examples = encode_examples(tokenizer, upstream, settings["chat_template"], settings["max_length"])
     # upstream lm examples are trained on every token (as the reference's make_label_lm), chat on the response
     upstream_grads = projected_gradients(model, examples, settings["dim"], settings["seed"])
