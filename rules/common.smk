@@ -12,10 +12,43 @@ from forgetmap import plan as fm_plan
 from forgetmap.config import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError
 
+# the rules that run on each stage's resources (`gpu=resource(stage, ...)`): the GPU model the profile names
+# for them is the memory their jobs are sized against (tests/unit/test_config.py keeps this in step)
+STAGE_RULES = {"finetune": ("finetune", "arm_run"),
+               "score": ("score", "forecast_scores", "token_losses", "plain_scores"),
+               "semantic": ("semantic_similarity",), "gradient": ("gradient_similarity",)}
+
+
+def default_resource(name):
+    """A default resource as the profile names it (`default-resources:`, e.g. profiles/slurm's partitions),
+    or None where none does."""
+    for arg in getattr(workflow.resource_settings.default_resources, "args", None) or []:
+        key, _, value = str(arg).partition("=")
+        if key.strip() == name:
+            return value.strip().strip("'\"")
+    return None
+
+
+def profile_gpu_models():
+    """The GPU model (`gpu_model`, sbatch --gpus=<model>:N) the profile names for each stage's rules:
+    {stage: {profile setting: name}}, a rule's `set-resources` over the `default-resources`."""
+    named = {}
+    default = default_resource("gpu_model")
+    for stage, rules in STAGE_RULES.items():
+        for rule in rules:
+            value = (workflow.resource_settings.overwrite_resources.get(rule) or {}).get("gpu_model")
+            value = getattr(value, "raw", value)  # as written (a profile's value is an unevaluated expression)
+            if value:
+                named.setdefault(stage, {})[f"set-resources {rule}"] = str(value).strip("'\"")
+            elif default:
+                named.setdefault(stage, {})["default-resources"] = default
+    return named
+
+
 try:
     for path in workflow.configfiles:  # one key given twice in a mapping: YAML keeps the last, silently
         fm_config.check_duplicate_keys(path)
-    PLAN = fm_plan.Plan(config)
+    PLAN = fm_plan.Plan(config, profile_gpu_models())
     if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
         fm_preflight.check(PLAN)
 except ForgetmapError as exc:
@@ -88,16 +121,6 @@ def resource(stage, key):
     if key == "runtime":
         return lambda wc, attempt: PLAN.resource(wc.model, stage, key, attempt)
     return lambda wc: PLAN.resource(wc.model, stage, key)
-
-
-def default_resource(name):
-    """A default resource as the profile names it (`default-resources:`, e.g. profiles/slurm's partitions),
-    or None where none does."""
-    for arg in getattr(workflow.resource_settings.default_resources, "args", None) or []:
-        key, _, value = str(arg).partition("=")
-        if key.strip() == name:
-            return value.strip().strip("'\"")
-    return None
 
 
 def partition(stage):

@@ -141,9 +141,11 @@ def test_a_fine_tunes_estimate_is_within_its_stated_ratio_of_the_measured_peak(t
     assert 0.9 <= found["peak"] / need.device <= 1.2, (found["peak"] / 2**20, need.terms)
 
 
-def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | None = None):
+def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | None = None,
+            gpu_models: dict | None = None, stages: dict | None = None):
     """A plan over the demo corpus whose base is OLMo-2 at `size` (its config.json and a stand-in's tokenizer:
-    no weights, as planning reads none)."""
+    no weights, as planning reads none); `stages`: other stages' resources (by default none claims a GPU),
+    `gpu_models`: the GPU models a profile names (Plan's argument)."""
     from forgetmap.plan import Plan
     from standins import TULU_TEMPLATE, train_tokenizer
 
@@ -154,11 +156,13 @@ def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | N
     raw = {"upstream": {"demo": {"format": "demo", "n_examples": 200}}, "categories": {"w": {"group": "in_domain"}},
            "tasks": {"city_qa": {"category": "w"}, "job_qa": {"category": "w"}},
            "models": {"m": {"upstream": "demo", "base": {"kind": "pretrained", "path": str(directory)},
-                            "finetune": finetune, "resources": {"finetune": resources}}}}
+                            "finetune": finetune, "resources": {
+                                "finetune": resources, **{stage: {"gpu": 0} for stage in ("score", "semantic", "gradient")},
+                                **(stages or {})}}}}
     if arms:
         raw["prediction"] = {"splits": {"s": {"test": ["city_qa"]}}}
         raw["mitigation"] = {"tasks": {"split": "s"}, "heldout": 50, "arms": arms}
-    return Plan(raw)
+    return Plan(raw, gpu_models)
 
 
 def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_the_keys(tmp_path, capsys):
@@ -178,7 +182,7 @@ def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_
     preflight.check(plan)
     assert plan.finetune_settings("m", "city_qa")["gradient_checkpointing"] is True
     table = capsys.readouterr().err
-    assert "memory of each fine-tune on GPUs" in table
+    assert "memory of each job on GPUs" in table
     assert re.search(r"m +finetune \(2 tasks: city_qa, ...\) +8 +on +\d\d\.\d +79.6 +\d+\.\d +200000", table), table
 
 
@@ -320,3 +324,166 @@ def test_a_tied_output_head_is_counted_once():
                                "max_position_embeddings": 128})
     assert config.tie_word_embeddings
     assert shape(config).parameters == sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+
+
+@pytest.mark.skipif(__import__("peaks").LIBC is None, reason="needs glibc's mallinfo2 (2.33 or later)")
+@pytest.mark.parametrize("architecture", sorted(ARCHITECTURES))
+def test_score_and_gradient_jobs_estimates_are_within_their_stated_ratio_of_the_measured_peak(tmp_path, monkeypatch,
+                                                                                             architecture):
+    """The torch score job's two phases on their largest batch (16 rows of 256 tokens: scoring every position;
+    generation's prefill with the cache its 8-token answers keep) and the gradient job's examples, run on the
+    CPU with the weights in the heap: each peak is within 0.9-1.2 of the estimate traced on the meta device
+    (measured 0.96-0.99; docs/gpu.md). The gradient's attention is traced as the CPU runs it, the math path."""
+    import gc
+
+    import numpy as np
+    import torch
+
+    from forgetmap.data.chat import Encoded
+    from forgetmap.generation import generate_torch
+    from forgetmap.gradients import projected_gradients
+    from forgetmap.memory import gradient_need, score_need, shape
+    from forgetmap.models import load_model, load_tokenizer
+    from forgetmap.nll import TorchScorer
+    from peaks import peak_bytes
+
+    directory = save_standin(tmp_path / architecture, architecture, width=256, vocab_size=2000, max_positions=256)
+    size, length, budget = shape(directory), 256, 4096
+    rng = np.random.default_rng(0)
+    examples = [Encoded(ids=rng.integers(5, size.vocab - 1, length), target_start=1, score_end=length)
+                for _ in range(2 * budget // length)]
+    tokenizer = load_tokenizer(directory)
+
+    def loaded(attention):
+        model = load_model(directory, torch.device("cpu"), torch.float32, attention)
+        with torch.no_grad():  # into the heap, as a GPU holds them
+            for parameter in model.parameters():
+                parameter.data = parameter.data.clone()
+        return model
+
+    runs = {
+        "scoring": (lambda: TorchScorer(loaded("sdpa"), 0, budget).score(examples),
+                    score_need(size, "float32", budget, length, False)),
+        "generation": (lambda: generate_torch(loaded("sdpa"), tokenizer, [e.ids[:length - 8] for e in examples[:16]],
+                                              np.full(16, 8), token_budget=budget),
+                       score_need(size, "float32", budget, length, True)),
+        # the CPU's fp32 backward takes attention's math path (a GPU's fused kernel keeps no scores)
+        "gradient": (lambda: projected_gradients(loaded("sdpa"), examples[:2], 64),
+                     gradient_need(size, length, 64, fused_attention=False)),
+    }
+    for name, (run, need) in runs.items():
+        gc.collect()
+        with peak_bytes() as found:
+            run()
+        print(f"{architecture} {name}: measured {found['peak'] / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
+        assert 0.9 <= found["peak"] / need.device <= 1.2, (name, found["peak"] / 2**20, need.terms)
+
+
+@pytest.mark.skipif(__import__("peaks").LIBC is None, reason="needs glibc's mallinfo2 (2.33 or later)")
+def test_the_semantic_jobs_batch_is_within_its_stated_ratio_of_its_estimate():
+    """MiniLM's forward over one batch of 64 texts of 256 tokens, measured, against the traced estimate's
+    forward (measured 0.99)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from forgetmap.embed import minilm_path
+    from forgetmap.memory import embedding_need
+    from peaks import peak_bytes
+    from standins import sentences
+
+    model = AutoModel.from_pretrained(minilm_path(), local_files_only=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+    batch = tokenizer([" ".join(sentences(40, seed=i)) for i in range(64)], padding=True, truncation=True,
+                      max_length=256, return_tensors="pt")
+    assert batch["input_ids"].shape == (64, 256)
+    with torch.inference_mode(), peak_bytes() as found:
+        model(**batch)
+    need = embedding_need(minilm_path(), 64, 256)
+    assert 0.9 <= found["peak"] / need.terms["forward"] <= 1.2, (found["peak"] / 2**20, need.terms)
+
+
+def test_scoring_keeps_no_key_value_cache(tmp_path, monkeypatch):
+    """Without gradients a key-value cache would keep every layer's keys and values of the whole batch to the
+    end of the forward (8 GiB of a 7B model's 16,384-token batch): the scorer's forward fills none."""
+    import numpy as np
+    import torch
+    from transformers import cache_utils
+
+    from forgetmap.data.chat import Encoded
+    from forgetmap.models import load_model
+    from forgetmap.nll import TorchScorer
+
+    filled = []
+    update = cache_utils.DynamicLayer.update
+    monkeypatch.setattr(cache_utils.DynamicLayer, "update", lambda self, *a, **k: filled.append(1) or update(self, *a, **k))
+    model = load_model(save_standin(tmp_path / "llama", "llama", width=64), torch.device("cpu"), torch.float32)
+    examples = [Encoded(ids=np.arange(5, 5 + n), target_start=1, score_end=n) for n in (20, 30)]
+    TorchScorer(model, 0, 64, max_padding=1.0).score_greedy(examples)
+    assert not filled
+    model(input_ids=torch.arange(5, 25)[None])  # the model's own default fills one per layer
+    assert len(filled) == 2
+
+
+def test_score_and_gradient_jobs_that_cannot_fit_their_gpus_are_refused_at_planning(tmp_path, capsys):
+    """13B scored with torch on a 24 GiB GPU (its bf16 weights alone are 25.5 GiB): refused, naming the score
+    job's memory key and what lowers it; its gradient job on an 80 GB GPU (51 GiB of fp32 weights and one
+    example's 16 GiB) plans, and on a 48 GB one is refused. The table lists every GPU job."""
+    from forgetmap.config import preflight
+
+    score = {"score": {"gpu": 1, "gpu_memory_gib": 24}}
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.score.gpu_memory_gib: score \(torch, with "
+                                          r"generation\) of model 'm' needs \d\d.\d GiB on each of its 1 GPU\(s\) "
+                                          r"\(weights 25.5, generation \d+.\d; .* each GPU has 24.0 GiB: lower "
+                                          r"models.m.score.token_budget"):
+        preflight.check(planned(tmp_path, "13b", {}, {"gpu": 0}, stages=score))
+    gradient = {"gradient": {"gpu": 1, "gpu_memory_gib": 79.6}}
+    preflight.check(planned(tmp_path, "13b", {}, {"gpu": 0}, stages=gradient))
+    table = capsys.readouterr().err
+    assert re.search(r"m +gradient similarity \(one example\) +1 +- +6\d\.\d +79.6", table), table
+    with pytest.raises(ConfigError, match=r"config key models.m.resources.gradient.gpu_memory_gib: gradient "
+                                          r"similarity \(one example\) of model 'm' needs 6\d.\d GiB .*weights 51.1, "
+                                          r"one example 1\d.\d.*each GPU has 47.5 GiB: give the job a larger GPU"):
+        preflight.check(planned(tmp_path, "13b", {}, {"gpu": 0}, stages={"gradient": {"gpu": 1, "gpu_memory_gib": 47.5}}))
+
+
+def test_the_gpu_model_a_profile_names_sizes_jobs_where_the_config_does_not(tmp_path, capsys):
+    """A profile's `gpu_model` stands for the memory key: h100 decides checkpointing as 79.6 GiB would; a100,
+    sold with 40 and 80 GB, leaves it to the job and the table says the fine-tune fits only the larger; 13B on
+    one a100 is refused naming the profile's setting; the config's key, where given, wins."""
+    from forgetmap.config import preflight
+
+    four = {"gpu": 4, "mem_mb": 100000}
+    h100 = planned(tmp_path, "7b", {"processes": 4}, four, gpu_models={"finetune": {"set-resources finetune": "h100"}})
+    assert h100.finetune_settings("m", "city_qa")["gradient_checkpointing"] is True
+    a100 = planned(tmp_path, "7b", {"processes": 4, "batch_size": 2}, four,
+                   gpu_models={"finetune": {"default-resources": "a100"}})
+    assert a100.finetune_settings("m", "city_qa")["gradient_checkpointing"] == "auto"
+    preflight.check(a100)
+    table = capsys.readouterr().err
+    assert re.search(r"m +finetune \(2 tasks: city_qa, ...\) +4 +auto +\d\d\.\d +40-80", table), table
+    assert "fits a 80 GiB card, not a 40 GiB one: profile setting default-resources: gpu_model=a100 names both" in table
+    with pytest.raises(ConfigError, match=r"profile setting set-resources finetune: gpu_model=a100: finetune \(2 tasks: "
+                                          r"city_qa, ...\) of model 'm' needs 2\d\d.\d GiB .* each GPU has at most 80.0 "
+                                          r"GiB: shard it"):
+        preflight.check(planned(tmp_path, "13b", {}, {"gpu": 1}, gpu_models={"finetune": {"set-resources finetune": "a100"}}))
+    configured = planned(tmp_path, "7b", {"processes": 4}, {**four, "gpu_memory_gib": 79.6},
+                         gpu_models={"finetune": {"set-resources finetune": "a100"}})
+    assert configured.gpu_memory("m", "finetune").exact == 79.6 * GIB
+
+
+def test_every_rule_that_claims_a_stages_gpus_is_sized_against_the_gpu_model_named_for_it():
+    """rules/common.smk's STAGE_RULES lists each rule whose `gpu` is a stage's resource (a rule added without it
+    would be submitted to a GPU model nobody sized it for)."""
+    import ast
+    from pathlib import Path
+
+    rules = Path(__file__).resolve().parents[2] / "rules"
+    common = (rules / "common.smk").read_text()
+    stage_rules = ast.literal_eval(re.search(r"STAGE_RULES = (\{.*?\})\n", common, re.S).group(1))
+    found: dict = {}
+    for path in rules.glob("*.smk"):
+        for rule, body in re.findall(r"^rule (\w+):(.*?)(?=^rule |\Z)", path.read_text(), re.S | re.M):
+            for stage in re.findall(r'gpu=resource\("(\w+)", "gpu"\)', body):
+                found.setdefault(stage, set()).add(rule)
+    assert {stage: set(names) for stage, names in stage_rules.items()} == {s: found[s] for s in stage_rules}
+    assert set(found) - set(stage_rules) == {"base"}  # the demo's pretraining: sized by nothing yet

@@ -192,3 +192,25 @@ def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_p
     fields = line.split()
     assert fields[0] == "olmo2-7b" and fields[-6:-4] == ["4", "on"], line
     assert 30 < float(fields[-4]) < 40 and fields[-3] == "47.5" and fields[-2] == "17.0" and fields[-1] == "64000"
+    rows = {l.split("(")[0].split(maxsplit=1)[1].strip(): l.split() for l in (proc.stdout + proc.stderr).splitlines()
+            if l.startswith("  olmo2-7b ") and "finetune" not in l}
+    print("\n".join(" ".join(r) for r in rows.values()))
+    # the engine's bf16 weights and one 2,049-token sequence; the gradient job's fp32 weights and one example
+    assert 13 < float(rows["score"][-4]) < 15 and rows["score"][-3] == "47.5", rows
+    assert 30 < float(rows["gradient similarity"][-4]) < 47.5 / 1.1 and rows["gradient similarity"][-3] == "47.5", rows
+    assert rows["semantic similarity"][-3] == "?", rows  # its GPU's memory is not configured
+    # the GPU model a profile names sizes a job whose memory the config leaves out: a 24 GB card is refused
+    profile = workdir / "profiles/small-gpus"
+    profile.mkdir()
+    (profile / "config.yaml").write_text((workdir / "profiles/slurm/config.yaml").read_text() +
+                                         "set-resources:\n  gradient_similarity:\n    gpu_model: rtx_a5000\n")
+    cfg = yaml.safe_load(config_path.read_text())
+    cfg["models"]["olmo2-7b"]["resources"]["gradient"].pop("gpu_memory_gib")
+    config_path.write_text(yaml.safe_dump(cfg))
+    refused = snakemake(workdir, "--dry-run", "--profile", str(profile), "--configfile", str(config_path),
+                        env={"HF_HUB_CACHE": str(workdir / "hub")}, check=False)
+    refused.stderr += refused.stdout
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert re.search(r"profile setting set-resources gradient_similarity: gpu_model=rtx_a5000: gradient similarity "
+                     r"\(one example\) of model 'olmo2-7b' needs 3\d\.\d GiB .* each GPU has 24.0 GiB: give the job "
+                     r"a larger GPU", refused.stderr), refused.stderr[-3000:]

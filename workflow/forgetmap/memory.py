@@ -17,7 +17,10 @@ here:
   while rank 0 writes it;
 - LoRA: only the adapters train (their gradients and Adam states); the frozen base is held whole;
 - the arena's copies: KL's frozen reference model, L2-SP's initial weights, EMA's slow weights;
-- scoring with vLLM: its share of the weights and one max-length sequence's key-value cache.
+- scoring with vLLM: its share of the weights and one max-length sequence's key-value cache;
+- scoring with torch, the gradient-similarity and the semantic-similarity jobs: their weights and the most
+  their largest batch holds at once, traced at the model's real widths on the meta device
+  (forgetmap.meta_peak).
 
 Each figure is a floor for what it counts: the allocator's fragmentation, CUDA's context and kernels'
 workspaces come on top (`OVERHEAD` names the margin the checks add).
@@ -304,3 +307,80 @@ def check_engine_fits(model: Shape, dtype: str, max_model_len: int, gpus: int, u
         f"(score.gpu_memory_utilization): claim {enough} GPUs or more for the job (resources.score.gpu for score "
         f"jobs, resources.finetune.gpu for an arm's; tensor parallelism splits the weights over them), or "
         f"score with the torch backend (score.backend)")
+
+
+@functools.lru_cache(maxsize=None)  # planning asks once per model and settings
+def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, generates: bool) -> Need:
+    """A torch score job's memory on its device: the weights in `dtype`, and the larger of its two phases, each
+    traced on its largest batch (`token_budget` padded tokens in rows of `max_length`, padded so the attention
+    mask is built): scoring (forgetmap.nll.TorchScorer: the body's forward, every position through the output
+    head in its bounded chunks) and, where the shard has items to answer (`generates`), generation's prefill
+    with the key-value cache it keeps for the batch's answers."""
+    import torch
+
+    from .meta_peak import meta_model, peak_bytes
+    from .nll import TorchScorer
+
+    net = meta_model(_config(model.config), dtype)
+    length = max(2, max_length)
+    rows = max(1, token_budget // length)
+    ids = torch.zeros((rows, length), dtype=torch.long, device="meta")
+    mask = torch.ones_like(ids)
+    scorer = TorchScorer(net, 0, token_budget)
+    scorer.use_hidden = True  # body and head apart: what every causal LM forgetmap has met takes
+    at = torch.arange(length - 1, device="meta")
+    scored = torch.arange(rows, device="meta").repeat_interleave(length - 1)
+    predict = at.repeat(rows)
+
+    def scoring():
+        with torch.no_grad():
+            scorer.token_nll(ids, scored, predict, ids[scored, predict + 1], attention_mask=mask, argmax=[])
+
+    phases = {"scoring": peak_bytes(scoring)}
+    if generates:
+        def generation():
+            with torch.no_grad():
+                kept = net(input_ids=ids, attention_mask=mask, position_ids=at.new_zeros(ids.shape), use_cache=True,
+                           logits_to_keep=1)
+            del kept
+
+        phases["generation"] = peak_bytes(generation)
+    largest = max(phases, key=phases.get)
+    return Need({"weights": float(model.parameters * DTYPE_BYTES[dtype]), largest: float(phases[largest])}, {})
+
+
+@functools.lru_cache(maxsize=None)  # planning asks once per model and settings
+def gradient_need(model: Shape, max_length: int, dim: int = 1024, fused_attention: bool = True) -> Need:
+    """A gradient-similarity job's memory (forgetmap.gradients): the fp32 weights and one example's projected
+    gradient, traced: its forward and backward at `max_length` tokens (activations, the fp32 logits), each
+    parameter's gradient projected and freed as the backward pass writes it. `fused_attention`: a GPU's
+    (forgetmap.meta_peak); False: the math path's scores, as a CPU's fp32 backward keeps them."""
+    import torch
+
+    from .gradients import CountSketch, example_projection
+    from .meta_peak import meta_model, peak_bytes
+
+    net = meta_model(_config(model.config), "float32")
+    sketch = CountSketch(net, dim)
+    ids = torch.zeros((1, max(2, max_length)), dtype=torch.long, device="meta")
+    example = peak_bytes(lambda: example_projection(net, sketch, ids, 1), flash=fused_attention)
+    return Need({"weights": 4.0 * model.parameters, "one_example": float(example)}, {})
+
+
+@functools.lru_cache(maxsize=None)  # planning asks once per model and settings
+def embedding_need(config, batch_size: int, max_length: int) -> Need:
+    """A semantic-similarity job's memory (forgetmap.embed): the encoder's fp32 weights and its forward over one
+    batch of `batch_size` texts of `max_length` tokens, traced."""
+    import torch
+
+    from .meta_peak import meta_model, peak_bytes
+
+    net = meta_model(_config(config), "float32", causal=False)
+    ids = torch.zeros((batch_size, max_length), dtype=torch.long, device="meta")
+
+    def forward():
+        with torch.no_grad():
+            net(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+    weights = sum(p.numel() for p in net.parameters()) * 4
+    return Need({"weights": float(weights), "forward": float(peak_bytes(forward))}, {})

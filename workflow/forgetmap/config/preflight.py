@@ -8,17 +8,16 @@ loading them shows, once, in the Snakemake process that plans the run:
   verbatim (the scored span is found in the rendered text);
 - LoRA `target_modules` name modules the architecture has (read from its config, no weights loaded);
 - on a local run, no rule asks for more GPUs than the machine has (a job would wait on a lock or fail);
-- every fine-tune on GPUs fits them, by forgetmap.memory's estimate, where their memory is configured, and
-  its host memory request holds its processes and the checkpoint file being written; the estimates are
-  printed as a table.
+- every job on GPUs fits them where their memory is known, and a fine-tune's host memory request holds it
+  (forgetmap.config.fits).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from ..errors import ConfigError
+from . import fits
 from .checks import about
 
 GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
@@ -32,7 +31,7 @@ def check(plan) -> None:
     for model in plan.computed:
         if plan.mitigation.tasks(model):
             check_arena(plan, model)
-    check_memory(plan)
+    fits.check(plan)
 
 
 def architecture(plan, model: str):
@@ -156,127 +155,3 @@ def check_gpus(plan) -> None:
                 raise ConfigError(f"config key models.{model}.resources.{stage}.gpu: value {gpus}, but this machine has "
                                   f"{available} GPU(s) and the run is local; set it to 0 to run on the CPU, or submit "
                                   f"to a cluster (--profile profiles/slurm)")
-
-
-def memory_rows(plan, model: str) -> list[dict]:
-    """The model's fine-tune jobs, one row per distinct kind (a task's settings, each arm): what one of its
-    processes needs of its device (`cuda`: a GPU) and what the job needs of the host (forgetmap.memory)."""
-    import json
-
-    from ..memory import GIB, fitted
-
-    spec = plan.cfg["models"][model]
-    resources = spec["resources"]["finetune"]
-    if not plan.finetuned[model]:
-        return []
-    cuda = resources["gpu"] > 0
-    gpu = resources["gpu_memory_gib"] * GIB if resources["gpu_memory_gib"] is not None and cuda else None
-    kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
-    for task in plan.finetuned[model]:
-        settings = configured_finetune(plan, model, task)
-        kind = kinds.setdefault(json.dumps({k: v for k, v in settings.items() if k != "seed"}, sort_keys=True),
-                                ["finetune", settings, None, f"models.{model}.finetune", []])
-        kind[4].append(task)
-    arm_tasks = plan.mitigation.tasks(model)
-    for name, arm in plan.cfg["mitigation"]["arms"].items() if arm_tasks else ():
-        kinds[f"arm {name}"] = [f"arm {name}", configured_finetune(plan, model, arm_tasks[0]), arm,
-                                f"mitigation.arms.{name}", arm_tasks]
-    rows = []
-    shape = plan.base_shape(model)
-    for label, settings, arm, key, tasks in kinds.values():
-        more = len(tasks) > 1
-        job = f"{label} ({len(tasks)} task{'s' if more else ''}: {tasks[0]}{', ...' if more else ''})"
-        decided, need = fitted(shape, settings, cuda, gpu, arm)
-        undecided = settings["gradient_checkpointing"] == "auto" and cuda and gpu is None  # the job decides
-        rows.append({"model": model, "job": job, "key": key, "processes": settings["processes"],
-                     "checkpointing": "auto" if undecided else decided["gradient_checkpointing"], "need": need,
-                     "gpu": gpu, "cuda": cuda, "mem_mb": resources["mem_mb"]})
-    return rows
-
-
-def host_request(rows: list[dict]) -> int:
-    """A fine-tune job's mem_mb from the estimate of its kinds (`memory_rows`), the largest: on GPUs its host
-    memory, on a CPU the whole fine-tune and the process's own; 10 % added, in thousands of MB, at least 4,000."""
-    from ..memory import OVERHEAD
-
-    needs = [row["need"].host_total + (0 if row["cuda"] else row["need"].device) for row in rows]
-    return max(4000, math.ceil(max(needs, default=0) * OVERHEAD / 2**20 / 1000) * 1000)
-
-
-def configured_finetune(plan, model: str, task: str) -> dict:
-    """A task's fine-tuning settings as configured (`gradient_checkpointing` not yet decided)."""
-    from .views import finetune_settings
-
-    return finetune_settings(plan.cfg, model, task)
-
-
-def check_memory(plan) -> None:
-    """Each GPU fine-tune (and arm) fits the configured GPU memory and host memory; the table goes to the
-    run's log (stderr) for every model whose fine-tunes claim GPUs."""
-    import sys
-
-    from ..memory import GIB, OVERHEAD
-
-    rows = [{**row, "requested": plan.resource(model, "finetune", "mem_mb")}
-            for model in plan.computed for row in plan.finetune_memory(model) if row["cuda"]]
-    if rows:
-        print(memory_table(rows), file=sys.stderr)
-    for row in rows:
-        need, model = row["need"], row["model"]
-        where = f"models.{model}.resources.finetune"
-        if row["gpu"] is not None and need.device * OVERHEAD > row["gpu"]:
-            terms = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in need.terms.items() if v)
-            raise ConfigError(
-                f"config key {where}.gpu_memory_gib: {row['job']} of model {model!r} needs {need.device / GIB:.1f} GiB "
-                f"on each of its {row['processes']} GPU(s) ({terms}; gradient checkpointing "
-                f"{'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the allocator), and each GPU has "
-                f"{row['gpu'] / GIB:g} GiB: shard it over more GPUs ({row['key']}.processes with {where}.gpu alike), "
-                f"lower {row['key']}.batch_size or max_length, or train LoRA adapters ({row['key']}.method: lora)")
-        if need.host["checkpoint_file"] and row["requested"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
-            raise ConfigError(
-                f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {model!r} holds "
-                f"{need.host_total / GIB:.1f} GiB on the host ({row['processes']} processes' own, "
-                f"{need.host['processes'] / GIB:.0f} GiB, and one checkpoint file while rank 0 writes it, "
-                f"{need.host['checkpoint_file'] / GIB:.1f} GiB): set it to "
-                f"{math.ceil(need.host_total * OVERHEAD / 2**20 / 1000) * 1000} or more")
-    for model in plan.computed:
-        check_engine(plan, model)
-
-
-def check_engine(plan, model: str) -> None:
-    """A vLLM-scored model whose score jobs' GPU memory is configured: the engine's weights and one
-    max-length sequence's cache fit the share `score.gpu_memory_utilization` asks of each GPU (what the job
-    checks again on the GPU it gets)."""
-    from ..errors import ForgetmapError
-    from ..memory import GIB, check_engine_fits
-
-    spec = plan.cfg["models"][model]
-    resources = spec["resources"]["score"]
-    if spec["score"]["backend"] != "vllm" or not resources["gpu"] or resources["gpu_memory_gib"] is None:
-        return
-    config = plan.base_config(model).get_text_config()
-    positions = getattr(config, "max_position_embeddings", None) or spec["score"]["max_length"] + 1
-    max_model_len = min(spec["score"]["max_length"] + 1, positions)
-    dtype = "bfloat16" if spec["score"]["dtype"] == "auto" else spec["score"]["dtype"]
-    try:
-        check_engine_fits(plan.base_shape(model), dtype, max_model_len, resources["gpu"],
-                          spec["score"]["gpu_memory_utilization"], resources["gpu_memory_gib"] * GIB,
-                          f"models.{model}.resources.score.gpu_memory_gib ({resources['gpu_memory_gib']:g} GiB)")
-    except ForgetmapError as exc:
-        raise ConfigError(f"config key {exc}") from None
-
-
-def memory_table(rows: list[dict]) -> str:
-    """The fine-tunes' memory, one line per job kind."""
-    from ..memory import GIB
-
-    lines = ["forgetmap: memory of each fine-tune on GPUs (forgetmap.memory's estimate; docs/gpu.md)",
-             f"  {'model':<14} {'job':<44} {'procs':>5} {'ckpt':>5} {'GPU GiB':>8} {'of GiB':>7} {'host GiB':>8} "
-             f"{'mem_mb':>7}"]
-    for row in rows:
-        gpu = f"{row['gpu'] / GIB:g}" if row["gpu"] is not None else "?"
-        checkpointing = {True: "on", False: "off"}.get(row["checkpointing"], str(row["checkpointing"]))
-        lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5} {checkpointing:>5} "
-                     f"{row['need'].device / GIB:>8.1f} {gpu:>7} {row['need'].host_total / GIB:>8.1f} "
-                     f"{row['requested']:>7}{'' if row['mem_mb'] is not None else ' (estimated)'}")
-    return "\n".join(lines)

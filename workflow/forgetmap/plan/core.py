@@ -32,14 +32,17 @@ from .prediction import PredictionPlan
 class Plan:
     """The resolved config plus everything the DAG's shape is read from."""
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict, gpu_models: dict | None = None):
+        """`gpu_models`: the GPU models a profile names for each stage's jobs, {stage: {where: name}}, `where`
+        the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.gpu_models)."""
         from ..data.tasks import check_dataset
         from ..data.upstream import example_ids, has_items, shard_plan
         from ..released import released_tasks
 
         self.cfg = cfg = fm_config.resolve(config)
+        self.gpu_models = gpu_models or {}
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
-        self._memory: dict = {}  # the fine-tunes' memory rows (config.preflight.memory_rows), read once
+        self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -243,15 +246,32 @@ class Plan:
     def checkpointing(self, model: str, settings: dict, arm: dict | None = None) -> bool | str:
         """`auto` decided: off on a CPU (a job without GPUs), by the memory estimate where
         `resources.finetune.gpu_memory_gib` is given, else left to the job (the GPU it gets)."""
-        resources = self.cfg["models"][model]["resources"]["finetune"]
-        if resources["gpu"] == 0:
+        if self.cfg["models"][model]["resources"]["finetune"]["gpu"] == 0:
             return False
-        if resources["gpu_memory_gib"] is None:
+        gpu = self.gpu_memory(model, "finetune")
+        if gpu is None or gpu.exact is None:
             return "auto"
-        from ..memory import GIB, fitted
+        from ..memory import fitted
 
-        decided, _ = fitted(self.base_shape(model), settings, True, resources["gpu_memory_gib"] * GIB, arm)
+        decided, _ = fitted(self.base_shape(model), settings, True, gpu.exact, arm)
         return decided["gradient_checkpointing"]
+
+    def gpu_memory(self, model: str, stage: str):
+        """The memory of each GPU the stage's jobs run on (forgetmap.gpu_models.GpuMemory), or None where it is
+        not known before they run: `resources.STAGE.gpu_memory_gib`, else the GPU model the profile names for
+        the stage's jobs (the smallest, where its jobs name several)."""
+        from ..gpu_models import GpuMemory, memory
+        from ..memory import GIB
+
+        resources = self.cfg["models"][model]["resources"][stage]
+        if not resources["gpu"]:
+            return None
+        if resources["gpu_memory_gib"] is not None:
+            return GpuMemory(resources["gpu_memory_gib"] * GIB, resources["gpu_memory_gib"] * GIB,
+                             f"config key models.{model}.resources.{stage}.gpu_memory_gib")
+        named = [memory(name, f"profile setting {setting}: gpu_model={name}")
+                 for setting, name in self.gpu_models.get(stage, {}).items()]
+        return min((m for m in named if m is not None), key=lambda m: m.high, default=None)
 
     def base_config(self, model: str):
         """The base model's transformers config: from its files (a pretrained base) or built from
@@ -385,7 +405,7 @@ class Plan:
         fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate."""
         value = self.cfg["models"][model]["resources"][stage][key]
         if value is None and key == "mem_mb":
-            from ..config.preflight import host_request
+            from ..config.fits import host_request
 
             return host_request(self.finetune_memory(model))
         return value * attempt if key == "runtime" else value
@@ -394,7 +414,7 @@ class Plan:
         """What the model's fine-tunes need of their devices and the host, one row per kind (estimated once:
         the memory check and every fine-tune job's mem_mb read the same rows)."""
         if model not in self._memory:
-            from ..config.preflight import memory_rows
+            from ..config.fits import memory_rows
 
             self._memory[model] = memory_rows(self, model)
         return self._memory[model]
