@@ -13,7 +13,7 @@ from forgetmap.config import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError
 
 # the rules that run on each stage's resources (`gpu=resource(stage, ...)`): the GPU model the profile names
-# for them is the memory their jobs are sized against (tests/unit/test_config.py keeps this in step)
+# for them is the memory their jobs are sized against (tests/unit/test_memory.py keeps this in step)
 STAGE_RULES = {"finetune": ("finetune", "arm_run"),
                "score": ("score", "forecast_scores", "token_losses", "plain_scores"),
                "semantic": ("semantic_similarity",), "gradient": ("gradient_similarity",)}

@@ -171,8 +171,8 @@ def test_under_the_slurm_profile_a_job_goes_to_the_gpu_partition_exactly_when_it
 def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_path):
     """config/examples/olmo2-7b.yaml at paper scale, its base's real config.json in the hub cache (OLMo-2 7B's
     widths: planning reads no weights): 85 four-GPU fine-tunes and vLLM scoring on one node each, and the
-    memory table in the dry run's log: each process needs about 33 GiB of its 47.5 GiB A6000 with gradient
-    checkpointing, which `auto` turns on (without it, 50 GiB), and the host 17 GiB of the 64,000 MB asked."""
+    memory table in the dry run's log: each process needs about 35 GiB of its 47.5 GiB A6000 with gradient
+    checkpointing, which `auto` turns on (without it, 51 GiB), and the host 17 GiB of the 64,000 MB asked."""
     import json
 
     workdir = make_workdir(tmp_path)

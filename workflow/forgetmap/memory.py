@@ -12,7 +12,8 @@ here:
   activations;
 - mixed precision: in one process bf16 autocast casts every weight once per forward and keeps the copy for
   the backward pass (2 bytes per parameter); FSDP gathers each block in bf16 and frees it after (its
-  mixed-precision policy over fp32 shards), holding two blocks and the root's embeddings and head;
+  mixed-precision policy over fp32 shards), holding two blocks and the root's embeddings and head, and one
+  block's unsharded gradients until they are reduce-scattered in fp32;
 - FSDP: weights, gradients and Adam states sharded over the processes; the host holds one checkpoint file
   while rank 0 writes it;
 - LoRA: only the adapters train (their gradients and Adam states); the frozen base is held whole;
@@ -237,6 +238,8 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
              # FSDP gathers each block in bf16 (its mixed-precision policy) and frees it after: no copies
              "autocast_copies": 2 * model.parameters if mixed and not fsdp else 0,
              "fsdp_gathered": (2 * model.block + root) * compute if fsdp else 0,
+             # a block's unsharded gradients until they are reduce-scattered (cast to fp32 for the reduction)
+             "fsdp_block_gradients": model.block * (4 + (compute if mixed else 0)) if fsdp else 0,
              "activations": activations}
     if arm.get("kl_base") is not None:
         # a frozen copy (LoRA: the adapter switched off instead), the reference's logits, both log-softmaxes,

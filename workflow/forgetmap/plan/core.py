@@ -244,8 +244,8 @@ class Plan:
         return settings
 
     def checkpointing(self, model: str, settings: dict, arm: dict | None = None) -> bool | str:
-        """`auto` decided: off on a CPU (a job without GPUs), by the memory estimate where
-        `resources.finetune.gpu_memory_gib` is given, else left to the job (the GPU it gets)."""
+        """`auto` decided: off on a CPU (a job without GPUs), by the memory estimate where the GPU's memory is
+        known exactly (`gpu_memory`), else left to the job (the GPU it gets)."""
         if self.cfg["models"][model]["resources"]["finetune"]["gpu"] == 0:
             return False
         gpu = self.gpu_memory(model, "finetune")
