@@ -30,9 +30,11 @@ def _partitions() -> set[str]:
     return set(done.stdout.split()) if done.returncode == 0 else set()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """A running cluster with the profile's partitions: this machine's, or one started (and stopped) here."""
+    """A running cluster with the profile's partitions: this machine's, or one started here and stopped when the
+    session ends. Not before: with SLURM installed and its daemons down, every later Snakemake process would
+    wait 9 s at start (the SLURM plugin asks `scontrol show config` when it is imported, and that times out)."""
     if shutil.which("sinfo") and {"cpu", "gpu"} <= _partitions():
         yield
         return

@@ -487,3 +487,20 @@ def test_every_rule_that_claims_a_stages_gpus_is_sized_against_the_gpu_model_nam
                 found.setdefault(stage, set()).add(rule)
     assert {stage: set(names) for stage, names in stage_rules.items()} == {s: found[s] for s in stage_rules}
     assert set(found) - set(stage_rules) == {"base"}  # the demo's pretraining: sized by nothing yet
+
+
+def test_a_job_whose_forward_cannot_run_on_the_meta_device_is_listed_unchecked_and_planning_goes_on(
+        tmp_path, monkeypatch, capsys):
+    """An architecture's own code may read a value back from a tensor the meta device cannot give: its score job
+    is listed as not traced, with why, and nothing is refused on a guess."""
+    from forgetmap import memory
+    from forgetmap.config import preflight
+
+    def cannot(*args):
+        raise RuntimeError("Tensor.item() cannot be called on meta tensors\nmore")
+
+    monkeypatch.setattr(memory, "score_need", cannot)
+    preflight.check(planned(tmp_path, "13b", {}, {"gpu": 0}, stages={"score": {"gpu": 1, "gpu_memory_gib": 24}}))
+    table = capsys.readouterr().err
+    assert re.search(r"m +score \(torch, with generation\) +1 +- +\? +not traced on the meta device \(RuntimeError: "
+                     r"Tensor.item\(\) cannot be called on meta tensors\): not checked", table), table

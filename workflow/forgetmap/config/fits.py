@@ -34,7 +34,7 @@ def check(plan) -> None:
         need, gpu = row["need"], row["gpu"]
         if row["backend"] == "vllm":
             check_engine(plan, row["model"])
-        elif gpu is not None and need.device * OVERHEAD > gpu.high:
+        elif gpu is not None and not isinstance(need, str) and need.device * OVERHEAD > gpu.high:
             raise ConfigError(_refusal(row))
         if row["stage"] == "finetune" and need.host["checkpoint_file"] and \
                 row["requested"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
@@ -134,22 +134,31 @@ def inference_rows(plan, model: str) -> list[dict]:
                              backend="vllm"))
         else:
             generates = model in plan.item_models  # items' answers: generation's key-value cache
-            need = memory.score_need(plan.base_shape(model), dtype, score["token_budget"], score["max_length"],
-                                     generates)
+            need = _traced(memory.score_need, plan.base_shape(model), dtype, score["token_budget"],
+                           score["max_length"], generates)
             rows.append(_row(model, "score", f"score (torch{', with generation' if generates else ''})", key,
                              need, plan.gpu_memory(model, "score")))
     settings, key = spec["correlations"], f"models.{model}.correlations"
     if plan.task_correlations(model) and settings["gradient"] and resources["gradient"]["gpu"]:
-        need = memory.gradient_need(plan.base_shape(model), settings["max_length"], settings["dim"])
+        need = _traced(memory.gradient_need, plan.base_shape(model), settings["max_length"], settings["dim"])
         rows.append(_row(model, "gradient", "gradient similarity (one example)", key, need,
                          plan.gpu_memory(model, "gradient")))
     if plan.task_correlations(model) and settings["semantic"] and resources["semantic"]["gpu"]:
         from ..embed import minilm_path
 
-        need = memory.embedding_need(minilm_path(), settings["batch_size"], 256)
+        need = _traced(memory.embedding_need, minilm_path(), settings["batch_size"], 256)
         rows.append(_row(model, "semantic", "semantic similarity (MiniLM batch)", key, need,
                          plan.gpu_memory(model, "semantic")))
     return rows
+
+
+def _traced(estimate, *args):
+    """A job's traced memory (forgetmap.memory), or, where its architecture's forward cannot run on the meta
+    device, why not (the job is then not checked; planning goes on)."""
+    try:
+        return estimate(*args)
+    except Exception as exc:  # an architecture's own code: any error it raises on meta tensors
+        return f"not traced on the meta device ({type(exc).__name__}: {str(exc).splitlines()[0][:80]}): not checked"
 
 
 def host_request(rows: list[dict]) -> int:
@@ -207,6 +216,9 @@ def memory_table(rows: list[dict]) -> str:
              f"{'mem_mb':>7}"]
     for row in rows:
         gpu = row["gpu"]
+        if isinstance(row["need"], str):
+            lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5}     -        ?  {row['need']}")
+            continue
         size = "?" if gpu is None else f"{gpu.high / GIB:g}" if gpu.exact else f"{gpu.low / GIB:.0f}-{gpu.high / GIB:.0f}"
         checkpointing = {True: "on", False: "off"}.get(row["checkpointing"], str(row["checkpointing"]))
         host = f"{row['need'].host_total / GIB:>8.1f}" if row["stage"] == "finetune" else f"{'-':>8}"
