@@ -18,9 +18,6 @@ import sys
 
 from ..errors import ConfigError
 
-GPU_JOBS = ("finetune", "score", "semantic", "gradient")  # the stages whose jobs are sized here
-
-
 def check(plan) -> None:
     """Each GPU job fits its GPUs and each FSDP fine-tune its host memory; the table goes to stderr."""
     from ..memory import GIB, OVERHEAD
@@ -158,7 +155,8 @@ def _traced(estimate, *args):
     try:
         return estimate(*args)
     except Exception as exc:  # an architecture's own code: any error it raises on meta tensors
-        return f"not traced on the meta device ({type(exc).__name__}: {str(exc).splitlines()[0][:80]}): not checked"
+        why = (str(exc).splitlines() or [""])[0][:80]
+        return f"not traced on the meta device ({type(exc).__name__}: {why}): not checked"
 
 
 def host_request(rows: list[dict]) -> int:
