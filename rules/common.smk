@@ -34,12 +34,12 @@ def profile_gpu_models():
     {stage: {profile setting: name}}, a rule's `set-resources` over the `default-resources`."""
     named = {}
     default = default_resource("gpu_model")
-    for stage, rules in STAGE_RULES.items():
-        for rule in rules:
-            value = (workflow.resource_settings.overwrite_resources.get(rule) or {}).get("gpu_model")
+    for stage, names in STAGE_RULES.items():
+        for name in names:
+            value = (workflow.resource_settings.overwrite_resources.get(name) or {}).get("gpu_model")
             value = getattr(value, "raw", value)  # as written (a profile's value is an unevaluated expression)
             if value:
-                named.setdefault(stage, {})[f"set-resources {rule}"] = str(value).strip("'\"")
+                named.setdefault(stage, {})[f"set-resources {name}"] = str(value).strip("'\"")
             elif default:
                 named.setdefault(stage, {})["default-resources"] = default
     return named
