@@ -79,7 +79,13 @@ def test_projected_gradient_is_the_sketch_of_the_true_gradient():
     torch.nn.functional.cross_entropy(logits, ids[0, e.target_start:]).backward()
     sketch = CountSketch(model, 32, seed=0)
     flat = torch.cat([p.grad.reshape(-1) for p in sketch.params]).double()
-    np.testing.assert_allclose(got, (sketch.matrix() @ flat).numpy(), rtol=1e-5, atol=1e-7)
+    dense = []  # the projection as a (dim, parameters) matrix of signs
+    for k, p in enumerate(sketch.params):
+        bucket, sign = sketch.hashes(k, 0, p.numel(), "cpu")
+        columns = torch.zeros(32, p.numel(), dtype=torch.float64)
+        columns[bucket, torch.arange(p.numel())] = sign
+        dense.append(columns)
+    np.testing.assert_allclose(got, (torch.cat(dense, dim=1) @ flat).numpy(), rtol=1e-5, atol=1e-7)
 
 
 def test_the_sketch_hashes_spread_elements_over_buckets_and_signs_evenly():

@@ -53,16 +53,6 @@ class CountSketch:
             bucket, sign = self.hashes(k, start, stop, flat.device)
             out.index_add_(0, bucket, flat[start:stop].double().mul_(sign))
 
-    def matrix(self) -> torch.Tensor:
-        """The dense (dim, parameters) projection (for tests at tiny sizes)."""
-        columns = []
-        for k, p in enumerate(self.params):
-            bucket, sign = self.hashes(k, 0, p.numel(), "cpu")
-            dense = torch.zeros(self.dim, p.numel(), dtype=torch.float64)
-            dense[bucket, torch.arange(p.numel())] = sign
-            columns.append(dense)
-        return torch.cat(columns, dim=1)
-
 
 def example_projection(model, sketch: CountSketch, ids: torch.Tensor, target_start: int) -> torch.Tensor:
     """One example's projected gradient (float64, on the model's device): each parameter's gradient is added

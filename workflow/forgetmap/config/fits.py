@@ -106,8 +106,7 @@ def memory_rows(plan, model: str) -> list[dict]:
 def _row(model: str, stage: str, job: str, key: str, need, gpu, cuda: bool = True, processes: int = 1,
          checkpointing="-", mem_mb=None, backend: str = "torch") -> dict:
     return {"model": model, "stage": stage, "job": job, "key": key, "need": need, "gpu": gpu, "cuda": cuda,
-            "processes": processes, "checkpointing": checkpointing, "mem_mb": mem_mb, "backend": backend,
-            "requested": mem_mb}
+            "processes": processes, "checkpointing": checkpointing, "mem_mb": mem_mb, "backend": backend}
 
 
 def inference_rows(plan, model: str) -> list[dict]:
