@@ -67,14 +67,15 @@ def train_tokenizer(architecture: str, chat_template: str | None = None, vocab_s
     return tokenizer
 
 
-def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int = 128, width: int = 32):
+def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int = 128, width: int = 32,
+                vocab: int | None = None):
     """A 2-layer, `width`-wide model of the architecture (two heads) with seeded random weights. vLLM's CPU
-    attention needs heads of 32 dimensions or more: width 64."""
+    attention needs heads of 32 dimensions or more: width 64. `vocab`: larger than the tokenizer's."""
     import torch
     import transformers
 
     config_class = getattr(transformers, ARCHITECTURES[architecture][0])
-    common = dict(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
+    common = dict(vocab_size=vocab or len(tokenizer), hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
                   num_attention_heads=2, max_position_embeddings=max_positions,
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                   bos_token_id=tokenizer.bos_token_id)
@@ -86,12 +87,14 @@ def build_model(architecture: str, tokenizer, seed: int = 0, max_positions: int 
 
 
 def save_standin(directory: Path, architecture: str, chat_template: str | None = None, seed: int = 0,
-                 tokenizer: bool = True, vocab_size: int = 400, max_positions: int = 128, width: int = 32) -> Path:
+                 tokenizer: bool = True, vocab_size: int = 400, max_positions: int = 128, width: int = 32,
+                 model_vocab: int | None = None) -> Path:
     """A `save_pretrained` model directory (without a tokenizer when `tokenizer` is False); the same
-    architecture and vocabulary size give the same tokenizer, `seed` other weights."""
+    architecture and vocabulary size give the same tokenizer, `seed` other weights. `model_vocab`: the
+    model's vocabulary where it is larger than its tokenizer's (a real model's 100,352 at a small width)."""
     directory = Path(directory)
     tok = train_tokenizer(architecture, chat_template, vocab_size)
-    build_model(architecture, tok, seed, max_positions, width).save_pretrained(directory)
+    build_model(architecture, tok, seed, max_positions, width, model_vocab).save_pretrained(directory)
     if tokenizer:
         tok.save_pretrained(directory)
     return directory

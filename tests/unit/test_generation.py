@@ -5,6 +5,7 @@ template, OLMo-2 and Llama post-trained rows with the Tulu template) over plain-
 multiple choice and free form; answers are checked against plain transformers reading the same prompts."""
 
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -153,6 +154,58 @@ def test_a_stop_string_split_across_tokens_ends_the_generation_at_the_token_that
     assert ended.texts[0] == text[:text.find(stop)] and not ended.capped[0]
     written = tok.decode(ended.tokens[0], skip_special_tokens=True)
     assert stop in written and stop not in tok.decode(ended.tokens[0][:-1], skip_special_tokens=True)
+
+
+def test_each_decode_step_runs_fewer_operators_and_host_reads_than_transformers_generate(chain):
+    """Side by side at the same batch (8 left-padded prompts, 40 new tokens), greedy and sampled: per decode
+    step the loop around the model runs fewer operators than `generate`'s and reads back to the host once
+    every CHECK_EVERY steps (generate: every step); the model's own forward is the same in both. Counted by
+    benchmarks/generation_steps.py, whose figures are in BENCHMARKS.md."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from forgetmap.generation import CHECK_EVERY
+    from generation_steps import per_step, runners
+
+    model, tok = chain["dpo"]
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, len(tok) - 1, 24 - rng.integers(0, 7)) for _ in range(8)]
+    for temperature, top_p in ((0.0, 1.0), (0.7, 0.95)):
+        ours, theirs = runners(model, tok, prompts, temperature, top_p, 8 * 64)
+        mine, generate = per_step(ours, model, 40), per_step(theirs, model, 40)
+        assert mine["model ops"] == generate["model ops"], (mine, generate)
+        assert mine["loop ops"] < generate["loop ops"], (mine, generate)
+        assert mine.get("loop host reads", 0) == 1 / CHECK_EVERY <= generate["loop host reads"], (mine, generate)
+
+
+def test_prompts_read_in_chunks_give_the_answers_read_at_once(chain, monkeypatch):
+    """On a GPU a batch is sized by the key-value cache the device holds and its prompts are read a chunk of
+    the token budget at a time: the same greedy answers (and texts) as one forward over the whole prompts."""
+    import forgetmap.generation as generation
+
+    model, tok = chain["sft"]
+    contexts = [np.asarray(tok(t)["input_ids"]) for t in sentences(6, seed=4)]
+    whole = generate_torch(model, tok, contexts, np.full(6, 12), token_budget=4096)
+    monkeypatch.setattr(generation, "cache_budget", lambda model, budget: (10**6, "a large GPU's"))
+    chunked = generate_torch(model, tok, contexts, np.full(6, 12), token_budget=6 * 5)  # 5 positions a chunk
+    assert max(len(c) for c in contexts) > 10
+    assert all(np.array_equal(a, b) for a, b in zip(whole.tokens, chunked.tokens)) and whole.texts == chunked.texts
+
+
+def test_on_a_gpu_a_batch_holds_the_key_value_cache_half_the_free_memory_holds(monkeypatch):
+    """OLMo-2 1B in bf16 keeps 128 KiB of keys and values per token: with 70 GiB free (40 of them reserved by
+    torch's allocator and unused), the batches may hold 280,000 tokens of cache, and the log says so."""
+    from transformers import Olmo2Config
+
+    from forgetmap.generation import cache_budget
+
+    config = Olmo2Config(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16)
+    weight = SimpleNamespace(device=torch.device("cuda", 0), element_size=lambda: 2)  # a bf16 weight on a GPU
+    model = SimpleNamespace(config=config, parameters=lambda: iter([weight]))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (30 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d: 45 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d: 5 * 2**30)
+    tokens, why = cache_budget(model, 16384)
+    assert tokens == 35 * 2**30 // (128 * 2**10) == 286720
+    assert why == "286720 tokens: 0.5 of the 70.0 GiB free on cuda:0 at 128 KiB of keys and values per token"
 
 
 # --- 3. a question is never cut -----------------------------------------------------------------------------------

@@ -89,9 +89,78 @@ class _StopWatch:
         return [r for r, text in zip(rows, texts) if any(s in text for s in self.stop)]
 
 
+CHECK_EVERY = 8  # decode steps between reads back to the host (whether every row is done, stop strings)
+CACHE_SHARE = 0.5  # of a GPU's memory free when generation begins: what its batches' key-value caches may hold
+
+
+def kv_bytes_per_token(model) -> int:
+    """A key and a value per layer, key-value head and dimension, for one token, in the model's dtype."""
+    from .memory import _dims
+
+    config = model.config
+    _, _, kv_heads, head_dim, _ = _dims(config)
+    layers = config.get_text_config().num_hidden_layers
+    return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def cache_budget(model, token_budget: int) -> tuple[int, str]:
+    """The tokens (prompt and answer, over a batch's rows) whose key-value cache one batch may hold, and why:
+    on a GPU, `CACHE_SHARE` of its memory free when generation begins, in the model's cache bytes per token
+    (decoding is bound by memory, not arithmetic: the more rows the cache holds, the more tokens a step
+    writes); on a CPU, `token_budget` (the arithmetic bounds it there)."""
+    import torch
+
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return token_budget, f"{token_budget} tokens (score.token_budget, on the CPU)"
+    # free on the device, and what torch's allocator holds reserved but unused (scoring's blocks, reused)
+    free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    per_token = kv_bytes_per_token(model)
+    tokens = max(1, int(CACHE_SHARE * free) // per_token)
+    return tokens, (f"{tokens} tokens: {CACHE_SHARE:g} of the {free / 2**30:.1f} GiB free on {device} at "
+                    f"{per_token / 2**10:.0f} KiB of keys and values per token")
+
+
+def _prefill(model, keyword: str, ids, attention, chunk: int):
+    """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache grows
+    chunk by chunk): the cache and the last position's logits."""
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache, result = None, None
+    for s in range(0, ids.shape[1], chunk):
+        result = model(input_ids=ids[:, s:s + chunk], attention_mask=attention[:, :s + chunk],
+                       position_ids=positions[:, s:s + chunk], **{keyword: cache}, use_cache=True, logits_to_keep=1)
+        cache = getattr(result, keyword)
+    return cache, result.logits[:, -1]
+
+
+def _decode_step(model, keyword: str, token, attention, position, cache):
+    """One token per row through the model with the cache: the next logits (the cache grows in place)."""
+    result = model(input_ids=token[:, None], attention_mask=attention, position_ids=position[:, None],
+                   **{keyword: cache}, use_cache=True, logits_to_keep=1)
+    return result.logits[:, -1]
+
+
+def _next_token(logits, sampling: Sampling, generator):
+    logits = logits.float()
+    return sample_top_p(logits, sampling.temperature, sampling.top_p, generator) if generator is not None \
+        else logits.argmax(-1)
+
+
+def _to_host(tensor) -> np.ndarray:
+    """A read back to the host (the only kind a decode loop waits on): a copy, on every device alike."""
+    return tensor.to("cpu", copy=True).numpy()
+
+
 def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndarray, sampling: Sampling = Sampling(),
                    seed: int = 0, token_budget: int = 8192) -> Answers:
-    """Each context's continuation (up to its budget in `limits`), batched under `token_budget` padded tokens."""
+    """Each context's continuation (up to its budget in `limits`). Batches are sized by the key-value cache
+    they will hold at their last step (`cache_budget`); prompts are read in chunks of `token_budget` padded
+    tokens. The decode loop keeps its state on the device (tokens written into one buffer, positions counted
+    up, the attention mask allocated whole) and reads back to the host once every `CHECK_EVERY` steps:
+    whether every row is done, and the rows' new tokens for their stop strings (a row found stopped late is
+    cut where its stop string was completed; the steps it ran past it change nothing of the others)."""
+    import logging
+
     import torch
 
     from .models import cache_keyword
@@ -107,54 +176,93 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
     lengths = np.array([len(c) for c in contexts], dtype=np.int64)
     tokens: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
     ended = np.zeros(len(contexts), dtype=bool)  # by EOS or a stop string, not by the budget
+    budget, why = cache_budget(model, token_budget)
+    batches = length_batches(lengths + limits, budget, 1.0)
+    if len(contexts):
+        logging.getLogger(__name__).info("generation: %d answers in %d batches of up to %d rows; key-value cache "
+                                         "budget %s", len(contexts), len(batches), max(len(b) for b in batches), why)
     with torch.inference_mode():
-        for batch in length_batches(lengths + limits, token_budget, 1.0):
-            width = int(lengths[batch].max())
-            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for batch in batches:
+            written, ends = _decode_batch(model, keyword, [contexts[i] for i in batch], limits[batch], pad_id,
+                                          eos_id, sampling, generator, watch, max(1, token_budget // len(batch)))
             for r, i in enumerate(batch):
-                ids[r, width - lengths[i]:] = torch.from_numpy(np.asarray(contexts[i], dtype=np.int64))
-                attention[r, width - lengths[i]:] = 1
-            ids, attention = ids.to(device), attention.to(device)
-            limit = torch.from_numpy(limits[batch]).to(device)
-            done = limit <= 0
-            written: list[list[int]] = [[] for _ in batch]
-            cache, step_ids = None, ids
-            for step in range(int(limits[batch].max(initial=0))):
-                positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -step_ids.shape[1]:]
-                result = model(input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                               **{keyword: cache}, use_cache=True, logits_to_keep=1)  # the next token's only
-                cache = getattr(result, keyword)
-                logits = result.logits[:, -1].float()
-                token = (sample_top_p(logits, sampling.temperature, sampling.top_p, generator) if generator is not None
-                         else logits.argmax(-1))
-                active = ~done
-                token = torch.where(active, token, torch.full_like(token, pad_id))
-                host, live = token.cpu().numpy(), np.flatnonzero(active.cpu().numpy())
-                for r in live:
-                    if eos_id is not None and host[r] == eos_id:
-                        ended[batch[r]] = True
-                    else:
-                        written[r].append(int(host[r]))
-                finished = torch.zeros_like(done)
-                if eos_id is not None:
-                    finished |= token == eos_id
-                if watch is not None:
-                    rows = [r for r in live if not ended[batch[r]]]
-                    for r in watch.stopped(written, rows) if rows else []:
-                        ended[batch[r]] = True
-                        finished[r] = True
-                done = done | finished | (step + 1 >= limit)
-                if bool(done.all()):
-                    break
-                step_ids = token[:, None]
-                attention = torch.cat([attention, torch.ones_like(step_ids)], dim=1)
-            for r, i in enumerate(batch):
-                tokens[i] = np.asarray(written[r], dtype=np.int64)
+                tokens[i], ended[i] = written[r], ends[r]
     texts = [until_stop(t, sampling.stop) for t in tokenizer.batch_decode([t.tolist() for t in tokens],
                                                                           skip_special_tokens=True)]
     capped = ~ended & (np.array([len(t) for t in tokens]) >= limits)
     return Answers(tokens, texts, capped)
+
+
+def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, generator, watch, chunk):
+    """One left-padded batch: each row's tokens (EOS left out) and whether EOS or a stop string ended it."""
+    import torch
+
+    device = next(model.parameters()).device
+    rows, steps = len(contexts), int(limits.max(initial=0))
+    lengths = np.array([len(c) for c in contexts], dtype=np.int64)
+    width = int(lengths.max())
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention = torch.ones((rows, width + steps), dtype=torch.long)  # the prompts' and every step's, whole
+    for r, context in enumerate(contexts):
+        ids[r, width - lengths[r]:] = torch.from_numpy(np.asarray(context, dtype=np.int64))
+        attention[r, :width - lengths[r]] = 0
+    ids, attention = ids.to(device), attention.to(device)
+    limit = torch.from_numpy(limits).to(device)
+    position = torch.from_numpy(lengths).to(device)
+    out = torch.full((rows, max(steps, 1)), pad_id, dtype=torch.long, device=device)
+    done = limit <= 0
+    if steps:
+        cache, logits = _prefill(model, keyword, ids, attention[:, :width], chunk)
+    # the host's view, brought up to date at each read: each row's last step and whether EOS or a stop ended it
+    last = limits - 1
+    ended = np.zeros(rows, dtype=bool)
+    history: list[list[int]] = [[] for _ in range(rows)]  # each row's tokens, for its stop strings
+    checked, states = 0, []
+    for step in range(steps):
+        if step:
+            logits = _decode_step(model, keyword, token, attention[:, :width + step], position, cache)
+            position += 1
+        token = _next_token(logits, sampling, generator).masked_fill_(done, pad_id)
+        if generator is not None:  # the state after each step's draws (a host copy: no wait on the device)
+            states.append(generator.get_state())
+        out[:, step] = token
+        if eos_id is not None:
+            done |= token == eos_id
+        done |= limit <= step + 1
+        if (step + 1) % CHECK_EVERY and step + 1 < steps:
+            continue
+        block = _to_host(out[:, checked:step + 1])
+        stopped = _ends(block, checked, eos_id, watch, history, last, ended)
+        if stopped:
+            done[torch.tensor(stopped, device=device)] = True
+        if (last <= step).all():
+            if generator is not None:  # the draws of the steps past the last row's end, taken back
+                generator.set_state(states[max(int(last.max()), checked) - checked])
+            break
+        checked, states = step + 1, []
+    host = _to_host(out) if steps else np.zeros((rows, 0), dtype=np.int64)
+    written = [host[r, :last[r] + 1 - (ended[r] and host[r, last[r]] == eos_id)].astype(np.int64)
+               for r in range(rows)]
+    return written, ended
+
+
+def _ends(block, start, eos_id, watch, history, last, ended) -> list[int]:
+    """Reads the tokens of the steps from `start` on (`block`) as they were written, row by row: a row that
+    writes EOS ends there (its EOS not kept: `ended`, `last` its step); with stop strings, a row whose text
+    completes one ends at that token (kept). The rows a stop string ended, which the device does not know."""
+    stopped = []
+    for offset in range(block.shape[1]):
+        step, live = start + offset, []
+        for r in np.flatnonzero(~ended & (last >= step)):
+            if eos_id is not None and block[r, offset] == eos_id:
+                last[r], ended[r] = step, True
+            elif watch is not None:
+                history[r].append(int(block[r, offset]))
+                live.append(int(r))
+        for r in watch.stopped(history, live) if live else []:
+            last[r], ended[r] = step, True
+            stopped.append(r)
+    return stopped
 
 
 def generate_vllm(llm, contexts: list[np.ndarray], limits: np.ndarray, sampling: Sampling,

@@ -313,16 +313,19 @@ def check_engine_fits(model: Shape, dtype: str, max_model_len: int, gpus: int, u
 
 
 @functools.lru_cache(maxsize=None)  # planning asks once per model and settings
-def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, generates: bool) -> Need:
-    """A torch score job's memory on its device: the weights in `dtype`, and the larger of its two phases, each
-    traced on its largest batch (`token_budget` padded tokens in rows of `max_length`, padded so the attention
-    mask is built): scoring (forgetmap.nll.TorchScorer: the body's forward, every position through the output
-    head in its bounded chunks) and, where the shard has items to answer (`generates`), generation's prefill
-    with the key-value cache it keeps for the batch's answers."""
+def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, new_tokens: int = 0,
+               gpu_bytes: float | None = None) -> Need:
+    """A torch score job's memory on its device: the weights in `dtype`, and the largest of its phases, each
+    traced on its largest batch: the first batch's check that body and head reproduce the logits
+    (forgetmap.nll.head_reproduces_logits, on a short prefix); scoring (forgetmap.nll.TorchScorer:
+    `token_budget` padded tokens in rows of `max_length`, padded so the attention mask is built, every position
+    through the output head in its bounded chunks); and, where the shard has items to answer (`new_tokens` >
+    0), generation (`generation_need`) of answers of `new_tokens` after contexts of `max_length`, its batch
+    as the job sizes it on a GPU of `gpu_bytes` (None: unknown, or a CPU: by the token budget)."""
     import torch
 
     from .meta_peak import meta_model, peak_bytes
-    from .nll import TorchScorer
+    from .nll import HEAD_CHECK_TOKENS, TorchScorer, head_check_logits
 
     net = meta_model(_config(model.config), dtype)
     length = max(2, max_length)
@@ -339,17 +342,63 @@ def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, gen
         with torch.no_grad():
             scorer.token_nll(ids, scored, predict, ids[scored, predict + 1], attention_mask=mask, argmax=[])
 
-    phases = {"scoring": peak_bytes(scoring)}
-    if generates:
-        def generation():
-            with torch.no_grad():
-                kept = net(input_ids=ids, attention_mask=mask, position_ids=at.new_zeros(ids.shape), use_cache=True,
-                           logits_to_keep=1)
-            del kept
-
-        phases["generation"] = peak_bytes(generation)
+    weights = float(model.parameters * DTYPE_BYTES[dtype])
+    # the check's two sets of logits, compared in fp32
+    phases = {"head_check": peak_bytes(lambda: [t.float() for t in head_check_logits(net, ids[0, :HEAD_CHECK_TOKENS])]),
+              "scoring": peak_bytes(scoring)}
+    if new_tokens:
+        cache = generation_cache_tokens(model, dtype, token_budget, gpu_bytes)
+        phases["generation"] = generation_need(model, dtype, max(1, cache // (length + new_tokens)), length,
+                                               new_tokens, token_budget).terms["generation"]
     largest = max(phases, key=phases.get)
-    return Need({"weights": float(model.parameters * DTYPE_BYTES[dtype]), largest: float(phases[largest])}, {})
+    return Need({"weights": weights, largest: float(phases[largest])}, {})
+
+
+def generation_cache_tokens(model: Shape, dtype: str, token_budget: int, gpu_bytes: float | None) -> int:
+    """The tokens of key-value cache a generation batch may hold (forgetmap.generation.cache_budget): on a GPU
+    its share of the memory the weights leave; on a CPU, or where the GPU is unknown, the token budget."""
+    from .generation import CACHE_SHARE
+
+    if gpu_bytes is None:
+        return token_budget
+    free = gpu_bytes - model.parameters * DTYPE_BYTES[dtype]
+    return max(1, int(CACHE_SHARE * free) // model.kv_bytes_per_token(DTYPE_BYTES[dtype]))
+
+
+@functools.lru_cache(maxsize=None)
+def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens: int, token_budget: int) -> Need:
+    """One generation batch's memory beyond the weights, traced with forgetmap.generation's own prefill and
+    decode step: the larger of the prefill (`rows` prompts of `width` tokens, read in chunks of the token
+    budget) and the decode step that writes the last answer token (the key-value cache then holds every
+    prompt and answer token before it, the most it holds: it only grows)."""
+    import torch
+
+    from .generation import _decode_step, _prefill
+    from .meta_peak import meta_model, peak_bytes
+    from .models import cache_keyword
+
+    net = meta_model(_config(model.config), dtype)
+    keyword = cache_keyword(net)
+    chunk = max(1, token_budget // rows)
+    total = width + max(1, new_tokens)
+    attention = torch.ones((rows, total), dtype=torch.long, device="meta")
+
+    def prefill(length):
+        ids = torch.zeros((rows, length), dtype=torch.long, device="meta")
+        with torch.no_grad():
+            return _prefill(net, keyword, ids, attention[:, :length], chunk)
+
+    reading = peak_bytes(lambda: prefill(width))
+    before: list = []  # the cache before the last step: held, its own peak not what is asked
+    peak_bytes(lambda: before.extend(prefill(total - 1)))
+    cache, token = before[0], before[1].argmax(-1)
+
+    def last_step():
+        with torch.no_grad():
+            _decode_step(net, keyword, token, attention, token.new_zeros(rows), cache)
+
+    writing = rows * (total - 1) * model.kv_bytes_per_token(DTYPE_BYTES[dtype]) + peak_bytes(last_step)
+    return Need({"generation": float(max(reading, writing))}, {})
 
 
 @functools.lru_cache(maxsize=None)  # planning asks once per model and settings

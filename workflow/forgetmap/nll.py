@@ -21,6 +21,7 @@ from .data.batches import pad
 from .data.chat import Encoded
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
+HEAD_CHECK_TOKENS = 16  # the prefix `head_reproduces_logits` compares on (a scaled or capped head shows on any)
 
 
 def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 0.0) -> list[np.ndarray]:
@@ -79,14 +80,19 @@ def transformer_body(model):
 
 
 @torch.no_grad()
-def head_reproduces_logits(model, ids) -> bool:
-    """Do the transformer body and the output head alone give the model's logits on `ids`? (False for a
-    model whose forward scales or caps its logits: then only the full forward is right.)"""
+def head_check_logits(model, ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's logits on `ids` and those of its transformer body through the output head alone."""
     device = next(model.parameters()).device
     ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(device)
     logits = model(input_ids=ids, use_cache=False).logits[0]
     hidden = transformer_body(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
-    via_head = model.get_output_embeddings()(hidden)
+    return logits, model.get_output_embeddings()(hidden)
+
+
+def head_reproduces_logits(model, ids) -> bool:
+    """Do the transformer body and the output head alone give the model's logits on `ids`? (False for a
+    model whose forward scales or caps its logits: then only the full forward is right.)"""
+    logits, via_head = head_check_logits(model, ids)
     tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2  # half precision
     return bool(torch.allclose(logits.float(), via_head.float(), atol=tol, rtol=tol))
 
@@ -114,8 +120,8 @@ class TorchScorer:
         with a list `argmax`, whether each target is the model's argmax is appended to it. `parts`: the
         boundaries of target groups that go through the output head separately (a group's NLL then does
         not depend on the others' presence)."""
-        if self.use_hidden is None:
-            self.use_hidden = head_reproduces_logits(self.model, ids[0, :int(predict_at.max()) + 2])
+        if self.use_hidden is None:  # a short prefix: its full-vocabulary logits are a few MB at any length
+            self.use_hidden = head_reproduces_logits(self.model, ids[0, :HEAD_CHECK_TOKENS])
         bounds = [0, *parts, len(targets)]
         groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
         hits = [] if argmax is not None else None

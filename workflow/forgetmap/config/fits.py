@@ -129,11 +129,13 @@ def inference_rows(plan, model: str) -> list[dict]:
                              plan.gpu_memory(model, "score"), processes=resources["score"]["gpu"],
                              backend="vllm"))
         else:
-            generates = model in plan.item_models  # items' answers: generation's key-value cache
+            # items' answers: generation, its batches sized by the key-value cache the GPU holds
+            new_tokens = score["correctness"]["max_new_tokens"] if model in plan.item_models else 0
+            gpu = plan.gpu_memory(model, "score")
             need = _traced(memory.score_need, plan.base_shape(model), dtype, score["token_budget"],
-                           score["max_length"], generates)
-            rows.append(_row(model, "score", f"score (torch{', with generation' if generates else ''})", key,
-                             need, plan.gpu_memory(model, "score")))
+                           score["max_length"], new_tokens, gpu.high if gpu else None)
+            rows.append(_row(model, "score", f"score (torch{', with generation' if new_tokens else ''})", key,
+                             need, gpu))
     settings, key = spec["correlations"], f"models.{model}.correlations"
     if plan.task_correlations(model) and settings["gradient"] and resources["gradient"]["gpu"]:
         need = _traced(memory.gradient_need, plan.base_shape(model), settings["max_length"], settings["dim"])
