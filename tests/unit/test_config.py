@@ -54,6 +54,8 @@ def test_task_overrides_apply_to_that_task_only():
     (lambda c: c["upstream"].update(dolma={"format": "parquet"}), "upstream.dolma.path: required"),
     (lambda c: c["models"]["m"].update(base={"kind": "pretrained"}), "models.m.base.path: required"),
     (lambda c: c["models"]["m"].update(resources={"score": {"gpu": -1}}), "models.m.resources.score.gpu: value -1"),
+    (lambda c: c["models"]["m"].update(score={"gpu_memory_utilization": 1.2}),
+     "models.m.score.gpu_memory_utilization: value 1.2"),  # vLLM takes a share in (0, 1]
     (lambda c: c.pop("models"), "'models' is a required property"),
     (lambda c: c.pop("tasks"), "config key models.m.tasks: model 'm' has no row: no task is configured for it"),
     (lambda c: c.pop("upstream"), "models.m.upstream: value 'demo' is not an upstream corpus"),

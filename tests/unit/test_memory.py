@@ -262,7 +262,10 @@ def test_a_fine_tunes_memory_request_is_the_estimate_where_the_config_leaves_it_
 def test_an_fsdp_fine_tunes_estimate_is_within_its_stated_ratio_of_each_ranks_peak(tmp_path):
     """Two gloo processes (torchrun) train a Llama stand-in two steps, weights leading: each rank holds half
     the weights, gradients and Adam states, the gathered blocks and root, and a whole micro-batch's
-    activations; its peak is within 0.9-1.2 of `finetune_need` with processes 2."""
+    activations. Whether a block's unsharded gradients are still held when the peak comes depends on when
+    gloo's reduce-scatter runs beside the next block's backward (its own threads): measured 151.8 MiB on one
+    Intel Xeon (without them), 177.0 on another, 197.6 with the other core busy. So each rank's peak is
+    within 0.9 of the estimate without that term and 1.2 of the whole `finetune_need` with processes 2."""
     import os
     import subprocess
     import sys
@@ -292,8 +295,10 @@ def test_an_fsdp_fine_tunes_estimate_is_within_its_stated_ratio_of_each_ranks_pe
     need = finetune_need(shape(model), settings, cuda=False)
     for rank in (0, 1):
         peak = json.loads((tmp_path / f"peaks.{rank}").read_text())["train"]
-        print(f"rank {rank}: measured {peak / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
-        assert 0.9 <= peak / need.device <= 1.2, (rank, peak / 2**20, need.terms)
+        floor = need.device - need.terms["fsdp_block_gradients"]  # every term that must be held at once
+        print(f"rank {rank}: measured {peak / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB "
+              f"({floor / 2**20:.1f} without a block's unsharded gradients)")
+        assert 0.9 * floor <= peak <= 1.2 * need.device, (rank, peak / 2**20, need.terms)
 
 
 def test_a_vllm_scored_model_whose_engine_cannot_fit_its_score_gpus_is_refused_at_planning(tmp_path):

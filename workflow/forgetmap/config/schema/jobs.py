@@ -54,7 +54,8 @@ SCORE = obj({
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "dtype": choice("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
     "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
-    "gpu_memory_utilization": number(0.85, "vllm backend: share of GPU memory it may take", exclusive_minimum=0),
+    "gpu_memory_utilization": {**number(0.85, "vllm backend: share of GPU memory it may take, in (0, 1]",
+                                        exclusive_minimum=0), "maximum": 1},
     "correctness": obj({
         "metric": choice("acc", ("acc", "acc_norm"), "multiple choice: acc = argmax of the options' summed "
                                                      "log-likelihoods; acc_norm = argmax per character (lm-eval)"),
