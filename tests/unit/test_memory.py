@@ -341,7 +341,8 @@ def test_score_generation_and_gradient_jobs_estimates_are_within_their_stated_ra
     """At OLMo-2's vocabulary (100,352) and a small width, on the CPU with the weights in the heap: the score
     job's scoring from a new scorer (its first batch's head check included, on a short prefix: on a whole row of
     1,024 tokens it held 784 MiB, 1.5x the scoring batch) on rows of 1,024 tokens (and 256 for Llama);
-    generation of 32 tokens after prompts of 196-256 (the prefill and every decode step, the cache at its largest); the
+    generation of 32 tokens after prompts of 196-256 (its prefill leads) and of 224 after 17-32 (its last
+    decode step leads, the cache at its largest); the
     gradient job's examples. Each peak is within 0.9-1.15 of the estimate traced on the meta device (measured
     0.96-1.0; docs/gpu.md). The gradient's attention is traced as the CPU runs it, the math path."""
     import gc
@@ -389,6 +390,11 @@ def test_score_generation_and_gradient_jobs_estimates_are_within_their_stated_ra
         "generation": (lambda model: generate_torch(model, tokenizer, prompts, np.full(16, new),
                                                     token_budget=16 * (256 + new)),
                        beyond_weights(generation_need(size, "float32", 16, 256, new, 16 * (256 + new)))),
+        # answers longer than their prompts: the peak comes at the last decode step, the cache at its largest
+        "generation, long answers": (
+            lambda model: generate_torch(model, tokenizer, [p[:32 - i] for i, p in enumerate(prompts)],
+                                         np.full(16, 224), token_budget=16 * 256),
+            beyond_weights(generation_need(size, "float32", 16, 32, 224, 16 * 256))),
         # the CPU's fp32 backward takes attention's math path (a GPU's fused kernel keeps no scores)
         "gradient": (lambda model: projected_gradients(model, examples(256, 2), 64),
                      beyond_weights(gradient_need(size, 256, 64, fused_attention=False))),

@@ -23,8 +23,8 @@ here:
   their largest batch holds at once, traced at the model's real widths on the meta device
   (forgetmap.meta_peak).
 
-Each figure is a floor for what it counts: the allocator's fragmentation, CUDA's context and kernels'
-workspaces come on top (`OVERHEAD` names the margin the checks add).
+Each figure is what the job's tensors hold at their peak (`torch.cuda.max_memory_allocated`); what the
+caching allocator reserves beyond it and CUDA's context come on top (`on_card`: the margin every check adds).
 """
 
 from __future__ import annotations
@@ -37,7 +37,25 @@ from .errors import ForgetmapError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2}
 GIB = 2**30
-OVERHEAD = 1.1  # the allocator's fragmentation and workspaces, over what the terms count
+HOST_MARGIN = 1.1  # a host memory request over what the terms count (Python's and the libraries' own)
+# What a GPU job takes of its card beyond the bytes its tensors hold at their peak: torch's caching allocator
+# reserves more than it has allocated (measured on an H200 at the peak of every job kind, gpu-run.md: 1.03-1.15x
+# for jobs of 5 GiB and more, gradient checkpointing's the most; 1.12 GiB more at 3.7 GiB), and CUDA's own
+# context (kernels, cuBLAS workspaces) is in no torch figure.
+RESERVED_RATIO = 1.16
+RESERVED_FIXED = 0.75 * 2**30
+CUDA_CONTEXT = 0.5 * 2**30
+
+
+def on_card(device_bytes: float) -> float:
+    """The memory of the card a job takes whose tensors hold `device_bytes` at their peak: what the allocator
+    reserves for them, and CUDA's context."""
+    return device_bytes * RESERVED_RATIO + RESERVED_FIXED + CUDA_CONTEXT
+
+
+def card_margin() -> str:
+    """The margin `on_card` adds, in words (for messages)."""
+    return f"x{RESERVED_RATIO:g} + {(RESERVED_FIXED + CUDA_CONTEXT) / 2**30:g} GiB for the allocator and CUDA"
 PROCESS_HOST = 3 * GIB  # one training process's host memory beside any weights: Python, torch, CUDA's context
 
 
@@ -273,13 +291,13 @@ def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:
 def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None,
            arm: dict | None = None) -> tuple[dict, Need]:
     """The fine-tune's settings with `gradient_checkpointing: auto` decided, and its memory: off on a CPU or
-    where the GPU's memory is unknown (None) or holds the fine-tune without it (with `OVERHEAD`), else on."""
+    where the GPU's memory is unknown (None) or holds the fine-tune without it (`on_card`), else on."""
     method, rank, targets = arm_lora(settings, arm)
     lora = lora_parameters(model.config, rank, targets) if method == "lora" else 0
     settings = {**settings, "method": method}
     if settings.get("gradient_checkpointing") == "auto":
         without = finetune_need(model, {**settings, "gradient_checkpointing": False}, cuda, lora, arm)
-        on = cuda and gpu_bytes is not None and without.device * OVERHEAD > gpu_bytes
+        on = cuda and gpu_bytes is not None and on_card(without.device) > gpu_bytes
         settings["gradient_checkpointing"] = on
         if not on:
             return settings, without
@@ -361,7 +379,7 @@ def generation_cache_tokens(model: Shape, dtype: str, token_budget: int, gpu_byt
 
     if gpu_bytes is None:
         return token_budget
-    free = gpu_bytes - model.parameters * DTYPE_BYTES[dtype]
+    free = gpu_bytes - on_card(model.parameters * DTYPE_BYTES[dtype])  # what the job finds free beside its weights
     return max(1, int(CACHE_SHARE * free) // model.kv_bytes_per_token(DTYPE_BYTES[dtype]))
 
 
@@ -389,15 +407,14 @@ def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens:
             return _prefill(net, keyword, ids, attention[:, :length], chunk)
 
     reading = peak_bytes(lambda: prefill(width))
-    before: list = []  # the cache before the last step: held, its own peak not what is asked
-    peak_bytes(lambda: before.extend(prefill(total - 1)))
-    cache, token = before[0], before[1].argmax(-1)
 
-    def last_step():
+    def last_step(before):  # the cache before the last step, grown as the job grows it: one token a layer
+        cache, logits = before
+        token = logits.argmax(-1)
         with torch.no_grad():
             _decode_step(net, keyword, token, attention, token.new_zeros(rows), cache)
 
-    writing = rows * (total - 1) * model.kv_bytes_per_token(DTYPE_BYTES[dtype]) + peak_bytes(last_step)
+    writing = peak_bytes(last_step, setup=lambda: prefill(total - 1))
     return Need({"generation": float(max(reading, writing))}, {})
 
 

@@ -91,11 +91,18 @@ def _flash_attention():
         yield
 
 
-def peak_bytes(work, flash: bool = True) -> int:
-    """The most bytes `work()` (a function of meta tensors) holds at once above what existed before it."""
+def peak_bytes(work, flash: bool = True, setup=None) -> int:
+    """The most bytes `work()` (a function of meta tensors) holds at once above what existed before it. With
+    `setup`, `work(setup())`: what setup leaves alive is counted (its storages are followed as they are freed
+    or replaced), its own peak is not."""
     import contextlib
 
     tracker = _tracker()
     with tracker, (_flash_attention() if flash else contextlib.nullcontext()):
-        work()
+        if setup is None:
+            work()
+        else:
+            state = setup()
+            tracker.peak = tracker.live
+            work(state)
     return int(tracker.peak)

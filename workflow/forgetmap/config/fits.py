@@ -20,7 +20,7 @@ from ..errors import ConfigError
 
 def check(plan) -> None:
     """Each GPU job fits its GPUs and each FSDP fine-tune its host memory; the table goes to stderr."""
-    from ..memory import GIB, OVERHEAD
+    from ..memory import GIB, HOST_MARGIN, on_card
 
     rows = [{**row, "requested": plan.resource(model, "finetune", "mem_mb")}
             for model in plan.computed for row in plan.finetune_memory(model) if row["cuda"]]
@@ -31,21 +31,21 @@ def check(plan) -> None:
         need, gpu = row["need"], row["gpu"]
         if row["backend"] == "vllm":
             check_engine(plan, row["model"])
-        elif gpu is not None and not isinstance(need, str) and need.device * OVERHEAD > gpu.high:
+        elif gpu is not None and not isinstance(need, str) and on_card(need.device) > gpu.high:
             raise ConfigError(_refusal(row))
         if row["stage"] == "finetune" and need.host["checkpoint_file"] and \
-                row["requested"] * 2**20 < need.host_total * OVERHEAD:  # FSDP jobs
+                row["requested"] * 2**20 < need.host_total * HOST_MARGIN:  # FSDP jobs
             where = f"models.{row['model']}.resources.finetune"
             raise ConfigError(
                 f"config key {where}.mem_mb: value {row['mem_mb']}, and {row['job']} of model {row['model']!r} holds "
                 f"{need.host_total / GIB:.1f} GiB on the host ({row['processes']} processes' own, "
                 f"{need.host['processes'] / GIB:.0f} GiB, and one checkpoint file while rank 0 writes it, "
                 f"{need.host['checkpoint_file'] / GIB:.1f} GiB): set it to "
-                f"{math.ceil(need.host_total * OVERHEAD / 2**20 / 1000) * 1000} or more")
+                f"{math.ceil(need.host_total * HOST_MARGIN / 2**20 / 1000) * 1000} or more")
 
 
 def _refusal(row: dict) -> str:
-    from ..memory import GIB, OVERHEAD
+    from ..memory import GIB, card_margin
 
     need, gpu, model, key = row["need"], row["gpu"], row["model"], row["key"]
     terms = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in need.terms.items() if v)
@@ -54,8 +54,8 @@ def _refusal(row: dict) -> str:
             f"{row['processes']} GPU(s) ({terms}")
     if row["stage"] == "finetune":
         resources = f"models.{model}.resources.finetune"
-        return (f"{lead}; gradient checkpointing {'on' if row['checkpointing'] else 'off'}; with {OVERHEAD:g}x for the "
-                f"allocator), and each GPU has {size}: shard it over more GPUs ({key}.processes with "
+        return (f"{lead}; gradient checkpointing {'on' if row['checkpointing'] else 'off'}; "
+                f"{card_margin()}), and each GPU has {size}: shard it over more GPUs ({key}.processes with "
                 f"{resources}.gpu alike), lower {key}.batch_size or max_length, or train LoRA adapters "
                 f"({key}.method: lora)")
     remedy = {
@@ -66,7 +66,7 @@ def _refusal(row: dict) -> str:
                     f"({key}.gradient: false)",
         "semantic": f"lower {key}.batch_size",
     }[row["stage"]]
-    return f"{lead}; with {OVERHEAD:g}x for the allocator), and each GPU has {size}: {remedy}"
+    return f"{lead}; {card_margin()}), and each GPU has {size}: {remedy}"
 
 
 def memory_rows(plan, model: str) -> list[dict]:
@@ -163,10 +163,10 @@ def _traced(estimate, *args):
 def host_request(rows: list[dict]) -> int:
     """A fine-tune job's mem_mb from the estimate of its kinds (`memory_rows`), the largest: on GPUs its host
     memory, on a CPU the whole fine-tune and the process's own; 10 % added, in thousands of MB, at least 4,000."""
-    from ..memory import OVERHEAD
+    from ..memory import HOST_MARGIN
 
     needs = [row["need"].host_total + (0 if row["cuda"] else row["need"].device) for row in rows]
-    return max(4000, math.ceil(max(needs, default=0) * OVERHEAD / 2**20 / 1000) * 1000)
+    return max(4000, math.ceil(max(needs, default=0) * HOST_MARGIN / 2**20 / 1000) * 1000)
 
 
 def configured_finetune(plan, model: str, task: str) -> dict:
@@ -208,7 +208,7 @@ def check_engine(plan, model: str) -> None:
 def memory_table(rows: list[dict]) -> str:
     """Every GPU job's memory, one line per kind of job; a job that fits only some of the cards a GPU model
     names is said below it."""
-    from ..memory import GIB, OVERHEAD
+    from ..memory import GIB, on_card
 
     lines = ["forgetmap: memory of each job on GPUs (forgetmap.memory's estimate; docs/gpu.md)",
              f"  {'model':<14} {'job':<44} {'procs':>5} {'ckpt':>5} {'GPU GiB':>8} {'of GiB':>7} {'host GiB':>8} "
@@ -225,7 +225,7 @@ def memory_table(rows: list[dict]) -> str:
         estimated = " (estimated)" if row["stage"] == "finetune" and row["mem_mb"] is None else ""
         lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5} {checkpointing:>5} "
                      f"{row['need'].device / GIB:>8.1f} {size:>7} {host} {requested:>7}{estimated}")
-        if gpu is not None and gpu.exact is None and row["need"].device * OVERHEAD > gpu.low:
+        if gpu is not None and gpu.exact is None and on_card(row["need"].device) > gpu.low:
             lines.append(f"    fits a {gpu.high / GIB:.0f} GiB card, not a {gpu.low / GIB:.0f} GiB one: "
                          f"{gpu.where} names both; name the size (e.g. a100_80gb) or set "
                          f"models.{row['model']}.resources.{row['stage']}.gpu_memory_gib")
