@@ -6,12 +6,13 @@ answer's budget and the stop strings.
   it ends where the model's context is full (Harmon et al. let chain-of-thought answers run so); a prompt
   that alone fills the positions has no room and is the caller's error to name
   (`correctness.items.check_room`).
-- A generation ends at EOS, at its budget, or as soon as its text holds a stop string (a check per
-  sequence on torch; vLLM's `stop`), and its text is cut before the first stop string (`until_stop`),
-  as lm-evaluation-harness's `until` cuts it.
+- A generation ends at EOS, at its budget, or as soon as its text holds a stop string (on torch read back
+  every `CHECK_EVERY` steps and cut at the token that completed it; vLLM's `stop`), and its text is cut
+  before the first stop string (`until_stop`), as lm-evaluation-harness's `until` cuts it.
 - Each answer says whether its budget ended it (`capped`: it ran to its budget with no EOS and no stop
   string), so a measurement can say how many answers the cap cut short.
-- torch: left-padded batches under a token budget with a KV cache, greedy at temperature 0, else nucleus
+- torch: left-padded batches sized by the key-value cache they hold (`cache_budget`: on a GPU, a share of
+  its free memory), the decode loop's state kept on the device, greedy at temperature 0, else nucleus
   sampling from a generator seeded per call (the same contexts and seed give the same texts); vLLM: one
   request per (prompt, seed), each with its own seed, in one call.
 """
@@ -95,10 +96,10 @@ CACHE_SHARE = 0.5  # of a GPU's memory free when generation begins: what its bat
 
 def kv_bytes_per_token(model) -> int:
     """A key and a value per layer, key-value head and dimension, for one token, in the model's dtype."""
-    from .memory import _dims
+    from .models import widths
 
     config = model.config
-    _, _, kv_heads, head_dim, _ = _dims(config)
+    _, _, kv_heads, head_dim, _ = widths(config)
     layers = config.get_text_config().num_hidden_layers
     return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
 
@@ -112,7 +113,7 @@ def cache_budget(model, token_budget: int) -> tuple[int, str]:
 
     device = next(model.parameters()).device
     if device.type != "cuda":
-        return token_budget, f"{token_budget} tokens (score.token_budget, on the CPU)"
+        return token_budget, f"{token_budget} tokens (the token budget, on the CPU)"
     # free on the device, and what torch's allocator holds reserved but unused (scoring's blocks, reused)
     free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     per_token = kv_bytes_per_token(model)

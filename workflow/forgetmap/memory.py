@@ -88,15 +88,6 @@ def _meta_model(config):
     return model
 
 
-def _dims(config) -> tuple[int, int, int, int, int]:
-    """(hidden, heads, key-value heads, head dim, MLP width) of a text config (MLP width 0 where unnamed)."""
-    text = config.get_text_config()
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    return text.hidden_size, heads, kv_heads, head_dim, getattr(text, "intermediate_size", None) or 0
-
-
 def shape(source) -> Shape:
     """The shape of a model: a directory with its config.json, or a transformers config (a meta-device
     model: no memory)."""
@@ -106,7 +97,9 @@ def shape(source) -> Shape:
     blocks = set(getattr(model, "_no_split_modules", None) or [])
     block = max((sum(p.numel() for p in m.parameters()) for m in model.modules() if type(m).__name__ in blocks),
                 default=0)
-    hidden, _, kv_heads, head_dim, intermediate = _dims(config)
+    from .models import widths
+
+    hidden, _, kv_heads, head_dim, intermediate = widths(config)
     text = config.get_text_config()
     return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim), int(hidden),
                  int(intermediate), int(text.vocab_size), int(block), config.to_json_string())
@@ -149,7 +142,9 @@ def activation_coefficients(config: str, autocast: bool, frozen: bool = False) -
     import numpy as np
 
     base = _config(config)
-    intermediate = _dims(base)[4]
+    from .models import widths
+
+    intermediate = widths(base)[4]
     grouped = getattr(base.get_text_config(), "num_key_value_heads", None) is not None
     rows, bytes_per = [], []
     for h, i, ratio in ((128, 256, 1), (256, 256, 1), (128, 512, 1), (128, 256, 4)):

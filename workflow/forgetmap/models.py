@@ -34,13 +34,19 @@ def pick_device(requested: str = "auto") -> torch.device:
     """`auto`: a GPU this job may use, else the CPU. A job whose `gpu` resource is 0 sees no GPU (the CLI
     hides them), so `auto` never lands on a device no lock or scheduler gave it."""
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested.startswith("cuda") and not torch.cuda.is_available():
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif requested.startswith("cuda") and not torch.cuda.is_available():
         from .errors import ForgetmapError
 
         raise ForgetmapError(f"device {requested!r} requested, but no GPU is visible to this job: give its rule a "
                              f"`gpu` resource (models.<model>.resources.<stage>.gpu) or use device auto or cpu")
-    return torch.device(requested)
+    else:
+        device = torch.device(requested)
+    import logging
+
+    logging.getLogger(__name__).info("device: %s%s", device.type,
+                                     f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    return device
 
 
 def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
@@ -201,6 +207,15 @@ def peft_quietly():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         yield
+
+
+def widths(config) -> tuple[int, int, int, int, int]:
+    """(hidden, heads, key-value heads, head dim, MLP width) of a text config (MLP width 0 where unnamed)."""
+    text = config.get_text_config()
+    heads = text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    return text.hidden_size, heads, kv_heads, head_dim, getattr(text, "intermediate_size", None) or 0
 
 
 def cache_keyword(model) -> str:
