@@ -200,8 +200,9 @@ FINETUNES = {  # kind: (method, gradient checkpointing, arm)
 @pytest.mark.parametrize("kind", sorted(FINETUNES))
 def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint, tmp_path, monkeypatch, kind):
     """Two steps of a real fine-tune (micro-batches of 8 x 1,024 tokens on a GPU, 8 x 128 on the CPU, every
-    example filling them) from the saved checkpoint: its peak, weights included, within 0.9-1.2 of
-    `finetune_need` (weights, gradients, Adam, autocast's copies on a GPU, activations, the arm's copies)."""
+    example filling them) from the saved checkpoint: its peak, weights included, within 0.9-1.15 of
+    `finetune_need` (weights, Adam, the arm's copies, and what the peak phase holds beside them: autocast's
+    copies on a GPU, activations, the output head's logits, gradients)."""
     from forgetmap.config.schema import ARM, FINETUNE, with_defaults
     from forgetmap.memory import finetune_need, lora_parameters, shape
     from forgetmap.train import finetune
@@ -229,7 +230,7 @@ def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint
     ratio = found["peak"] / need.device
     report(f"fine-tune, {kind}", peak_gib=round(found["peak"] / 2**30, 3), estimate_gib=round(need.device / 2**30, 3),
            ratio=round(ratio, 3), reserved_gib=round(found.get("reserved", 0) / 2**30, 3))
-    assert 0.9 <= ratio <= 1.2, (kind, found, need.terms)
+    assert 0.9 <= ratio <= 1.15, (kind, found, need.terms)
 
 
 # --- numerics ----------------------------------------------------------------------------------------------------

@@ -108,8 +108,8 @@ RUNS = {  # architecture, method, arm, width, micro-batch x tokens: activations 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_a_fine_tunes_estimate_is_within_its_stated_ratio_of_the_measured_peak(tmp_path, monkeypatch, run):
     """A real fine-tune (two steps, examples filling max_length) on the CPU: the peak of the bytes its process
-    holds, against `finetune_need` (weights, gradients, Adam, activations, and each arm's copies): measured
-    between 0.9 and 1.2 times the estimate (measured 0.96-1.09; docs/gpu.md states the ratio)."""
+    holds, against `finetune_need` (weights, Adam, each arm's copies, and what its peak phase holds beside
+    them): measured between 0.9 and 1.15 times the estimate (measured 1.02-1.08; docs/gpu.md states it)."""
     import pandas as pd
 
     from forgetmap.config.schema import ARM, FINETUNE, with_defaults
@@ -138,7 +138,7 @@ def test_a_fine_tunes_estimate_is_within_its_stated_ratio_of_the_measured_peak(t
     lora = lora_parameters(model, 16, targets) if method == "lora" else 0
     need = finetune_need(shape(model), settings, cuda=False, lora=lora, arm=arm)
     print(f"{run}: measured {found['peak'] / 2**20:.1f} MiB, estimated {need.device / 2**20:.1f} MiB")
-    assert 0.9 <= found["peak"] / need.device <= 1.2, (found["peak"] / 2**20, need.terms)
+    assert 0.9 <= found["peak"] / need.device <= 1.15, (found["peak"] / 2**20, need.terms)
 
 
 def planned(tmp_path, size: str, finetune: dict, resources: dict, arms: dict | None = None,
@@ -173,8 +173,8 @@ def test_a_13b_fine_tune_that_cannot_fit_its_gpus_is_refused_at_planning_naming_
 
     with pytest.raises(ConfigError, match=r"config key models.m.resources.finetune.gpu_memory_gib: finetune \(2 tasks: "
                                           r"city_qa, ...\) of model 'm' needs 2\d\d.\d GiB on each of its 1 GPU\(s\) "
-                                          r"\(weights 51.1, gradients 51.1, adam 102.2, autocast copies 25.5, "
-                                          r"activations .*; gradient checkpointing on; .* each GPU has 79.6 GiB: shard "
+                                          r"\(weights 51.1, adam 102.2, autocast copies 1.0, "
+                                          r"activations 9.0, gradients 51.1; gradient checkpointing on; .* each GPU has 79.6 GiB: shard "
                                           r"it over more GPUs \(models.m.finetune.processes with "
                                           r"models.m.resources.finetune.gpu alike\)"):
         preflight.check(planned(tmp_path, "13b", {}, {"gpu": 1, "gpu_memory_gib": 79.6}))
@@ -458,15 +458,16 @@ def test_scoring_keeps_no_key_value_cache(tmp_path, monkeypatch):
 
 
 def test_score_and_gradient_jobs_that_cannot_fit_their_gpus_are_refused_at_planning(tmp_path, capsys):
-    """13B scored with torch on a 24 GiB GPU (its bf16 weights alone are 25.5 GiB): refused, naming the score
-    job's memory key and what lowers it; its gradient job on an 80 GB GPU (51 GiB of fp32 weights and one
+    """13B scored with torch on a 24 GiB GPU (its bf16 weights alone are 25.5 GiB; generation's batches would
+    hold what the weights leave, nothing, so scoring leads): refused, naming the score job's memory key and
+    what lowers it; its gradient job on an 80 GB GPU (51 GiB of fp32 weights and one
     example's 16 GiB) plans, and on a 48 GB one is refused. The table lists every GPU job."""
     from forgetmap.config import preflight
 
     score = {"score": {"gpu": 1, "gpu_memory_gib": 24}}
     with pytest.raises(ConfigError, match=r"config key models.m.resources.score.gpu_memory_gib: score \(torch, with "
                                           r"generation\) of model 'm' needs \d\d.\d GiB on each of its 1 GPU\(s\) "
-                                          r"\(weights 25.5, generation \d+.\d; .* each GPU has 24.0 GiB: lower "
+                                          r"\(weights 25.5, scoring \d+.\d; .* each GPU has 24.0 GiB: lower "
                                           r"models.m.score.token_budget"):
         preflight.check(planned(tmp_path, "13b", {}, {"gpu": 0}, stages=score))
     gradient = {"gradient": {"gpu": 1, "gpu_memory_gib": 79.6}}

@@ -8,8 +8,11 @@ here:
 - activations: what autograd keeps for the backward pass, per token and layer, *measured* on the model's
   own architecture at a tiny width (saved-tensor hooks count the bytes each operation keeps) and scaled
   linearly to the real hidden, key-value and MLP widths, in fp32 and under bf16 autocast; the output
-  head's logits per scored token; gradient checkpointing keeps each layer's input and one layer's
-  activations;
+  head's logits per labelled token; gradient checkpointing keeps each layer's input and one layer's
+  activations while it is recomputed;
+- in one process, the terms held at the fine-tune's peak: the largest of the forward's end, the backward's
+  start, a checkpointed layer's recomputation and the optimizer's step (`_phases`: the gradients are
+  written as the backward pass frees the activations);
 - mixed precision: in one process bf16 autocast casts every weight once per forward and keeps the copy for
   the backward pass (2 bytes per parameter); FSDP gathers each block in bf16 and frees it after (its
   mixed-precision policy over fp32 shards), holding two blocks and the root's embeddings and head, and one
@@ -71,6 +74,7 @@ class Shape:
     intermediate: int = 0
     vocab: int = 0
     block: int = 0  # parameters of one transformer block (what FSDP gathers at a time)
+    largest: int = 0  # parameters of the largest weight (an embedding, the head, an MLP projection)
     config: str = ""  # the config it was read from, as JSON
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
@@ -101,8 +105,9 @@ def shape(source) -> Shape:
 
     hidden, _, kv_heads, head_dim, intermediate = widths(config)
     text = config.get_text_config()
+    largest = max(p.numel() for p in model.parameters())
     return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim), int(hidden),
-                 int(intermediate), int(text.vocab_size), int(block), config.to_json_string())
+                 int(intermediate), int(text.vocab_size), int(block), int(largest), config.to_json_string())
 
 
 def _config(source):
@@ -221,54 +226,87 @@ class Need:
 
 
 def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: dict | None = None) -> Need:
-    """A fine-tune's memory per process: `settings` the job's fine-tuning settings (batch_size, max_length,
-    processes, method, bf16, gradient_checkpointing), `lora` the adapters' parameters (method lora), `arm`
-    the mitigation arm whose copies it holds (kl_base, l2_sp, ema)."""
+    """A fine-tune's memory per process at its peak: `settings` the job's fine-tuning settings (batch_size,
+    max_length, grad_accum, processes, method, bf16, gradient_checkpointing), `lora` the adapters' parameters
+    (method lora), `arm` the mitigation arm whose copies it holds (kl_base, l2_sp, ema). The terms are those
+    held at the peak (`_phases`): in one process the gradients are created as the backward pass frees the
+    activations (set to None after each step), so the two are not summed unless micro-batches accumulate."""
     arm = arm or {}
     processes = settings.get("processes", 1)
     full = settings.get("method", "full") == "full"
     shards = processes if full and processes > 1 else 1
-    mixed = cuda and settings.get("bf16", True)
     trained = model.parameters if full else lora
-    tokens = settings["batch_size"] * settings["max_length"]
-    a, d, b, e = activation_coefficients(model.config, mixed, frozen=not full)
-    per_layer = a * model.hidden + d * model.kv_heads * model.head_dim + b * model.intermediate + e
-    compute = 2 if mixed else 4
-    # the head, per position: logits in the compute dtype, their fp32 copy, the log-softmax kept, its gradient
-    head = model.vocab * (compute + 4 + 4 + 4)
-    if settings.get("gradient_checkpointing") is True:
-        activations = tokens * (model.layers * 4 * model.hidden + per_layer + head)
-    else:
-        activations = tokens * (model.layers * per_layer + head)
-    if not full:  # each adapter keeps its input (one hidden-width tensor per adapted projection's input)
-        activations += tokens * model.layers * 4 * model.hidden
     fsdp = shards > 1
-    root = model.parameters - model.layers * model.block  # embeddings, output head, final norm: gathered throughout
     terms = {"weights": 4 * model.parameters / shards + 4 * lora,
-             "gradients": 4 * trained / shards,
-             "adam": 8 * trained / shards,
-             # one process: autocast casts every fp32 weight once per forward and keeps the copy for backward;
-             # FSDP gathers each block in bf16 (its mixed-precision policy) and frees it after: no copies
-             "autocast_copies": 2 * model.parameters if mixed and not fsdp else 0,
-             "fsdp_gathered": (2 * model.block + root) * compute if fsdp else 0,
-             # a block's unsharded gradients until they are reduce-scattered (cast to fp32 for the reduction)
-             "fsdp_block_gradients": model.block * (4 + (compute if mixed else 0)) if fsdp else 0,
-             "activations": activations}
-    if arm.get("kl_base") is not None:
-        # a frozen copy (LoRA: the adapter switched off instead), the reference's logits, both log-softmaxes,
-        # the reference's probabilities and their difference kept for the gradient
-        terms["kl_reference"] = (4 * model.parameters if full else 0) + tokens * model.vocab * (compute + 16)
+             "adam": 8 * trained / shards}
+    if arm.get("kl_base") is not None and full:  # a frozen copy (LoRA: the adapter switched off instead)
+        terms["kl_reference"] = 4 * model.parameters
     if arm.get("l2_sp") is not None:
         terms["l2_sp_anchor"] = 4 * trained / shards
     if arm.get("ema") is not None:
         terms["ema_weights"] = 4 * trained / shards
+    phases = _phases(model, settings, cuda, lora, arm, shards)
+    terms.update(max(phases.values(), key=lambda phase: sum(phase.values())))
     # the host: each process's own (Python, torch, the CUDA context); each loads one tensor (one slice under
     # FSDP) at a time, and under FSDP rank 0 writes the checkpoint a file at a time (forgetmap.sharded)
     from .sharded import MAX_FILE_BYTES
 
     host = {"processes": PROCESS_HOST * processes,
             "checkpoint_file": min(MAX_FILE_BYTES, 4 * model.parameters) if fsdp else 0}
-    return Need({k: float(v) for k, v in terms.items()}, {k: float(v) for k, v in host.items()})
+    return Need({k: float(v) for k, v in terms.items() if v}, {k: float(v) for k, v in host.items()})
+
+
+def _phases(model: Shape, settings: dict, cuda: bool, lora: int, arm: dict, shards: int) -> dict[str, dict]:
+    """What a fine-tune holds beside its weights, Adam states and arm copies, at each moment that can be its
+    peak: the end of the forward pass, the start of the backward pass, the recomputation of checkpointed
+    layers, the optimizer's step. Checked against an H200 (gpu-run.md: 8 x 1,024 tokens at OLMo-2 1B,
+    measured / these 0.99-1.01 for full, checkpointing, LoRA and KL) and the CPU (tests)."""
+    full = settings.get("method", "full") == "full"
+    mixed = cuda and settings.get("bf16", True)
+    compute = 2 if mixed else 4
+    tokens = settings["batch_size"] * settings["max_length"]
+    a, d, b, e = activation_coefficients(model.config, mixed, frozen=not full)
+    per_layer = a * model.hidden + d * model.kv_heads * model.head_dim + b * model.intermediate + e
+    checkpointed = settings.get("gradient_checkpointing") is True
+    inputs = tokens * model.layers * 4 * model.hidden  # each layer's input, what checkpointing keeps
+    kept = inputs if checkpointed else tokens * model.layers * per_layer
+    if not full:  # each adapter keeps its input (one hidden-width tensor per adapted projection's input)
+        kept += tokens * model.layers * 4 * model.hidden
+    gradients = 4 * (model.parameters if full else lora) / shards
+    kl = arm.get("kl_base") is not None
+    if shards > 1:  # FSDP: the gathered blocks and root in the compute dtype, a block's unsharded gradients
+        # until they are reduce-scattered (cast to fp32 for the reduction), every position's logits
+        root = model.parameters - model.layers * model.block
+        head = tokens * model.vocab * (compute + 12)
+        sharded = {"gradients": gradients, "fsdp_gathered": (2 * model.block + root) * compute,
+                   "fsdp_block_gradients": model.block * (4 + (compute if mixed else 0)),
+                   "activations": kept + (tokens * per_layer if checkpointed else 0), "output_head": head}
+        return {"backward": sharded}
+    # in one process on a GPU only the positions that carry a label go through the head (train.kept_loss),
+    # unless an arm needs every position's logits (the KL anchor); elsewhere the loop holds the logits too
+    logits = 0 if cuda and not kl else compute
+    # autocast casts each weight once per forward and caches the copy until the forward ends; the backward
+    # pass keeps those its matrix products saved: all of them, or under checkpointing the output head's only
+    cast = 2 * model.parameters if mixed else 0
+    saved = (2 * model.vocab * model.hidden if checkpointed else cast) if mixed else 0
+    accumulated = gradients if settings.get("grad_accum", 1) > 1 else 0  # earlier micro-batches' gradients
+    # the reference's logits, both log-softmaxes, the reference's probabilities and their difference
+    reference = {"kl_logits": tokens * model.vocab * (compute + 16)} if kl else {}
+    phases = {
+        # the fp32 logits and their log-softmax (the compute-dtype logits freed once cast, unless held)
+        "forward": {"autocast_copies": cast, "activations": kept, "output_head": tokens * model.vocab * (8 + logits),
+                    "gradients": accumulated, **reference},
+        # the log-softmax kept, its gradient and the logits' gradient, in fp32
+        "backward": {"autocast_copies": saved, "activations": kept, "output_head": tokens * model.vocab * (12 + logits),
+                     "gradients": accumulated, **reference},
+        # AdamW's step: fused on a GPU; on a CPU one parameter at a time, the largest's square root and its
+        # quotient as temporaries
+        "step": {"gradients": gradients, "optimizer_temporaries": 0 if cuda else 8 * model.largest},
+    }
+    if checkpointed:  # a layer recomputed, the gradients written so far (at most all)
+        phases["recompute"] = {"autocast_copies": saved, "activations": kept + tokens * per_layer,
+                               "gradients": gradients}
+    return phases
 
 
 def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:
