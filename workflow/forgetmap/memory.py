@@ -48,6 +48,7 @@ HOST_MARGIN = 1.1  # a host memory request over what the terms count (Python's a
 RESERVED_RATIO = 1.16
 RESERVED_FIXED = 0.75 * 2**30
 CUDA_CONTEXT = 0.5 * 2**30
+PROCESS_HOST = 3 * GIB  # one training process's host memory beside any weights: Python, torch, CUDA's context
 
 
 def on_card(device_bytes: float) -> float:
@@ -59,7 +60,6 @@ def on_card(device_bytes: float) -> float:
 def card_margin() -> str:
     """The margin `on_card` adds, in words (for messages)."""
     return f"x{RESERVED_RATIO:g} + {(RESERVED_FIXED + CUDA_CONTEXT) / 2**30:g} GiB for the allocator and CUDA"
-PROCESS_HOST = 3 * GIB  # one training process's host memory beside any weights: Python, torch, CUDA's context
 
 
 @dataclass(frozen=True)

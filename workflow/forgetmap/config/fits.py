@@ -129,11 +129,12 @@ def inference_rows(plan, model: str) -> list[dict]:
                              plan.gpu_memory(model, "score"), processes=resources["score"]["gpu"],
                              backend="vllm"))
         else:
-            # items' answers: generation, its batches sized by the key-value cache the GPU holds
+            # items' answers: generation, its batches sized by the key-value cache the GPU holds (on the smaller
+            # of the cards a GPU model names: on a larger one its batches grow with the card)
             new_tokens = score["correctness"]["max_new_tokens"] if model in plan.item_models else 0
             gpu = plan.gpu_memory(model, "score")
             need = _traced(memory.score_need, plan.base_shape(model), dtype, score["token_budget"],
-                           score["max_length"], new_tokens, gpu.high if gpu else None)
+                           score["max_length"], new_tokens, gpu.low if gpu else None)
             rows.append(_row(model, "score", f"score (torch{', with generation' if new_tokens else ''})", key,
                              need, gpu))
     settings, key = spec["correlations"], f"models.{model}.correlations"
