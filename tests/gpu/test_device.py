@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import torch
 
-from standins import TULU_TEMPLATE, save_standin, sentences, train_tokenizer
+from standins import TULU_TEMPLATE, sentences, train_tokenizer
 
 pytestmark = pytest.mark.gpu
 
