@@ -104,6 +104,12 @@ def kv_bytes_per_token(model) -> int:
     return 2 * layers * kv_heads * head_dim * next(model.parameters()).element_size()
 
 
+def cache_tokens(free_bytes: float, per_token: int) -> int:
+    """The tokens of key-value cache a batch may hold where `free_bytes` are free beside the weights: the rule
+    a job applies on its GPU (`cache_budget`) and planning applies to a card (forgetmap.memory)."""
+    return max(1, int(CACHE_SHARE * free_bytes) // per_token)
+
+
 def cache_budget(model, token_budget: int) -> tuple[int, str]:
     """The tokens (prompt and answer, over a batch's rows) whose key-value cache one batch may hold, and why:
     on a GPU, `CACHE_SHARE` of its memory free when generation begins, in the model's cache bytes per token
@@ -117,7 +123,7 @@ def cache_budget(model, token_budget: int) -> tuple[int, str]:
     # free on the device, and what torch's allocator holds reserved but unused (scoring's blocks, reused)
     free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     per_token = kv_bytes_per_token(model)
-    tokens = max(1, int(CACHE_SHARE * free) // per_token)
+    tokens = cache_tokens(free, per_token)
     return tokens, (f"{tokens} tokens: {CACHE_SHARE:g} of the {free / 2**30:.1f} GiB free on {device} at "
                     f"{per_token / 2**10:.0f} KiB of keys and values per token")
 
@@ -218,7 +224,7 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
     last = limits - 1
     ended = np.zeros(rows, dtype=bool)
     history: list[list[int]] = [[] for _ in range(rows)]  # each row's tokens, for its stop strings
-    checked, states = 0, []
+    checked, states, read = 0, [], []  # read: the blocks of tokens the host has read
     for step in range(steps):
         if step:
             logits = _decode_step(model, keyword, token, attention[:, :width + step], position, cache)
@@ -233,6 +239,7 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
         if (step + 1) % CHECK_EVERY and step + 1 < steps:
             continue
         block = _to_host(out[:, checked:step + 1])
+        read.append(block)
         stopped = _ends(block, checked, eos_id, watch, history, last, ended)
         if stopped:
             done[torch.tensor(stopped, device=device)] = True
@@ -241,7 +248,7 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
                 generator.set_state(states[max(int(last.max()), checked) - checked])
             break
         checked, states = step + 1, []
-    host = _to_host(out) if steps else np.zeros((rows, 0), dtype=np.int64)
+    host = np.concatenate(read, axis=1) if read else np.zeros((rows, 0), dtype=np.int64)
     written = [host[r, :last[r] + 1 - (ended[r] and host[r, last[r]] == eos_id)].astype(np.int64)
                for r in range(rows)]
     return written, ended

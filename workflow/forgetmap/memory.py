@@ -408,12 +408,12 @@ def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, new
 def generation_cache_tokens(model: Shape, dtype: str, token_budget: int, gpu_bytes: float | None) -> int:
     """The tokens of key-value cache a generation batch may hold (forgetmap.generation.cache_budget): on a GPU
     its share of the memory the weights leave; on a CPU, or where the GPU is unknown, the token budget."""
-    from .generation import CACHE_SHARE
+    from .generation import cache_tokens
 
     if gpu_bytes is None:
         return token_budget
     free = gpu_bytes - on_card(model.parameters * DTYPE_BYTES[dtype])  # what the job finds free beside its weights
-    return max(1, int(CACHE_SHARE * free) // model.kv_bytes_per_token(DTYPE_BYTES[dtype]))
+    return cache_tokens(free, model.kv_bytes_per_token(DTYPE_BYTES[dtype]))
 
 
 @functools.lru_cache(maxsize=None)
