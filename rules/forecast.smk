@@ -25,8 +25,8 @@ rule forecast_probes:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} forgetmap forecast-probes --settings {params.settings:q} --matrix {input.matrix:q} "
-        "--shards {input.shards:q} --out {output:q} > {log:q} 2>&1"
+        "OMP_NUM_THREADS={threads} forgetmap forecast-probes --settings {params.settings:q} "
+        "--shards {input.shards:q} --scores {input.scores:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule forecast_scores:
@@ -80,3 +80,29 @@ rule forecast:
         "OMP_NUM_THREADS={threads} forgetmap forecast --settings {params.settings:q} --matrix {input.matrix:q} "
         "--probes {input.probes:q} --scores {input.scores:q} --base-scores {input.base_scores:q} "
         "--out {output.rows:q} --summary {output.summary:q} --figure {output.figure:q} > {log:q} 2>&1"
+
+
+rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check's probes completed into a row
+    input:
+        unpack(job(PLAN.forecast.trajectory_inputs)),
+    output:
+        table=forecast_report("trajectory.tsv", "forecast_trajectory"),
+        figure=forecast_report("trajectory.png", "forecast_trajectory_figure"),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.forecast.trajectory_settings),
+    threads: resource("analysis", "threads")
+    resources:
+        mem_mb=resource("analysis", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/forecast/trajectory.log",
+    benchmark:
+        "results/benchmarks/{model}/forecast/trajectory.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} forgetmap forecast-trajectory --settings {params.settings:q} "
+        "--matrix {input.matrix:q} --probes {input.probes:q} --checkpoints {input.checkpoints:q} "
+        "--out {output.table:q} --figure {output.figure:q} > {log:q} 2>&1"

@@ -27,14 +27,14 @@ rule base_model:
 
 rule finetune:
     input:
-        base=fm_plan.BASE,
-        task=fm_plan.TASK,
+        unpack(job(PLAN.finetune_inputs)),
     output:
         checkpoint_output(fm_plan.CHECKPOINT),
     wildcard_constraints:
         model=COMPUTED,
     params:
         settings=settings(PLAN.finetune_settings),
+        probes=optional_inputs("probes"),
     threads: resource("finetune", "threads")
     resources:
         gpu=resource("finetune", "gpu"),
@@ -48,7 +48,7 @@ rule finetune:
     conda:
         "../envs/forgetmap.yaml"
     shell:
-        "forgetmap finetune --base {input.base:q} --task {input.task:q} "
+        "forgetmap finetune --base {input.base:q} --task {input.task:q} {params.probes} "
         "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
 
 

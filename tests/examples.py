@@ -134,12 +134,16 @@ def miniature(cfg: dict, workdir: Path) -> None:
     for split in cfg["prediction"]["splits"].values():
         if split.get("test"):
             split["test"] = [t for t in split["test"] if t in cfg["tasks"] or t.endswith("_10templates")] or ["lima"]
-    cfg["shard_size"] = 12
+    cfg["shard_size"] = 24  # one shard of the 24 examples: several shards are the tiny run's to show
     cfg["prediction"].update(k=4, seeds=2, budget=3)
     cfg["prediction"]["probe_evaluation"] = {"ks": [2, 4], "draws": 2}
     mitigation = cfg.get("mitigation") or {"arms": {}}
     if "heldout" in mitigation:
         mitigation["heldout"] = 4
+    predicted = sorted((arm.get("method") != "mf", name) for name, arm in mitigation["arms"].items()
+                       if arm.get("replay") == "predicted")
+    for _, name in predicted[1:]:  # one predicted arm (mf where there is one): the others differ by method alone
+        del mitigation["arms"][name]
     for arm in mitigation["arms"].values():
         if "probes" in arm:
             arm["probes"] = 3

@@ -309,6 +309,41 @@ def test_a_forecast_task_is_fine_tuned_but_not_a_row_of_the_matrix():
     assert Plan(listed).forecast.modes("m") == {"add_qa": "forecast"}
 
 
+def test_only_a_forecast_tasks_fine_tune_is_monitored_and_waits_for_the_probes():
+    raw = minimal()
+    raw["tasks"].update(job_qa={"category": "w"}, add_qa={"category": "w", "forecast": True},
+                        mul_qa={"category": "w", "forecast": "check"})
+    raw["models"]["m"]["finetune"] = {"monitor": {"every": 10, "at": [0.25]}}
+    plan = Plan(raw)
+    assert set(plan.forecast.monitored("m")) == {"add_qa", "mul_qa"}
+    assert plan.finetune_inputs("m", "mul_qa")["probes"] == "results/m/forecast/probes.parquet"
+    assert "probes" not in plan.finetune_inputs("m", "city_qa")
+    monitor = plan.finetune_settings("m", "mul_qa")["monitor"]
+    assert monitor == {"every": 10, "at": [0.25], "chat_template": "auto", "max_length": 2048, "token_budget": 16384}
+    # a measured task's settings carry no monitor key: turning the monitor on reruns no measured fine-tune
+    assert "monitor" not in plan.finetune_settings("m", "city_qa")
+    assert "monitor" not in Plan(minimal()).finetune_settings("m", "city_qa")
+    # the probes read the fit rows' score files, not the matrix (mul_qa is a matrix row and needs them first)
+    inputs = plan.forecast.probes_inputs("m")
+    assert "matrix" not in inputs and "results/m/scores/mul_qa/shard-0.parquet" not in inputs["scores"]
+    assert "results/m/scores/job_qa/shard-0.parquet" in inputs["scores"]
+    assert plan.forecast.probes_settings("m")["rows"]["tasks"] == ["city_qa", "job_qa"]
+    assert "results/m/forecast/trajectory.tsv" in plan.targets()
+    assert plan.forecast.trajectory_inputs("m")["checkpoints"] == ["results/m/checkpoints/add_qa",
+                                                                  "results/m/checkpoints/mul_qa"]
+    with pytest.raises(ConfigError, match="config key tasks.job_qa.finetune.monitor: task 'job_qa' is measured"):
+        fm_config.resolve({**raw, "tasks": {**raw["tasks"], "job_qa": {"category": "w",
+                                                                        "finetune": {"monitor": {"every": 5}}}}})
+    unforecast = minimal()
+    unforecast["models"]["m"]["finetune"] = {"monitor": {"every": 10}}
+    with pytest.raises(ConfigError, match="config key models.m.finetune.monitor: model 'm' has no forecast task"):
+        fm_config.resolve(unforecast)
+    raw["models"]["m"]["finetune"]["processes"] = 2
+    raw["models"]["m"]["resources"] = {"finetune": {"gpu": 0}}  # gloo processes on the CPU
+    with pytest.raises(ConfigError, match="models.m.finetune.processes: task 'add_qa' is monitored"):
+        fm_config.resolve(raw)
+
+
 def test_a_logged_row_named_as_a_scored_run_of_another_model_is_an_error():
     base = {"upstream": "u", "base": {"kind": "pretrained", "path": "models/base"}, "tasks": []}
     config = {"upstream": {"u": {"format": "parquet", "path": "u.parquet"}}, "categories": {"sft": {}},

@@ -57,9 +57,18 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
         pd.DataFrame({"example_id": ids[part], "source": "s", "kind": "lm", "prompt": "", "response": "x"}).to_parquet(
             shards[-1])
     fit = tasks[:FIT]
+    # the fit rows' own score files (the probes are chosen from them, not from the matrix: a `check` task's
+    # monitored fine-tune needs the probes before its row exists)
+    rows = {"tasks": fit, "categories": {t: "c" for t in fit}, "groups": {"c": "g"}, "base_scores": [],
+            "task_scores": {t: [] for t in fit}}
+    for k, part in enumerate(np.array_split(np.arange(N), 2)):
+        for run, nll in (("base", base), *((t, base + z[i]) for i, t in enumerate(fit))):
+            path = str(tmp_path / f"scores-{run}-{k}.parquet")
+            pd.DataFrame({"example_id": ids[part], "nll": nll[part].astype(np.float32)}).to_parquet(path)
+            (rows["base_scores"] if run == "base" else rows["task_scores"][run]).append(path)
     probes = tmp_path / "probes.parquet"
-    probes_command({"k": 25, "probes": "dopt", "seed": 0, "fit_tasks": fit}, str(tmp_path / "forgetting.parquet"),
-                   shards, str(probes))
+    probes_command({"k": 25, "probes": "dopt", "seed": 0, "fit_tasks": fit, "rows": rows}, shards,
+                   rows["base_scores"], str(probes))
     chosen = read_metadata(probes)
     index = np.asarray(chosen["indices"])
     assert pd.read_parquet(probes)["example_id"].tolist() == ids[index].tolist() and chosen["fit_tasks"] == fit

@@ -353,9 +353,11 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
 
 
 def forecast_config(mode=True, **forecast):
-    """json_profile added as a forecast task (fitted on the 3 measured tasks), predicted replay on it."""
+    """json_profile added as a forecast task (fitted on the 3 measured tasks), its fine-tune monitored (the
+    probes scored after steps 2 and 4 of 4), predicted replay on it."""
     return edited(tiny_config(), lambda c: (
-        c["tasks"].update(json_profile={"category": "world", "n_examples": 24, "forecast": mode}),
+        c["tasks"].update(json_profile={"category": "world", "n_examples": 24, "forecast": mode,
+                                        "finetune": {"monitor": {"every": 2}}}),
         c.update(forecast={"k": 8, **forecast}),
         c["mitigation"].update(tasks=["json_profile"], arms={"predicted": {"replay": "predicted", "method": "mf",
                                                                             "ratio": 0.25}})))
@@ -367,8 +369,8 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     jobs = planned_jobs(workdir)
     # no scoring of the upstream shards, no new matrix row: nothing downstream of the matrix reruns
     assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "forecast_probes": 1, "forecast_scores": 1,
-                             "forecast": 1, "replay_selection": 1, "arm_run": 1, "plain_scores": 1,
-                             "mitigation_summary": 1, "explorer": 1, "all": 1}
+                             "forecast": 1, "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
+                             "plain_scores": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
     snakemake(workdir)
     rows = pd.read_parquet(workdir / "results/tiny/forecast/forecast.parquet")
     meta = read_metadata(workdir / "results/tiny/forecast/forecast.parquet")
@@ -381,15 +383,27 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     replay = workdir / "results/tiny/mitigation/predicted/seed-0/replay/json_profile.parquet"
     assert len(pd.read_parquet(replay)) > 0
     assert "json_profile" in pd.read_csv(workdir / "results/tiny/mitigation/summary.tsv", sep="\t")["task"].values
-    # measuring it in full later: its shards scored, the matrix grows a row, the forecast scored against it
+    # the monitored fine-tune's checks, completed: its last check is the forecast job's row (one model, one
+    # scorer: the probes' NLL at the end of training is the probe score job's, to rounding)
+    trajectory = pd.read_csv(workdir / "results/tiny/forecast/trajectory.tsv", sep="\t")
+    assert trajectory["step"].tolist() == [2, 4] and trajectory["fraction"].tolist() == [0.5, 1.0]
+    assert trajectory["forecast_mean"].iloc[-1] == pytest.approx(float(rows["json_profile"].mean()), abs=1e-4)
+    assert trajectory["probe_mean"].iloc[-1] == pytest.approx(np.mean(meta["probe_values"]["json_profile"]), abs=1e-4)
+    assert (workdir / "results/tiny/forecast/trajectory.png").stat().st_size > 10_000
+    # another k or strategy: the probes, their scoring and the forecast (and what reads the forecast); a
+    # monitored fine-tune scored the old probes as it trained, so it trains again (and plain fine-tuning's
+    # held-out scores, which read it)
+    write_config(workdir, forecast_config(probes="random"))
+    assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "finetune": 1, "forecast_scores": 1, "forecast": 1,
+                                              "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
+                                              "plain_scores": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
+    # measuring it in full later: its shards scored, the matrix grows a row, the forecast and the trajectory
+    # scored against it (tests/unit/test_monitor.py); the probes come from the fit rows' own scores, so the
+    # monitored fine-tune stays
     write_config(workdir, forecast_config(mode="check"))
     planned = by_rule(planned_jobs(workdir))
-    assert planned["score"] == 2 and planned["forecast"] == 1 and "finetune" not in planned
-    # another k or strategy: only the probes, their scoring and the forecast (and what reads the forecast)
-    write_config(workdir, forecast_config(probes="random"))
-    assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "forecast_scores": 1, "forecast": 1,
-                                              "replay_selection": 1, "arm_run": 1, "mitigation_summary": 1, "explorer": 1,
-                                              "all": 1}
+    assert planned["score"] == 2 and planned["forecast"] == 1 and planned["forecast_trajectory"] == 1
+    assert "finetune" not in planned and "forecast_probes" not in planned
 
 
 def test_the_explorer_shows_a_tasks_most_forgotten_example_and_finds_an_example(finished):

@@ -159,13 +159,19 @@ def assemble(shards: list[str], base_scores: list[str], task_scores: dict[str, l
 STATISTIC_OF_Z = {"nats_per_token": "nll_change", "bits_per_byte": "bpb_change"}  # models.NAME.z -> statistic
 
 
+def assemble_rows(settings: dict, shards: list[str]) -> ForgettingMatrix:
+    """The matrix the settings describe (forgetmap.plan's matrix settings, or a subset of its rows): every
+    run's score files, and for checkpoint rows what each is compared with."""
+    tasks = settings["tasks"]
+    return assemble(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
+                    settings["categories"], settings["groups"], settings.get("references"),
+                    STATISTIC_OF_Z[settings.get("statistic", "nats_per_token")])
+
+
 def matrix_command(settings: dict, shards: list[str], out: str) -> dict:
     """`forgetmap forgetting-matrix`: the settings name every run's score files (forgetmap.plan), and for
     checkpoint rows what each is compared with."""
-    tasks = settings["tasks"]
-    matrix = assemble(shards, settings["base_scores"], {t: settings["task_scores"][t] for t in tasks},
-                      settings["categories"], settings["groups"], settings.get("references"),
-                      STATISTIC_OF_Z[settings.get("statistic", "nats_per_token")])
+    matrix = assemble_rows(settings, shards)
     extra = {"references": settings["references"], "checkpoints": settings["checkpoints"]} \
         if settings.get("checkpoints") else {}
     matrix.write(out, {"model": settings["model"], **extra})

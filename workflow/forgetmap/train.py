@@ -250,11 +250,12 @@ def attach_lora(model, lora: dict, seed: int):
 
 def finetune(base: str, task: str, settings: dict, threads: int, out: str, replay: str | None = None,
              token_losses: str | None = None, matrix: str | None = None, split: str | None = None,
-             heldout: str | None = None, shards: list[str] | None = None) -> dict:
+             heldout: str | None = None, shards: list[str] | None = None, probes: str | None = None) -> dict:
     """Fine-tune the base model on a task's training split; write the checkpoint whole or not at all.
     With `processes` above 1, torchrun runs that many FSDP workers (`python -m forgetmap.train`) into
     the temporary directory, one per GPU (the devices this job claimed) or, on CPU, with gloo. A mitigation
-    arm (`settings["arm"]`) adds its replayed examples and the base model's token losses."""
+    arm (`settings["arm"]`) adds its replayed examples and the base model's token losses; a monitored
+    fine-tune (`settings["monitor"]`) scores the forecast's `probes` as it trains (forgetmap.monitor.trajectory)."""
     from .io import atomic_path
 
     settings = with_defaults(FINETUNE, settings)  # a partial dict (a direct call) gets the config's defaults
@@ -262,7 +263,7 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
             online = {"matrix": matrix, "split": split, "heldout": heldout, "shards": shards} if matrix else None
-            return finetune_into(base, task, tmp, settings, threads, replay, token_losses, online)
+            return finetune_into(base, task, tmp, settings, threads, replay, token_losses, online, probes)
         import subprocess
         import sys
 
@@ -283,7 +284,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
 
 
 def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
-                  replay: str | None = None, token_losses: str | None = None, online: dict | None = None) -> dict:
+                  replay: str | None = None, token_losses: str | None = None, online: dict | None = None,
+                  probes: str | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
     from .mitigation.knobs import arm_hooks
@@ -319,9 +321,19 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
         parameters, architecture = n_parameters(model), type(model).__name__
     batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
                                               online, task_path)
+    checks = None
+    if settings.get("monitor") and probes:  # one process (config checks): the probes on the live weights
+        from .models import autocast_for
+        from .monitor.trajectory import ProbeChecks
+
+        checks = ProbeChecks(model, tokenizer, probes, settings["monitor"], steps,
+                             lambda: autocast_for(device, settings["bf16"]))
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
-                    into / "train_log.jsonl" if rank == 0 else None, hooks=arm_hooks(settings))
+                    into / "train_log.jsonl" if rank == 0 else None, hooks=arm_hooks(settings),
+                    on_step=checks.on_step if checks else None)
     summary.update(arm_summary)
+    if checks is not None:
+        summary.update(checks.write(into))
     if world > 1:  # every rank gathers each weight in turn; rank 0 writes them file by file
         from .sharded import save_sharded
 

@@ -14,10 +14,10 @@ from .checks import about, check_duplicate_keys
 from .families import expand_families
 from .schema import IMPORTED, LOGS, SCHEMA, explain, with_defaults
 from .views import (checkpoint_rows, finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks,
-                    row_categories)
+                    monitored_tasks, row_categories)
 
 __all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings", "fit_tasks",
-           "forecast_modes", "measured_tasks", "model_tasks", "resolve", "row_categories", "with_defaults",
+           "forecast_modes", "measured_tasks", "model_tasks", "monitored_tasks", "resolve", "row_categories", "with_defaults",
            "checkpoint_rows"]
 
 

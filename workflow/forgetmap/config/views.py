@@ -65,3 +65,21 @@ def finetune_settings(cfg: dict, model: str, task: str) -> dict:
         else:
             settings[key] = value
     return settings
+
+
+def monitor_of(settings: dict) -> dict | None:
+    """A fine-tune's `monitor` with its defaults, or None where it checks nothing."""
+    monitor = {"every": None, "at": [], **(settings.get("monitor") or {})}
+    return monitor if monitor["every"] or monitor["at"] else None
+
+
+def monitored_tasks(cfg: dict, model: str) -> dict[str, dict]:
+    """The model's fine-tuned forecast tasks whose fine-tune scores the probes as it trains, with their
+    `monitor` (measured tasks are the forecast's fit rows: they are never monitored)."""
+    modes = forecast_modes(cfg, model)
+    out = {}
+    for task in model_tasks(cfg, model):
+        monitor = monitor_of(finetune_settings(cfg, model, task))
+        if task in modes and monitor:
+            out[task] = monitor
+    return out

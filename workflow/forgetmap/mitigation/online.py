@@ -35,12 +35,12 @@ class OnlineReplay:
 
     def __init__(self, model, tokenizer, task_examples: list[Encoded], phase_a: list[Encoded], phase_a_ids,
                  settings: dict, online: dict, total_steps: int):
-        from ..data.chat import encode_examples
         from ..io import read_metadata
         from ..matrix import ForgettingMatrix
+        from ..models import autocast_for
+        from ..monitor.meter import ProbeMeter
         from ..predict.protocol import prepare_split
         from ..predict.registry import make_method, parameters
-        from ..nll import TorchScorer
 
         arm = settings["arm"]
         self.model, self.tokenizer, self.settings, self.arm = model, tokenizer, settings, arm
@@ -84,31 +84,22 @@ class OnlineReplay:
                                    noise[positions])
             self.probes = np.sort(usable[positions[chosen]])
         self.facts["probe_selection"] = strategy
-        self.probe_examples = encode_examples(tokenizer, read_rows(self.shards, self.probes),
-                                              settings["chat_template"], settings["max_length"])
-        self.scorer = TorchScorer(model, tokenizer.pad_token_id)
-        self.base_probe_nll = self._probe_nll()
+        # in training's precision (fp32 weights under bf16 autocast on a GPU: a flash-attention kernel
+        # refuses fp32 outside it); every rank scores every probe (a sharded model gathers in step)
+        device = next(model.parameters()).device
+        self.meter = ProbeMeter(model, tokenizer, read_rows(self.shards, self.probes), settings["chat_template"],
+                                settings["max_length"], token_budget=16384,
+                                autocast=lambda: autocast_for(device, settings["bf16"]), shard=False)
+        self.base_probe_nll = self.meter.measure()
         self.n_replay = len(phase_a)
         self.facts["setup_seconds"] = round(time.perf_counter() - started, 3)
-
-    def _probe_nll(self) -> np.ndarray:
-        """The probes' NLL under the weights being trained, in training's precision (fp32 weights under bf16
-        autocast on a GPU: a flash-attention kernel refuses fp32 outside it)."""
-        from ..models import autocast_for
-
-        training = self.model.training
-        self.model.eval()
-        with autocast_for(self.scorer.device, self.settings["bf16"]):
-            nll, _ = self.scorer.score(self.probe_examples)
-        self.model.train(training)
-        return nll.astype(np.float64)
 
     def _switch(self):
         """Measure, complete, draw; return phase B's stream positioned after phase A's steps."""
         from ..data.chat import encode_examples
 
         started = time.perf_counter()
-        forgetting = self._probe_nll() - self.base_probe_nll
+        forgetting = self.meter.measure() - self.base_probe_nll
         known = np.searchsorted(self.usable, self.probes)  # probe columns in the completion's index
         row = self.method.predict(known[None, :], forgetting[None, :])[0]
         scores = np.full(len(self.ids), np.nan)

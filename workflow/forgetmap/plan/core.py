@@ -24,8 +24,8 @@ from .correctness import CorrectnessPlan
 from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
-from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, LOGGED, LOWRANK, LOWRANK_SUMMARY, MATRIX, NO_ARM,
-                    POSTTRAINED, SCORES, SHARD, TASK, alternatives)
+from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, FORECAST_PROBES, LOGGED, LOWRANK, LOWRANK_SUMMARY,
+                    MATRIX, NO_ARM, POSTTRAINED, SCORES, SHARD, TASK, alternatives)
 from .prediction import PredictionPlan
 
 
@@ -230,15 +230,26 @@ class Plan:
         return {**copy.deepcopy(self.cfg["models"][model]["base"]), "corpus_seed": self.cfg["demo_seed"],
                 **self.base_files.get(model, {})}
 
+    def finetune_inputs(self, model: str, task: str) -> dict[str, str]:
+        """The base and the task; a monitored fine-tune (finetune.monitor) also the probes it scores."""
+        inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task)}
+        if task in self.forecast.monitored(model):
+            inputs["probes"] = FORECAST_PROBES.format(model=model)
+        return inputs
+
     def finetune_settings(self, model: str, task: str) -> dict:
         """The model's fine-tuning settings with the task's overrides, plus the chat template training renders;
-        `gradient_checkpointing: auto` decided where the job's GPU memory is known."""
-        return self.arm_finetune_settings(model, task, None)
+        `gradient_checkpointing: auto` decided where the job's GPU memory is known; a monitored fine-tune's
+        checks and how it encodes the probes."""
+        settings = self.arm_finetune_settings(model, task, None)
+        monitor = self.forecast.monitor_settings(model, task)
+        return {**settings, "monitor": monitor} if monitor else settings
 
     def arm_finetune_settings(self, model: str, task: str, arm: dict | None) -> dict:
         """`finetune_settings` for a fine-tune under a mitigation arm, whose copies count toward its memory."""
         settings = {**fm_config.finetune_settings(self.cfg, model, task),
                     "chat_template": self.cfg["models"][model]["chat_template"]}
+        settings.pop("monitor", None)  # where a fine-tune is monitored, finetune_settings says how
         if settings["gradient_checkpointing"] == "auto":
             settings["gradient_checkpointing"] = self.checkpointing(model, settings, arm)
         return settings

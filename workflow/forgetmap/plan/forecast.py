@@ -1,5 +1,10 @@
 """The forecast jobs' plan: a model's forecast tasks, the measured tasks their forecasts are fitted on,
-the probes, each forecast task's probe scores and the completed rows (forgetmap.predict.forecast)."""
+the probes, each forecast task's probe scores and the completed rows (forgetmap.predict.forecast); and
+the monitored fine-tunes (`finetune.monitor`), whose probe trajectories become forecast trajectories
+(forgetmap.monitor.trajectory).
+
+The probes are chosen from the fit tasks' own score files, not from the matrix: a `check` task is a row
+of the matrix, and its monitored fine-tune needs the probes before it trains."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ class ForecastPlan:
         self.plan = plan
         self.cfg = plan.cfg
         self._modes = {model: fm_config.forecast_modes(self.cfg, model) for model in plan.computed}
+        self._monitored = {model: fm_config.monitored_tasks(self.cfg, model) for model in plan.computed}
         for model, modes in self._modes.items():
             if modes:
                 fm_config.checks.check_forecast_count(self.cfg, model, plan.n_upstream(model))
@@ -29,13 +35,43 @@ class ForecastPlan:
 
     # --- jobs ----------------------------------------------------------------------------------------
 
-    def probes_inputs(self, model: str) -> dict[str, str | list[str]]:
-        return {"matrix": MATRIX.format(model=model), "shards": self.plan.shard_paths(model)}
+    def monitored(self, model: str) -> dict[str, dict]:
+        """The forecast tasks whose fine-tunes score the probes as they train, with their `monitor`."""
+        return self._monitored.get(model, {})
+
+    def _fit_runs(self, model: str) -> list[str]:
+        """The fit tasks and the runs they are compared with (other than the base), in the matrix's order."""
+        fit = set(self.fit_tasks(model))
+        references = self.plan.references.get(model, {})
+        needed = fit | {references.get(t, BASE_RUN) for t in fit} - {BASE_RUN}
+        return [t for t in self.plan.tasks[model] if t in needed]
+
+    def probes_inputs(self, model: str) -> dict[str, list[str]]:
+        """The upstream shards and the score files of the base and of every fit row."""
+        return {"shards": self.plan.shard_paths(model),
+                "scores": [p for run in (BASE_RUN, *self._fit_runs(model)) for p in self.plan.scores(model, run)]}
 
     def probes_settings(self, model: str) -> dict:
         forecast = self.cfg["forecast"]
+        rows = self.plan.matrix_settings(model)
+        runs = self._fit_runs(model)
+        rows.update(tasks=runs, categories={t: rows["categories"][t] for t in runs},
+                    task_scores={t: rows["task_scores"][t] for t in runs})
+        rows["groups"] = {c: g for c, g in rows["groups"].items() if c in rows["categories"].values()}
+        if "references" in rows:
+            rows["references"] = {t: rows["references"][t] for t in runs}
+            rows.pop("checkpoints")
         return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"],
-                "fit_tasks": self.fit_tasks(model)}
+                "fit_tasks": self.fit_tasks(model), "rows": rows}
+
+    def monitor_settings(self, model: str, task: str) -> dict | None:
+        """A monitored fine-tune's checks, and how it encodes the probes: as the score job does (its NLL at the
+        end of training is then the probe score job's, to rounding)."""
+        monitor = self.monitored(model).get(task)
+        if monitor is None:
+            return None
+        score = self.plan.run_score_settings(model, task)
+        return {**monitor, **{key: score[key] for key in ("chat_template", "max_length", "token_budget")}}
 
     def score_settings(self, model: str, task: str) -> dict:
         """How a forecast row is scored on the probes: as it would be on every shard (a checkpoint's prompts)."""
@@ -60,10 +96,20 @@ class ForecastPlan:
                 "intervals": prediction["intervals"],
                 **{key: prediction[key] for key in ("threshold", "top_q", "budget")}}
 
+    def trajectory_inputs(self, model: str) -> dict[str, str | list[str]]:
+        """The matrix (the fit rows; a `check` task's measured row), the probes, and each monitored task's
+        fine-tune, which holds its probe trajectory (`monitor.parquet`)."""
+        return {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
+                "checkpoints": [self.plan.checkpoint(model, t) for t in self.monitored(model)]}
+
+    def trajectory_settings(self, model: str) -> dict:
+        return {**self.forecast_settings(model), "tasks": list(self.monitored(model))}
+
     def path(self, model: str, name: str = "forecast.parquet") -> str:
         return FORECAST.format(model=model, name=name)
 
     # --- targets -------------------------------------------------------------------------------------
 
     def targets(self, model: str) -> list[str]:
-        return [self.path(model, "summary.tsv")] if self.modes(model) else []
+        return ([self.path(model, "summary.tsv")] if self.modes(model) else []) + \
+            ([self.path(model, "trajectory.tsv")] if self.monitored(model) else [])

@@ -52,20 +52,20 @@ def choose(train: np.ndarray, k: int, strategy: str, seed: int, where: str) -> n
     return choose_probes(strategy, train.shape[1], k, seed, phi, ridge, noise)
 
 
-def probes_command(settings: dict, matrix: str, shards: list[str], out: str) -> dict:
+def probes_command(settings: dict, shards: list[str], scores: list[str], out: str) -> dict:
     """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
-    job; the metadata records their corpus indices, the strategy and the fit tasks."""
+    job, chosen from the fit rows assembled from their own score files (`settings["rows"]`, as the matrix
+    job assembles them); the metadata records their corpus indices, the strategy and the fit tasks."""
     import pyarrow as pa
 
-    from ..data.upstream import read_ids, read_rows
+    from ..data.upstream import read_rows
     from ..io import write_table
-    from ..matrix import ForgettingMatrix
+    from ..matrix import assemble_rows
 
-    forgetting = ForgettingMatrix.read(matrix)
-    if not np.array_equal(read_ids(shards), forgetting.example_ids):
-        raise DataError(f"{matrix}: its examples are not the upstream shards': rebuild it")
-    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
-    index = usable[choose(train, settings["k"], settings["probes"], settings["seed"], matrix)]
+    del scores  # the settings name each run's files; the rule lists them so the DAG waits for them
+    forgetting = assemble_rows(settings["rows"], shards)
+    train, usable = fit_rows(forgetting, settings["fit_tasks"], "the fit rows")
+    index = usable[choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")]
     table = pa.Table.from_pandas(read_rows(shards, index), preserve_index=False)
     write_table(table, out, {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"],
                              "seed": settings["seed"], "fit_tasks": settings["fit_tasks"], "usable": len(usable)})
@@ -87,18 +87,25 @@ def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tu
     return values, int(table.column("n_tokens").to_numpy().sum())
 
 
-def complete(train: np.ndarray, known: np.ndarray, values: np.ndarray, method: str, params: dict,
-             levels: list[float]) -> tuple[np.ndarray, dict[float, np.ndarray]]:
-    """(the forecast rows (T, usable) float32, {level: half-width per usable example}): `method` fitted on
-    the fit tasks' rows folds each task in from its values at the `known` positions."""
+def fit_completion(train: np.ndarray, known: np.ndarray, method: str, params: dict, levels: list[float]):
+    """(`method` fitted on the fit tasks' rows, {level: half-width per usable example}): what completes any
+    row from its values at the `known` positions. The half-widths depend on the probes, not on their values,
+    so one fit serves every row (a forecast job's tasks, a monitor's checks)."""
     model = make_method(method, **params).fit(train)
-    pred = model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False)
     if levels and not interval_capable(model, params):
         raise DataError(f"method {method!r} gives no intervals (a ranking score or side information)")
     if levels and len(train) < 3:
         log.warning("%d fit task(s): conformal intervals need at least 3 to leave one out; none written", len(train))
         levels = []
-    return pred, halfwidths(train, known, model, method, params, list(levels)) if levels else {}
+    return model, halfwidths(train, known, model, method, params, list(levels)) if levels else {}
+
+
+def complete(train: np.ndarray, known: np.ndarray, values: np.ndarray, method: str, params: dict,
+             levels: list[float]) -> tuple[np.ndarray, dict[float, np.ndarray]]:
+    """(the forecast rows (T, usable) float32, {level: half-width per usable example}): `method` fitted on
+    the fit tasks' rows folds each task in from its values at the `known` positions."""
+    model, widths = fit_completion(train, known, method, params, levels)
+    return model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False), widths
 
 
 def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str], base_scores: list[str], out: str,

@@ -35,6 +35,15 @@ FINETUNE = obj({
                                          "before the first and writes the checkpoint before the last)", 1),
     "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"),
                         "auto: flash_attention_2 on CUDA when flash-attn is installed, else sdpa"),
+    "monitor": obj({
+        "every": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                  "description": "score the probes every N optimizer steps (null: not by steps)"},
+        "at": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+               "uniqueItems": True, "default": [], "description": "and at these shares of the steps"},
+    }, description="a forecast task's fine-tune (`forecast: true` or `check`) scores the forecast's k probes on the "
+                   "live weights at its start, at each check and at its end, and the forecast job completes each "
+                   "check's row: results/{model}/forecast/trajectory.tsv (measured tasks are the rows the "
+                   "forecast is fitted on and are never monitored; one training process)", default={}),
     "lora": obj({
         "r": integer(64, "LoRA rank", 1),
         "alpha": number(16, "LoRA alpha", exclusive_minimum=0),

@@ -1,0 +1,253 @@
+"""The forgetting monitor: a forecast map of a base model (OLMo-2 stand-in, plain text and chat examples), the
+callback inside transformers' `Trainer` and TRL's `SFTTrainer` (checks, logged scalars, forecast rows, the stop
+at a budget, a resume), and the refusals before training starts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor_run import MAX_LENGTH, make_trainer
+from standins import TULU_TEMPLATE, save_standin, sentences
+
+N_LM, N_CHAT, TASKS = 70, 30, 6
+
+
+def _upstream(directory):
+    """Two shards of the upstream contract: plain text, then chat pairs (a corpus without items)."""
+    texts = sentences(N_LM + 2 * N_CHAT, seed=11)
+    rows = [{"example_id": f"lm-{i}", "source": "prose", "kind": "lm", "text": texts[i], "prompt": None,
+             "response": None} for i in range(N_LM)]
+    rows += [{"example_id": f"chat-{i}", "source": "dialogue", "kind": "chat", "text": None,
+              "prompt": texts[N_LM + 2 * i], "response": texts[N_LM + 2 * i + 1]} for i in range(N_CHAT)]
+    frame = pd.DataFrame(rows)
+    directory.mkdir(parents=True)
+    half = len(frame) // 2
+    for shard, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
+        part.to_parquet(directory / f"shard-{shard}.parquet", index=False)
+    return frame
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    """(the base model's directory, the forgetting matrix's path, the upstream directory, its map's path):
+    Z low-rank plus noise over six fit tasks, measured against the base's own NLL scored forgetmap's way."""
+    from forgetmap.data.chat import encode_examples
+    from forgetmap.matrix import ForgettingMatrix
+    from forgetmap.models import load_model, load_tokenizer
+    from forgetmap.monitor import ForecastMap
+    from forgetmap.nll import TorchScorer
+
+    root = tmp_path_factory.mktemp("monitor")
+    base = save_standin(root / "base", "olmo2", TULU_TEMPLATE, seed=3, width=32)
+    frame = _upstream(root / "upstream")
+    tokenizer = load_tokenizer(base)
+    model = load_model(base, __import__("torch").device("cpu"), __import__("torch").float32)
+    base_nll, _ = TorchScorer(model, tokenizer.pad_token_id).score(encode_examples(tokenizer, frame, "auto", MAX_LENGTH))
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(TASKS, 2)) @ rng.normal(size=(2, len(frame))) * 0.2 + rng.normal(size=(TASKS, len(frame))) * 0.02
+    z[0, 5] = np.nan  # one example unmeasured under a fit task: not usable
+    tasks = [f"task{t}" for t in range(TASKS)]
+    matrix = ForgettingMatrix(z, tasks, frame["example_id"].to_numpy(), frame["source"].to_numpy(), base_nll,
+                              {t: "all" for t in tasks}, {"all": "g"})
+    matrix.write(root / "forgetting.parquet", {"model": "standin"})
+    forecast_map = ForecastMap.from_matrix(root / "forgetting.parquet", root / "upstream", k=8, max_length=MAX_LENGTH,
+                                           model=model, tokenizer=tokenizer)
+    forecast_map.write(root / "map.parquet")
+    return base, root / "forgetting.parquet", root / "upstream", root / "map.parquet"
+
+
+def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
+    from forgetmap.matrix import ForgettingMatrix
+    from forgetmap.monitor import ForecastMap
+    from forgetmap.predict.forecast import choose, complete, fit_rows
+
+    _, matrix_path, _, map_path = mapped
+    matrix = ForgettingMatrix.read(matrix_path)
+    train, usable = fit_rows(matrix, matrix.tasks, "m")
+    read = ForecastMap.read(map_path)
+    assert read.k == 8 and len(read.example_ids) == len(usable) == N_LM + N_CHAT - 1
+    assert np.array_equal(read.known, choose(train, 8, "dopt", 0, "m"))  # as the workflow's forecast chooses
+    assert set(read.probe_rows["kind"]) <= {"lm", "chat"} and read.probe_rows["example_id"].tolist() == \
+        matrix.example_ids[usable[read.known]].tolist()
+    values = np.random.default_rng(1).normal(size=(1, 8)) * 0.2
+    expected, widths = complete(train, read.known, values, "mf", {}, [0.8, 0.9])
+    row, got = read.forecast(values[0])
+    assert np.array_equal(row, expected[0])
+    assert sorted(got) == [0.8, 0.9] and all(np.array_equal(got[level], widths[level]) for level in widths)
+
+
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")  # TRL's SFTConfig
+def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(mapped, tmp_path):
+    pytest.importorskip("trl")
+    from forgetmap.monitor import ForecastMap, ForgettingMonitor
+
+    base, _, _, map_path = mapped
+    forecast_map = ForecastMap.read(map_path)
+    # a budget the forecast's upper bound exceeds from the first check: two checks in a row stop training
+    monitor = ForgettingMonitor(str(map_path), budget=-10.0, patience=2)
+    trainer = make_trainer("trl", base, tmp_path / "run", monitor, max_steps=10)
+    trainer.train()
+    assert trainer.state.global_step == 4  # checks at steps 2 and 4, then the stop
+    assert (tmp_path / "run" / "checkpoint-4").is_dir()
+    logged = [entry for entry in trainer.state.log_history if "eval_forget_mean" in entry]
+    assert [entry["step"] for entry in logged] == [2, 4]
+    for entry in logged:
+        assert {"eval_forget_upper", "eval_forget_forgotten", "eval_forget_over_budget", "eval_forget_probe_mean",
+                "eval_forget_seconds"} <= set(entry)
+        assert entry["eval_forget_upper"] > entry["eval_forget_mean"] > -10
+    # the probes moved: the fine-tune's learning rate is high
+    assert abs(logged[-1]["eval_forget_probe_mean"]) > 1e-3
+    out = tmp_path / "run" / "forgetmap-monitor"
+    import pyarrow.parquet as pq
+    from forgetmap.io import read_metadata
+
+    for step, entry in zip((2, 4), logged):
+        path = out / f"check-{step:08d}.parquet"
+        rows = pq.read_table(path).to_pandas()
+        meta = read_metadata(path)
+        assert rows["example_id"].tolist() == forecast_map.example_ids.tolist()
+        expected, widths = forecast_map.forecast(np.asarray(meta["probe_values"]))
+        np.testing.assert_allclose(rows["forecast"], expected, atol=1e-5)  # probe values rounded to 1e-6
+        np.testing.assert_allclose(rows["halfwidth_0.9"], widths[0.9])
+        assert math.isclose(float(rows["forecast"].mean()), entry["eval_forget_mean"], rel_tol=1e-4)
+        assert math.isclose(float(np.mean(meta["probe_values"])), entry["eval_forget_probe_mean"], abs_tol=1e-5)
+    trajectory = pd.read_csv(out / "trajectory.tsv", sep="\t")
+    assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
+
+
+def test_a_resumed_trainer_keeps_the_monitors_baseline_and_checks(mapped, tmp_path):
+    from forgetmap.monitor import ForgettingMonitor
+
+    base, _, _, map_path = mapped
+    first = ForgettingMonitor(str(map_path))
+    trainer = make_trainer("hf", base, tmp_path / "run", first, max_steps=4)
+    trainer.train()
+    assert [c["step"] for c in first.checks] == [2, 4]
+    stored = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert stored["ForgettingMonitor"]["attributes"]["baseline"] == first.baseline
+    for restore in (False, True):  # the user's instance kept (the default), or rebuilt from its saved state
+        again = ForgettingMonitor(str(map_path))
+        resumed = make_trainer("hf", base, tmp_path / "run", again, max_steps=6,
+                           restore_callback_states_from_checkpoint=restore)
+        resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+        live = next(c for c in resumed.callback_handler.callbacks if isinstance(c, ForgettingMonitor))
+        assert live.baseline == first.baseline  # not re-measured on the trained weights
+        assert [c["step"] for c in live.checks] == [2, 4, 6]
+        assert [e["step"] for e in resumed.state.log_history if "eval_forget_mean" in e][-2:] == [4, 6]
+
+
+def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_path):
+    from forgetmap.errors import DataError
+    from forgetmap.monitor import ForecastMap, ForgettingMonitor
+
+    base, matrix_path, upstream, map_path = mapped
+    # another architecture and tokenizer
+    other = save_standin(tmp_path / "llama", "llama", seed=3)
+    with pytest.raises(DataError, match="another model: architecture: the map's 'olmo2', this run's 'llama'"):
+        make_trainer("hf", other, tmp_path / "a", ForgettingMonitor(str(map_path))).train()
+    # the same tokenizer, a larger vocabulary
+    wider = save_standin(tmp_path / "wide", "olmo2", TULU_TEMPLATE, seed=3, model_vocab=512)
+    with pytest.raises(DataError, match=r"vocabulary \(config.vocab_size\): the map's 400, this run's 512"):
+        make_trainer("hf", wider, tmp_path / "b", ForgettingMonitor(str(map_path))).train()
+    # a map that records nothing of its model: another base model shows in the probes' NLL
+    anonymous = ForecastMap.from_matrix(matrix_path, upstream, k=8, max_length=MAX_LENGTH)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    other_base = AutoModelForCausalLM.from_pretrained(base)  # the same architecture and tokenizer, other weights
+    with torch.no_grad():
+        other_base.get_output_embeddings().weight.mul_(4.0)
+    __import__("shutil").copytree(base, tmp_path / "other")  # its tokenizer, then the weights replaced
+    other_base.save_pretrained(tmp_path / "other")
+    with pytest.raises(DataError, match="nats per token .median. away from the map's base NLL"):
+        make_trainer("hf", tmp_path / "other", tmp_path / "c", ForgettingMonitor(anonymous)).train()
+    assert not (tmp_path / "c" / "checkpoint-2").exists()  # refused before a step
+    with pytest.raises(DataError, match=r"probe example\(s\) \['lm-5', 'nowhere'\] are not usable examples"):
+        ForecastMap.from_matrix(matrix_path, upstream, probe_ids=["lm-1", "lm-5", "nowhere"])
+    with pytest.raises(ValueError, match="a budget acts on the forecast's upper bound, and a forecast needs a map"):
+        ForgettingMonitor(probes=pd.read_parquet(upstream / "shard-0.parquet").head(5), budget=0.5)
+    with pytest.raises(ValueError, match="level 0.95 is not one of the map's interval levels"):
+        ForgettingMonitor(str(map_path), level=0.95)
+    with pytest.raises(DataError, match="not a forecast map"):
+        ForgettingMonitor(str(matrix_path))
+
+
+def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped, tmp_path):
+    """torchrun, two gloo ranks: each scores half the probes; the gathered baseline is the one-process one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.monitor import ForecastMap, ProbeMeter
+
+    base, _, _, map_path = mapped
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tests / "monitor_run.py"), str(base), str(map_path), str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    held = json.loads((tmp_path / "monitor.json").read_text())
+    assert held["world"] == 2 and held["share"] == [0, 2, 4, 6]
+    forecast_map = ForecastMap.read(map_path)
+    alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
+                       forecast_map.probe_rows, "auto", MAX_LENGTH).measure()
+    np.testing.assert_allclose(held["baseline"], alone, atol=1e-5)
+    assert [c["step"] for c in held["checks"]] == [2]
+    assert sorted((tmp_path / "forgetmap-monitor").glob("check-*.parquet")) == \
+        [tmp_path / "forgetmap-monitor" / "check-00000002.parquet"]
+
+
+def test_a_monitored_fine_tune_checks_every_n_steps_at_each_share_and_at_its_end():
+    from forgetmap.monitor.trajectory import check_steps
+
+    assert check_steps({"every": 5, "at": [0.25]}, 50) == [5, 10, 12, 15, 20, 25, 30, 35, 40, 45, 50]
+    assert check_steps({"every": None, "at": [0.1, 0.5]}, 7) == [1, 4, 7]
+    assert check_steps({"every": 4, "at": []}, 10) == [4, 8, 10]
+
+
+def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_the_naive_monitor(mapped, tmp_path):
+    """A `check` task's monitored fine-tune (its probes' NLL after steps 2 and 4 of 4, written as a fine-tune
+    writes them): each check completed as the forecast job completes a row, and scored against the task's
+    measured row over the examples that are not probes."""
+    import pyarrow as pa
+
+    from forgetmap.io import write_table
+    from forgetmap.matrix import ForgettingMatrix
+    from forgetmap.monitor.trajectory import PROBE_TRAJECTORY, trajectory_command
+    from forgetmap.predict.forecast import choose, complete, fit_rows
+
+    _, matrix_path, _, _ = mapped
+    matrix = ForgettingMatrix.read(matrix_path)
+    fit = [f"task{t}" for t in range(TASKS - 1)]
+    train, usable = fit_rows(matrix, fit, "m")
+    index = usable[choose(train, 8, "dopt", 0, "m")]
+    write_table(pa.table({"example_id": matrix.example_ids[index]}), tmp_path / "probes.parquet",
+                {"indices": index.tolist(), "usable": len(usable)})
+    truth = matrix.row("task5")[index].astype(np.float64)
+    base = matrix.base_nll[index].astype(np.float64)
+    checkpoint = tmp_path / "checkpoint"
+    write_table(pa.table({"example_id": matrix.example_ids[index], "step_0": base, "step_2": base + truth / 2,
+                          "step_4": base + truth}), checkpoint / PROBE_TRAJECTORY, {"steps": [0, 2, 4], "total": 4})
+    settings = {"tasks": ["task5"], "fit_tasks": fit, "method": "mf", "params": {}, "intervals": [0.8, 0.9],
+                "threshold": 0.0, "top_q": 0.1, "budget": 5}
+    trajectory_command(settings, str(matrix_path), str(tmp_path / "probes.parquet"), [str(checkpoint)],
+                       str(tmp_path / "trajectory.tsv"), str(tmp_path / "trajectory.png"))
+    table = pd.read_csv(tmp_path / "trajectory.tsv", sep="\t")
+    assert table["step"].tolist() == [2, 4] and table["fraction"].tolist() == [0.5, 1.0]
+    final, _ = complete(train, np.searchsorted(usable, index), truth[None, :].astype(np.float32), "mf", {}, [0.9])
+    assert table["forecast_mean"].iloc[-1] == pytest.approx(float(final.mean()), abs=1e-6)
+    assert table["probe_mean"].tolist() == pytest.approx([truth.mean() / 2, truth.mean()], abs=1e-6)
+    # the low-rank rows: the completed row beats the probes' mean on every example, and halfway is worse
+    assert (table["rmse"] < table["naive_rmse"]).all() and table["rmse"].iloc[-1] < table["rmse"].iloc[0]
+    assert {"top_q_f1", "coverage_0.9", "mean_error", "naive_mean_error", "forecast_upper_0.9"} <= set(table)
+    assert (tmp_path / "trajectory.png").stat().st_size > 10_000

@@ -1,0 +1,274 @@
+"""`ForgettingMonitor`: a transformers `TrainerCallback` (TRL's trainers subclass `Trainer`, so they take it
+unchanged) that forecasts every upstream example's forgetting while a fine-tune runs.
+
+At `on_train_begin` it scores the map's k probes once (the baseline); at each check, at `on_evaluate`
+(following `eval_strategy`/`eval_steps`) or every `every` steps, it scores them again, folds the change
+into the map's completion (the forecast job's own) and so forecasts the whole row with its conformal
+half-widths. Each check:
+
+- adds `eval_forget_*` scalars to the evaluation's metrics (so `metric_for_best_model` can name one) and,
+  through the trainer it is attached to, logs them to every `report_to` backend;
+- writes its forecast row (example id, forecast, half-widths) as parquet under
+  `output_dir/forgetmap-monitor/` (and a line of `trajectory.tsv`), on the main process;
+- at a `budget` (the forecast's mean upper bound above it for `patience` checks in a row) saves and stops
+  training, as `EarlyStoppingCallback` does.
+
+Without a map it is the naive monitor: the probes' mean NLL change, no forecast, no budget. Its state (the
+baseline, the checks so far) is saved with each checkpoint and comes back on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from pathlib import Path
+
+import numpy as np
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from ..errors import DataError
+from .map import ForecastMap, differences, identity
+
+log = logging.getLogger(__name__)
+
+OUTPUT = "forgetmap-monitor"
+PREFIX = "eval_forget_"
+_ATTACHED: dict[int, weakref.ref] = {}  # id(TrainingArguments) -> its trainer: survives a resume's new instance
+
+
+class ForgettingMonitor(TrainerCallback, ExportableState):
+    """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
+    upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forecast
+    forgetting (nats per token) whose upper bound at `level` may not be exceeded for `patience` checks.
+    `every`: check every N optimizer steps instead of at each evaluation. `token_budget`: padded tokens per
+    scoring batch (the memory bound). `base_tolerance`: the largest median gap (nats per token) between the
+    baseline and the map's base NLL at the probes before the map is judged another model's (None: unchecked)."""
+
+    def __init__(self, map: str | ForecastMap | None = None, *, probes=None, budget: float | None = None,
+                 patience: int = 1, level: float | None = None, every: int | None = None, token_budget: int = 4096,
+                 base_tolerance: float | None = 0.05, write_rows: bool = True):
+        if map is None and probes is None:
+            raise ValueError("ForgettingMonitor: give a forecast map (map=) or, for the naive monitor, the probes "
+                              "to measure (probes=)")
+        if map is not None and probes is not None:
+            raise ValueError("ForgettingMonitor: give map= or probes=, not both (a map carries its probes)")
+        if budget is not None and map is None:
+            raise ValueError("ForgettingMonitor: a budget acts on the forecast's upper bound, and a forecast needs "
+                              "a map (map=); the naive monitor (probes=) only measures its probes")
+        if patience < 1:
+            raise ValueError(f"ForgettingMonitor: patience must be at least 1, not {patience}")
+        if every is not None and every < 1:
+            raise ValueError(f"ForgettingMonitor: every must be at least 1 step, not {every}")
+        self.map = map if isinstance(map, ForecastMap) or map is None else ForecastMap.read(map)
+        if self.map is not None:
+            levels = self.map.levels
+            if level is None and levels:
+                level = max(levels)
+            if level is not None and level not in levels:
+                raise ValueError(f"ForgettingMonitor: level {level} is not one of the map's interval levels {levels}")
+            if budget is not None and level is None:
+                raise ValueError("ForgettingMonitor: a budget needs an interval level; the map has none")
+        self.probes = None if probes is None else _probe_rows(probes)
+        if isinstance(probes, (str, Path)):
+            self._probes_file = str(probes)
+        self.budget, self.patience, self.level, self.every = budget, patience, level, every
+        self.token_budget, self.base_tolerance, self.write_rows = token_budget, base_tolerance, write_rows
+        self.trainer = None
+        # the state a resume brings back (ExportableState)
+        self.baseline: list[float] | None = None
+        self.checks: list[dict] = []
+        self.over = 0
+        self.meter = None
+
+    # --- wiring ---------------------------------------------------------------------------------------
+
+    def attach(self, trainer) -> "ForgettingMonitor":
+        """Add the monitor to `trainer` and log its scalars through it (to every `report_to` backend);
+        without, they reach the evaluation's metrics only."""
+        trainer.add_callback(self)
+        self.trainer = trainer
+        _ATTACHED[id(trainer.args)] = weakref.ref(trainer)
+        return self
+
+    def state(self) -> dict:
+        return {"args": {"map": self._map_path(), "probes": None if self.map is not None else self._probes_path(),
+                         "budget": self.budget, "patience": self.patience, "level": self.level, "every": self.every,
+                         "token_budget": self.token_budget, "base_tolerance": self.base_tolerance,
+                         "write_rows": self.write_rows},
+                "attributes": {"baseline": self.baseline, "checks": self.checks, "over": self.over}}
+
+    def _map_path(self) -> str | None:
+        return None if self.map is None else self.map.path
+
+    def _probes_path(self) -> str | None:
+        return getattr(self, "_probes_file", None)
+
+    def _trainer(self, args):
+        if self.trainer is not None:
+            return self.trainer
+        ref = _ATTACHED.get(id(args))
+        return ref() if ref is not None else None
+
+    # --- events ---------------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        out = Path(args.output_dir) / OUTPUT
+        self._refuse_sharded(args)
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        if tokenizer is None:
+            raise ValueError("ForgettingMonitor: the trainer has no tokenizer (processing_class) to encode the probes")
+        if self.map is not None:
+            seen = identity(model, tokenizer)
+            found = differences(self.map.facts, seen)
+            if found:
+                raise DataError(f"{self.map.path or 'the forecast map'}: a map of another model: " + "; ".join(found))
+            if self.map.path is None and state.is_world_process_zero:  # a resume rebuilds the monitor from a file
+                self.map.write(out / "map.parquet")
+            self.map.path = str(out / "map.parquet") if self.map.path is None else self.map.path
+        elif self._probes_path() is None and state.is_world_process_zero:
+            from ..io import write_table
+            import pyarrow as pa
+
+            self._probes_file = str(out / "probes.parquet")
+            write_table(pa.Table.from_pandas(self.probes, preserve_index=False), self._probes_file)
+        rows = self.map.probe_rows if self.map is not None else self.probes
+        scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
+        device = next(model.parameters()).device
+        self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, device)
+        if self.meter.empty:
+            raise DataError(f"probe example(s) {self.meter.empty[:5]} have nothing to score under this tokenizer "
+                            f"and max_length {scoring['max_length']}")
+        if self.baseline is None:
+            stored = (state.stateful_callbacks or {}).get(type(self).__name__)
+            if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
+                for key, value in (stored[0] if isinstance(stored, list) else stored)["attributes"].items():
+                    setattr(self, key, value)
+        if self.baseline is None:
+            self.baseline = self.meter.measure().tolist()
+            self._check_base(np.asarray(self.baseline))
+            log.info("forgetting monitor: baseline of %d probes (%d tokens) in %.2f s", self.meter.count,
+                     self.meter.tokens, self.meter.seconds)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every is not None and state.global_step % self.every == 0:
+            self._check(args, state, control, None)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.every is None:
+            self._check(args, state, control, metrics)
+
+    # --- a check --------------------------------------------------------------------------------------
+
+    def _check(self, args, state, control, metrics: dict | None) -> None:
+        if self.meter is None or (self.checks and self.checks[-1]["step"] == state.global_step):
+            return  # before training began, or this step already checked
+        values = self.meter.measure() - np.asarray(self.baseline)
+        scalars = {"probe_mean": float(np.mean(values)), "seconds": self.meter.seconds}
+        if self.map is not None:
+            started = time.perf_counter()
+            row, widths = self.map.forecast(values)
+            scalars["mean"] = float(np.mean(row))
+            scalars["forgotten"] = float(np.mean(row > 0))
+            if self.level is not None:
+                scalars["upper"] = float(np.mean(row + widths[self.level]))
+            if self.budget is not None:
+                scalars["over_budget"] = float(np.mean(row > self.budget))
+            scalars["seconds"] += time.perf_counter() - started
+            if self.write_rows and state.is_world_process_zero:
+                self._write_row(args, state, row, widths, values, scalars)
+        scalars = {PREFIX + name: value for name, value in scalars.items()}
+        self.checks.append({"step": state.global_step, "epoch": state.epoch, **scalars})
+        if state.is_world_process_zero:
+            _write_trajectory(Path(args.output_dir) / OUTPUT / "trajectory.tsv", self.checks)
+        if metrics is not None:
+            metrics.update(scalars)
+        trainer = self._trainer(args)
+        if trainer is not None:
+            trainer.log(dict(scalars))
+        if self.budget is not None:
+            self.over = self.over + 1 if scalars[PREFIX + "upper"] > self.budget else 0
+            if self.over >= self.patience:
+                log.warning("forgetting monitor: forecast upper bound %.4f above the budget %.4f for %d check(s) at "
+                            "step %d: saving and stopping", scalars[PREFIX + "upper"], self.budget, self.over,
+                            state.global_step)
+                control.should_save = True
+                control.should_training_stop = True
+
+    def _write_row(self, args, state, row, widths, values, scalars) -> None:
+        import pyarrow as pa
+
+        from ..io import write_table
+
+        is_probe = np.zeros(len(row), dtype=bool)
+        is_probe[self.map.known] = True
+        columns = {"example_id": pa.array(self.map.example_ids.astype(str)), "source": pa.array(self.map.sources),
+                   "probe": pa.array(is_probe), "forecast": pa.array(row, pa.float32())}
+        for level, width in widths.items():
+            columns[f"halfwidth_{level:g}"] = pa.array(width, pa.float32())
+        write_table(pa.table(columns), Path(args.output_dir) / OUTPUT / f"check-{state.global_step:08d}.parquet",
+                    {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
+                     "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
+                     "method": self.map.method, "levels": sorted(widths), "scalars": scalars})
+
+    def _check_base(self, baseline: np.ndarray) -> None:
+        """The baseline against the map's base NLL at the probes: another model (or another way of scoring)
+        shows as a gap far above bf16's rounding."""
+        if self.map is None or self.base_tolerance is None:
+            return
+        gap = float(np.median(np.abs(baseline - self.map.base_nll[self.map.known])))
+        if gap > self.base_tolerance:
+            raise DataError(
+                f"{self.map.path or 'the forecast map'}: the model being trained scores the map's probes "
+                f"{gap:.3f} nats per token (median) away from the map's base NLL (tolerance {self.base_tolerance}): "
+                f"the map is of another base model, or was scored with another chat template or length "
+                f"({self.map.scoring}); pass base_tolerance=None to monitor anyway")
+
+    @staticmethod
+    def _refuse_sharded(args) -> None:
+        if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+            raise ValueError("ForgettingMonitor: scores the probes with each rank's whole model (one process or "
+                              "DDP); under FSDP or DeepSpeed the weights are sharded and it has not been made to "
+                              "gather them")
+
+
+def _probe_rows(probes):
+    import pandas as pd
+
+    from .map import UPSTREAM_COLUMNS
+
+    frame = pd.read_parquet(probes) if isinstance(probes, (str, Path)) else pd.DataFrame(probes)
+    missing = [c for c in ("example_id", *UPSTREAM_COLUMNS) if c not in frame.columns]
+    if missing:
+        raise DataError(f"{probes if isinstance(probes, (str, Path)) else 'probes'}: missing upstream column(s) "
+                        f"{', '.join(missing)}")
+    return frame.reset_index(drop=True)
+
+
+def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, device):
+    import torch
+
+    from .meter import ProbeMeter
+
+    dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+
+    def autocast():
+        if dtype is None or device.type != "cuda":
+            from contextlib import nullcontext
+
+            return nullcontext()
+        return torch.autocast(device_type="cuda", dtype=dtype)
+
+    return ProbeMeter(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"], token_budget, autocast)
+
+
+def _write_trajectory(path: Path, checks: list[dict]) -> None:
+    """One line per check so far: a run's forecast trajectory, readable while it runs (rewritten whole, so a
+    resume from an earlier checkpoint drops the checks it repeats)."""
+    import pandas as pd
+
+    from ..io import atomic_path
+
+    with atomic_path(path) as tmp:
+        pd.DataFrame(checks).to_csv(tmp, sep="\t", index=False, float_format="%.6g")

@@ -1,0 +1,221 @@
+"""The forecast map: everything a forecast of one base model's forgetting needs, in one file.
+
+A forgetting matrix forgetmap wrote (or an imported released one) holds the fit tasks' rows; a forecast
+also needs k probe examples chosen from those rows (as the workflow chooses them: forgetmap.predict.probes,
+`dopt` by default), the probes' texts to score, how they were scored (chat template, length), and what
+the map is of (the model's architecture and vocabulary, the tokenizer's encoding of a sample text), so a
+monitor of another model refuses before training starts instead of forecasting nonsense.
+
+On disk (`*.parquet`): one row per usable example (measured under every fit task) with `example_id`,
+`source`, `base_nll`, `probe`, the upstream columns (`kind`, `text`, `prompt`, `response`: filled for the
+probes only), then one float32 column per fit task; the metadata (`forgetmap`) records the rest. The
+completion is the forecast job's own (`forgetmap.predict.forecast.fit_completion`): the same probe values
+give the same forecast row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataError
+
+FORMAT = "forecast_map"
+FORMAT_VERSION = 1
+UPSTREAM_COLUMNS = ("kind", "text", "prompt", "response")
+DEFAULT_LEVELS = (0.8, 0.9)  # as prediction.intervals
+
+
+def identity(model=None, tokenizer=None) -> dict:
+    """What a map is of, as far as it is known: the model's architecture and vocabulary, the tokenizer's
+    size and its encoding of a sample text (an architecture or tokenizer that differs shows in these)."""
+    from ..models import SAMPLE
+
+    facts: dict = {}
+    if model is not None:
+        config = model.config if hasattr(model, "config") else model
+        facts["architecture"] = getattr(config, "model_type", None)
+        facts["vocab_size"] = getattr(config, "vocab_size", None)
+    if tokenizer is not None:
+        facts["tokenizer_size"] = len(tokenizer)
+        facts["tokenizer_sample"] = tokenizer(SAMPLE, add_special_tokens=False)["input_ids"]
+    return facts
+
+
+def differences(recorded: dict, seen: dict) -> list[str]:
+    """Each fact of `recorded` that `seen` knows and contradicts, in words."""
+    names = {"architecture": "architecture", "vocab_size": "vocabulary (config.vocab_size)",
+             "tokenizer_size": "tokenizer size", "tokenizer_sample": "tokenizer's encoding of a sample text"}
+    out = []
+    for key, name in names.items():
+        if key in recorded and key in seen and recorded[key] is not None and seen[key] is not None \
+                and recorded[key] != seen[key]:
+            def show(v):
+                return f"{len(v)} tokens {v[:8]}" if isinstance(v, list) else repr(v)
+            out.append(f"{name}: the map's {show(recorded[key])}, this run's {show(seen[key])}")
+    return out
+
+
+def upstream_files(upstream) -> list[str]:
+    """The upstream shard files in corpus order: a list of files, one file, or a directory of shard-*.parquet."""
+    if isinstance(upstream, (str, Path)):
+        path = Path(upstream)
+        if path.is_dir():
+            files = sorted(path.glob("shard-*.parquet"), key=lambda p: int(p.stem.split("-")[-1]))
+            if not files:
+                raise DataError(f"{path}: no upstream shards (shard-*.parquet) in this directory")
+            return [str(f) for f in files]
+        return [str(path)]
+    return [str(p) for p in upstream]
+
+
+@dataclass
+class ForecastMap:
+    example_ids: np.ndarray      # (U,) the usable examples
+    sources: np.ndarray          # (U,)
+    base_nll: np.ndarray         # (U,) float32: the base's NLL the matrix was measured against
+    train: np.ndarray            # (T, U) float32: the fit tasks' rows
+    fit_tasks: list[str]
+    known: np.ndarray            # (k,) the probes' positions among the usable examples, ascending
+    probe_rows: pd.DataFrame     # the probes' upstream rows, in `known` order
+    method: str = "mf"
+    params: dict = field(default_factory=dict)
+    levels: list[float] = field(default_factory=lambda: list(DEFAULT_LEVELS))
+    scoring: dict = field(default_factory=lambda: {"chat_template": "auto", "max_length": 2048})
+    facts: dict = field(default_factory=dict)   # identity(): what the map is of
+    about: dict = field(default_factory=dict)   # where it came from: matrix, model name, strategy, seed
+    path: str | None = None
+    _completion: tuple | None = field(default=None, repr=False)
+
+    @property
+    def k(self) -> int:
+        return len(self.known)
+
+    @property
+    def probe_ids(self) -> np.ndarray:
+        return self.example_ids[self.known]
+
+    @classmethod
+    def from_matrix(cls, matrix, upstream, *, fit_tasks: list[str] | None = None, k: int = 30,
+                    probes: str = "dopt", seed: int = 0, method: str = "mf", params: dict | None = None,
+                    levels=DEFAULT_LEVELS, chat_template: str = "auto", max_length: int = 2048,
+                    probe_ids: list[str] | None = None, model=None, tokenizer=None) -> "ForecastMap":
+        """A map from a forgetting matrix (a path or a `ForgettingMatrix`) and its upstream shards: the fit
+        tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
+        `probes` as the workflow's forecast chooses them. `chat_template`/`max_length`: how the matrix's
+        scores were made (the workflow's `models.NAME.score`); `model`/`tokenizer`: the base, to record
+        what the map is of."""
+        from ..data.upstream import read_ids, read_rows
+        from ..matrix import ForgettingMatrix
+        from ..predict.forecast import choose, fit_rows
+
+        where = str(matrix) if not isinstance(matrix, ForgettingMatrix) else "the forgetting matrix"
+        forgetting = matrix if isinstance(matrix, ForgettingMatrix) else ForgettingMatrix.read(matrix)
+        if forgetting.statistic != "nll_change":
+            raise DataError(f"{where}: holds {forgetting.statistic!r}; a forecast from scored probes needs NLL "
+                            f"changes in nats per token (statistic nll_change)")
+        shards = upstream_files(upstream)
+        if not np.array_equal(read_ids(shards), forgetting.example_ids):
+            raise DataError(f"{where}: its examples are not those of the upstream files {shards[:2]}...: give the "
+                            f"shards the matrix was scored on")
+        fit_tasks = list(fit_tasks) if fit_tasks is not None else list(forgetting.tasks)
+        train, usable = fit_rows(forgetting, fit_tasks, where)
+        ids = forgetting.example_ids[usable]
+        if probe_ids is not None:
+            position = {e: i for i, e in enumerate(ids)}
+            missing = [p for p in probe_ids if p not in position]
+            if missing:
+                raise DataError(f"{where}: probe example(s) {missing[:5]} are not usable examples of the map "
+                                f"(absent, or unmeasured under a fit task)")
+            known = np.sort(np.array([position[p] for p in probe_ids], dtype=np.int64))
+            strategy = "given"
+        else:
+            known = np.asarray(choose(train, k, probes, seed, where), dtype=np.int64)
+            strategy = probes
+        rows = read_rows(shards, usable[known]).reset_index(drop=True)
+        about = {"matrix": str(matrix) if not isinstance(matrix, ForgettingMatrix) else None,
+                 "probes": strategy, "seed": seed, "examples": int(forgetting.shape[1])}
+        return cls(ids, forgetting.sources[usable], forgetting.base_nll[usable], train, fit_tasks, known,
+                   rows[["example_id", "source", *UPSTREAM_COLUMNS]], method, dict(params or {}),
+                   [float(v) for v in levels], {"chat_template": chat_template, "max_length": int(max_length)},
+                   identity(model, tokenizer), about)
+
+    # --- the forecast ---------------------------------------------------------------------------------
+
+    def completion(self):
+        """(the fitted method, {level: half-width per example}): fitted once, on first use."""
+        if self._completion is None:
+            from ..predict.forecast import fit_completion
+
+            self._completion = fit_completion(self.train, self.known, self.method, self.params, self.levels)
+        return self._completion
+
+    def forecast(self, values: np.ndarray) -> tuple[np.ndarray, dict[float, np.ndarray]]:
+        """(the forecast row over the usable examples (U,) float32, {level: half-width (U,)}) from the
+        probes' values Z = NLL now − NLL before, in `known` order."""
+        values = np.asarray(values, dtype=np.float64).reshape(1, -1)
+        if values.shape[1] != self.k:
+            raise ValueError(f"{values.shape[1]} probe values for {self.k} probes")
+        model, widths = self.completion()
+        row = model.predict(self.known[None, :], values).astype(np.float32, copy=False)[0]
+        return row, widths
+
+    # --- the file -------------------------------------------------------------------------------------
+
+    def write(self, path: str | Path) -> None:
+        import pyarrow as pa
+
+        from ..io import write_table
+
+        n = len(self.example_ids)
+        is_probe = np.zeros(n, dtype=bool)
+        is_probe[self.known] = True
+        columns = {"example_id": pa.array(self.example_ids.astype(str)), "source": pa.array(self.sources.astype(str)),
+                   "base_nll": pa.array(self.base_nll, pa.float32()), "probe": pa.array(is_probe)}
+        for name in UPSTREAM_COLUMNS:
+            full = np.full(n, None, dtype=object)
+            column = self.probe_rows[name]
+            full[self.known] = column.astype(object).where(column.notna(), None).to_numpy()
+            columns[name] = pa.array(full, pa.string())
+        for t, task in enumerate(self.fit_tasks):
+            columns[task] = pa.array(self.train[t], pa.float32())
+        write_table(pa.table(columns), path, {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "fit_tasks": self.fit_tasks, "method": self.method,
+            "params": self.params, "levels": self.levels, "scoring": self.scoring, "identity": self.facts,
+            "about": self.about})
+        self.path = str(path)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "ForecastMap":
+        import pyarrow.parquet as pq
+
+        from ..io import read_metadata
+
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"{path}: file not found")
+        meta = read_metadata(path)
+        if meta.get("format") != FORMAT:
+            raise DataError(f"{path}: not a forecast map (a forgetting matrix is made into one with "
+                            f"forgetmap.monitor.ForecastMap.from_matrix)")
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise DataError(f"{path}: forecast map format {meta.get('format_version')}, this forgetmap reads "
+                            f"{FORMAT_VERSION}: write it again")
+        frame = pq.read_table(path).to_pandas()
+        missing = [c for c in ("example_id", "source", "base_nll", "probe", *UPSTREAM_COLUMNS, *meta["fit_tasks"])
+                   if c not in frame.columns]
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+        known = np.flatnonzero(frame["probe"].to_numpy())
+        probes = frame.iloc[known].reset_index(drop=True)
+        blank = probes["kind"].isna() | (probes["text"].isna() & probes["prompt"].isna())
+        if blank.any():
+            raise DataError(f"{path}: probe example(s) {probes['example_id'][blank].tolist()[:5]} have no text to score")
+        train = np.stack([frame[t].to_numpy(dtype=np.float32) for t in meta["fit_tasks"]])
+        return cls(frame["example_id"].to_numpy().astype(str), frame["source"].to_numpy().astype(str),
+                   frame["base_nll"].to_numpy(dtype=np.float32), train, list(meta["fit_tasks"]), known,
+                   probes[["example_id", "source", *UPSTREAM_COLUMNS]], meta["method"], meta["params"],
+                   meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path))

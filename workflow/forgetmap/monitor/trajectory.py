@@ -1,0 +1,205 @@
+"""Forecast trajectories: the monitor inside forgetmap's own fine-tunes (`finetune.monitor`).
+
+A forecast task's fine-tune scores the forecast's k probes on its live weights at step 0, at each check and
+at its last step (`ProbeChecks`, through the same `ProbeMeter` as the trainer callback), and leaves the
+probes' NLL per check in its checkpoint (`monitor.parquet`). The trajectory job completes each check's
+change since step 0 into a whole row with the forecast job's completion and intervals; for a `check` task it
+scores every check against the task's measured final row, beside the naive monitor that takes the probes'
+mean change as every example's forgetting (`trajectory.tsv`, `trajectory.png`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+log = logging.getLogger(__name__)
+
+PROBE_TRAJECTORY = "monitor.parquet"  # in a monitored fine-tune's checkpoint directory
+
+
+def check_steps(monitor: dict, total: int) -> list[int]:
+    """The optimizer steps after which the probes are scored: every `every`, each share in `at`, the last."""
+    steps = {total}
+    if monitor.get("every"):
+        steps.update(range(monitor["every"], total + 1, monitor["every"]))
+    steps.update(max(1, round(share * total)) for share in monitor.get("at") or [])
+    return sorted(steps)
+
+
+class ProbeChecks:
+    """The probes scored at step 0 (now) and after each check step; `on_step` is `train()`'s per-step hook."""
+
+    def __init__(self, model, tokenizer, probes: str, monitor: dict, total: int, autocast):
+        import pandas as pd
+
+        from .meter import ProbeMeter
+
+        rows = pd.read_parquet(probes)
+        self.ids = rows["example_id"].astype(str).tolist()
+        self.meter = ProbeMeter(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
+                                monitor["token_budget"], autocast, shard=False)
+        self.steps = check_steps(monitor, total)
+        self.total = total
+        self.nll = [self.meter.measure()]
+        self.baseline_seconds = self.seconds = self.meter.seconds
+
+    def on_step(self, step: int) -> dict:
+        if step not in self.steps:
+            return {}
+        self.nll.append(self.meter.measure())
+        self.seconds += self.meter.seconds
+        return {"probe_forgetting": round(float(np.nanmean(self.nll[-1] - self.nll[0])), 6)}
+
+    def write(self, into: Path) -> dict:
+        import pyarrow as pa
+
+        from ..io import write_table
+
+        columns = {"example_id": pa.array(self.ids)}
+        for step, nll in zip([0, *self.steps], self.nll):
+            columns[f"step_{step}"] = pa.array(nll, pa.float64())
+        write_table(pa.table(columns), Path(into) / PROBE_TRAJECTORY,
+                    {"steps": [0, *self.steps], "total": self.total, "tokens": self.meter.tokens})
+        return {"monitor_checks": len(self.steps), "monitor_seconds": round(self.seconds, 3),
+                "monitor_baseline_seconds": round(self.baseline_seconds, 3),
+                "monitor_tokens_per_check": self.meter.tokens}
+
+
+def read_probe_trajectory(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray]:
+    """(the steps, the fine-tune's total steps, the probes' NLL (checks incl. step 0, k)) of a monitored fine-tune."""
+    import pyarrow.parquet as pq
+
+    from ..io import read_metadata
+
+    path = Path(checkpoint) / PROBE_TRAJECTORY
+    if not path.exists():
+        raise DataError(f"{checkpoint}: no probe trajectory ({PROBE_TRAJECTORY}): the fine-tune was not monitored; "
+                        f"rerun it (finetune.monitor)")
+    meta = read_metadata(path)
+    table = pq.read_table(path)
+    ids = table.column("example_id").to_numpy().astype(str)
+    if not np.array_equal(ids, probe_ids):
+        raise DataError(f"{path}: scored other probes than the forecast's: rerun the fine-tune")
+    nll = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
+    return meta["steps"], meta["total"], nll
+
+
+def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: list[str], out: str,
+                       figure: str) -> dict:
+    """`forgetmap forecast-trajectory`: one line per monitored task and check (`out`), and the figure."""
+    import pandas as pd
+
+    from ..io import atomic_path, read_metadata
+    from ..matrix import ForgettingMatrix
+    from ..predict.forecast import fit_completion, fit_rows
+    from ..predict.metrics import evaluate
+
+    forgetting = ForgettingMatrix.read(matrix)
+    chosen = read_metadata(probes)
+    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
+    index = np.asarray(chosen["indices"], dtype=np.int64)
+    known = np.minimum(np.searchsorted(usable, index), len(usable) - 1)
+    if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
+        raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
+    if len(checkpoints) != len(settings["tasks"]):
+        raise DataError(f"{len(checkpoints)} fine-tunes for {len(settings['tasks'])} monitored tasks")
+    completion, widths = fit_completion(train, known, settings["method"], settings["params"],
+                                        [float(v) for v in settings["intervals"]])
+    level = max(widths) if widths else None
+    hidden = np.ones(len(usable), dtype=bool)
+    hidden[known] = False
+    lines, drawn = [], {}
+    for task, checkpoint in zip(settings["tasks"], checkpoints):
+        steps, total, nll = read_probe_trajectory(checkpoint, forgetting.example_ids[index])
+        values = nll[1:] - nll[0]
+        pred = completion.predict(np.broadcast_to(known, values.shape), values).astype(np.float32)
+        truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
+        drawn[task] = (steps[1:], total, pred, values, truth)
+        for c, step in enumerate(steps[1:]):
+            line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),
+                    "forecast_forgotten": float(np.mean(pred[c] > settings["threshold"])),
+                    "probe_mean": float(values[c].mean())}
+            if level is not None:
+                line[f"forecast_upper_{level:g}"] = float(np.mean(pred[c] + widths[level]))
+            if truth is not None:
+                _score_check(line, pred[c], values[c], truth, hidden & np.isfinite(truth), widths, settings, evaluate)
+            lines.append(line)
+    table = pd.DataFrame(lines)
+    with atomic_path(out) as tmp:
+        table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+    _figure(drawn, widths, level, hidden, figure)
+    final = table.groupby("task").tail(1)
+    return {"tasks": len(settings["tasks"]), "checks": len(table),
+            **({"final_rmse": float(final["rmse"].mean()), "final_naive_rmse": float(final["naive_rmse"].mean())}
+               if "rmse" in table else {})}
+
+
+def _score_check(line: dict, pred, values, truth, hidden, widths, settings, evaluate) -> None:
+    """A check against the task's measured final row over the examples that are not probes: the forecast's
+    RMSE, top-q F1, interval coverage and error on the mean, and the naive monitor's (the probes' mean
+    change as every example's value)."""
+    metrics = evaluate(pred[None, :], truth[None, :], hidden[None, :], threshold=settings["threshold"],
+                       q=settings["top_q"], budget=settings["budget"])
+    measured = float(truth[hidden].mean())
+    naive = float(values.mean())
+    line.update(measured_mean=measured, rmse=metrics["rmse"], top_q_f1=metrics["top_q_f1"],
+                mean_error=abs(float(pred[hidden].mean()) - measured),
+                naive_rmse=float(np.sqrt(np.mean((truth[hidden] - naive) ** 2))), naive_mean_error=abs(naive - measured))
+    for level, width in widths.items():
+        line[f"coverage_{level:g}"] = float(np.mean(np.abs(truth[hidden] - pred[hidden]) <= width[hidden]))
+
+
+def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> None:
+    """Left: one task's mean forecast over training with its interval (the first measured task, else the
+    first), the naive monitor's probe mean and, where measured, the final row's mean. Right (measured tasks):
+    RMSE against the final row at each check over the examples that are not probes, forecast and naive
+    monitor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..io import atomic_path
+
+    measured = [t for t, d in drawn.items() if d[4] is not None]
+    task = (measured or list(drawn))[0]
+    steps, total, pred, values, truth = drawn[task]
+    fractions = np.asarray(steps) / total
+    fig, axes = plt.subplots(1, 2 if measured else 1, figsize=(10 if measured else 5.2, 3.8), squeeze=False)
+    ax = axes[0][0]
+    means = pred.mean(1)
+    ax.plot(fractions, means, marker="o", color="tab:blue", label="forecast mean")
+    if level is not None:
+        band = float(widths[level].mean())
+        ax.fill_between(fractions, means - band, means + band, color="tab:blue", alpha=0.15,
+                        label=f"mean {level:g} interval")
+    ax.plot(fractions, values.mean(1), marker="s", color="tab:orange", label="probes' mean (naive)")
+    if truth is not None:
+        ax.axhline(float(np.nanmean(truth)), color="black", ls="--", lw=1, label="measured final row's mean")
+    ax.set_xlabel("share of training steps")
+    ax.set_ylabel("Z (nats per token)")
+    ax.set_title(f"{task}: forecast while training", fontsize=9)
+    ax.legend(fontsize=7)
+    if measured:
+        ax = axes[0][1]
+        for name in measured:
+            steps, total, pred, values, truth = drawn[name]
+            mask = hidden & np.isfinite(truth)
+            fr = np.asarray(steps) / total
+            ax.plot(fr, [np.sqrt(np.mean((p[mask] - truth[mask]) ** 2)) for p in pred], color="tab:blue",
+                    alpha=0.6, label="forecast" if name == measured[0] else None)
+            ax.plot(fr, [np.sqrt(np.mean((v.mean() - truth[mask]) ** 2)) for v in values], color="tab:orange",
+                    alpha=0.6, ls="--", label="naive monitor" if name == measured[0] else None)
+        ax.set_xlabel("share of training steps")
+        ax.set_ylabel("RMSE against the final row")
+        ax.set_title("every measured task", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
