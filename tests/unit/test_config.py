@@ -331,6 +331,9 @@ def test_only_a_forecast_tasks_fine_tune_is_monitored_and_waits_for_the_probes()
     assert "results/m/forecast/trajectory.tsv" in plan.targets()
     assert plan.forecast.trajectory_inputs("m")["checkpoints"] == ["results/m/checkpoints/add_qa",
                                                                   "results/m/checkpoints/mul_qa"]
+    # a monitored fine-tune's last check is its probe values: no probe scoring job
+    assert plan.forecast.forecast_inputs("m")["scores"] == ["results/m/checkpoints/add_qa",
+                                                            "results/m/checkpoints/mul_qa"]
     with pytest.raises(ConfigError, match="config key tasks.job_qa.finetune.monitor: task 'job_qa' is measured"):
         fm_config.resolve({**raw, "tasks": {**raw["tasks"], "job_qa": {"category": "w",
                                                                         "finetune": {"monitor": {"every": 5}}}}})

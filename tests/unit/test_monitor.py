@@ -223,8 +223,8 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
 
     from forgetmap.io import write_table
     from forgetmap.matrix import ForgettingMatrix
-    from forgetmap.monitor.trajectory import PROBE_TRAJECTORY, trajectory_command
-    from forgetmap.predict.forecast import choose, complete, fit_rows
+    from forgetmap.monitor.trajectory import trajectory_command
+    from forgetmap.predict.forecast import PROBE_RECORD, choose, complete, fit_rows
 
     _, matrix_path, _, _ = mapped
     matrix = ForgettingMatrix.read(matrix_path)
@@ -237,7 +237,7 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     base = matrix.base_nll[index].astype(np.float64)
     checkpoint = tmp_path / "checkpoint"
     write_table(pa.table({"example_id": matrix.example_ids[index], "step_0": base, "step_2": base + truth / 2,
-                          "step_4": base + truth}), checkpoint / PROBE_TRAJECTORY, {"steps": [0, 2, 4], "total": 4})
+                          "step_4": base + truth}), checkpoint / PROBE_RECORD, {"steps": [0, 2, 4], "total": 4})
     settings = {"tasks": ["task5"], "fit_tasks": fit, "method": "mf", "params": {}, "intervals": [0.8, 0.9],
                 "threshold": 0.0, "top_q": 0.1, "budget": 5}
     trajectory_command(settings, str(matrix_path), str(tmp_path / "probes.parquet"), [str(checkpoint)],

@@ -368,8 +368,9 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     write_config(workdir, forecast_config())
     jobs = planned_jobs(workdir)
     # no scoring of the upstream shards, no new matrix row: nothing downstream of the matrix reruns
-    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "forecast_probes": 1, "forecast_scores": 1,
-                             "forecast": 1, "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
+    # (monitored, its fine-tune's last check scores the probes: no probe scoring job of its own)
+    assert by_rule(jobs) == {"prepare_task": 1, "finetune": 1, "forecast_probes": 1, "forecast": 1,
+                             "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
                              "plain_scores": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
     snakemake(workdir)
     rows = pd.read_parquet(workdir / "results/tiny/forecast/forecast.parquet")
@@ -383,18 +384,23 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     replay = workdir / "results/tiny/mitigation/predicted/seed-0/replay/json_profile.parquet"
     assert len(pd.read_parquet(replay)) > 0
     assert "json_profile" in pd.read_csv(workdir / "results/tiny/mitigation/summary.tsv", sep="\t")["task"].values
-    # the monitored fine-tune's checks, completed: its last check is the forecast job's row (one model, one
-    # scorer: the probes' NLL at the end of training is the probe score job's, to rounding)
+    # the monitored fine-tune's checks, completed: its last check is the forecast job's row; and what it
+    # measured is what the probe score job measures on the checkpoint it saved, to rounding
     trajectory = pd.read_csv(workdir / "results/tiny/forecast/trajectory.tsv", sep="\t")
     assert trajectory["step"].tolist() == [2, 4] and trajectory["fraction"].tolist() == [0.5, 1.0]
-    assert trajectory["forecast_mean"].iloc[-1] == pytest.approx(float(rows["json_profile"].mean()), abs=1e-4)
-    assert trajectory["probe_mean"].iloc[-1] == pytest.approx(np.mean(meta["probe_values"]["json_profile"]), abs=1e-4)
+    assert trajectory["forecast_mean"].iloc[-1] == pytest.approx(float(rows["json_profile"].mean()), abs=1e-6)
+    assert trajectory["probe_mean"].iloc[-1] == pytest.approx(np.mean(meta["probe_values"]["json_profile"]), abs=1e-6)
+    snakemake(workdir, "results/tiny/forecast/scores/json_profile.parquet")  # the score job, asked for by name
+    scored = pd.read_parquet(workdir / "results/tiny/forecast/scores/json_profile.parquet")
+    base = ForgettingMatrix.read(workdir / MATRIX)
+    at_probes = base.base_nll[np.isin(base.example_ids, scored["example_id"])]
+    np.testing.assert_allclose(scored["nll"] - at_probes, meta["probe_values"]["json_profile"], atol=1e-4)
     assert (workdir / "results/tiny/forecast/trajectory.png").stat().st_size > 10_000
     # another k or strategy: the probes, their scoring and the forecast (and what reads the forecast); a
     # monitored fine-tune scored the old probes as it trained, so it trains again (and plain fine-tuning's
     # held-out scores, which read it)
     write_config(workdir, forecast_config(probes="random"))
-    assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "finetune": 1, "forecast_scores": 1, "forecast": 1,
+    assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "finetune": 1, "forecast": 1,
                                               "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
                                               "plain_scores": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
     # measuring it in full later: its shards scored, the matrix grows a row, the forecast and the trajectory

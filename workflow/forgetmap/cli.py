@@ -140,7 +140,8 @@ COMMANDS = [
     ("forecast", "complete each forecast task's row from its probe scores, with conformal half-widths",
      "predict.forecast:forecast_command",
      [SETTINGS, MATRIX, arg("--probes", required=True, help="the probes (forecast-probes' output)"),
-      arg("--scores", nargs="+", required=True, help="each forecast task's probe scores, in the settings' order"),
+      arg("--scores", nargs="+", required=True, help="each forecast task's probe scores (a monitored fine-tune's "
+                                                      "checkpoint instead), in the settings' order"),
       arg("--base-scores", nargs="+", required=True, help="the base's score files (the tokens of a full scoring)"),
       OUT, arg("--summary", required=True), arg("--figure", required=True)], False),
     ("explorer", "the offline HTML page linking a model's matrix to its examples, tasks and components",

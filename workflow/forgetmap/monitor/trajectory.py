@@ -16,11 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..predict.forecast import PROBE_RECORD, read_probe_record
 
 log = logging.getLogger(__name__)
-
-PROBE_TRAJECTORY = "monitor.parquet"  # in a monitored fine-tune's checkpoint directory
-
 
 def check_steps(monitor: dict, total: int) -> list[int]:
     """The optimizer steps after which the probes are scored: every `every`, each share in `at`, the last."""
@@ -63,30 +61,11 @@ class ProbeChecks:
         columns = {"example_id": pa.array(self.ids)}
         for step, nll in zip([0, *self.steps], self.nll):
             columns[f"step_{step}"] = pa.array(nll, pa.float64())
-        write_table(pa.table(columns), Path(into) / PROBE_TRAJECTORY,
+        write_table(pa.table(columns), Path(into) / PROBE_RECORD,
                     {"steps": [0, *self.steps], "total": self.total, "tokens": self.meter.tokens})
         return {"monitor_checks": len(self.steps), "monitor_seconds": round(self.seconds, 3),
                 "monitor_baseline_seconds": round(self.baseline_seconds, 3),
                 "monitor_tokens_per_check": self.meter.tokens}
-
-
-def read_probe_trajectory(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray]:
-    """(the steps, the fine-tune's total steps, the probes' NLL (checks incl. step 0, k)) of a monitored fine-tune."""
-    import pyarrow.parquet as pq
-
-    from ..io import read_metadata
-
-    path = Path(checkpoint) / PROBE_TRAJECTORY
-    if not path.exists():
-        raise DataError(f"{checkpoint}: no probe trajectory ({PROBE_TRAJECTORY}): the fine-tune was not monitored; "
-                        f"rerun it (finetune.monitor)")
-    meta = read_metadata(path)
-    table = pq.read_table(path)
-    ids = table.column("example_id").to_numpy().astype(str)
-    if not np.array_equal(ids, probe_ids):
-        raise DataError(f"{path}: scored other probes than the forecast's: rerun the fine-tune")
-    nll = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
-    return meta["steps"], meta["total"], nll
 
 
 def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: list[str], out: str,
@@ -115,7 +94,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     hidden[known] = False
     lines, drawn = [], {}
     for task, checkpoint in zip(settings["tasks"], checkpoints):
-        steps, total, nll = read_probe_trajectory(checkpoint, forgetting.example_ids[index])
+        steps, total, nll, _ = read_probe_record(checkpoint, forgetting.example_ids[index])
         values = nll[1:] - nll[0]
         pred = completion.predict(np.broadcast_to(known, values.shape), values).astype(np.float32)
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None

@@ -81,11 +81,18 @@ class ForecastPlan:
         """A forecast task's fine-tune (or a checkpoint's pointer) and the probes it is scored on."""
         return {"model": self.plan.checkpoint(model, task), "shard": FORECAST_PROBES.format(model=model)}
 
+    def probe_scores(self, model: str, task: str) -> str:
+        """Where a forecast task's probe values come from: its probe scoring job, or a monitored fine-tune's
+        checkpoint, whose last check scored the probes on the weights it saved (no scoring job of its own)."""
+        if task in self.monitored(model):
+            return self.plan.checkpoint(model, task)
+        return FORECAST_SCORES.format(model=model, task=task)
+
     def forecast_inputs(self, model: str) -> dict[str, str | list[str]]:
-        """The matrix (the fit tasks' rows, the base's NLL), the probes, each forecast task's probe scores,
+        """The matrix (the fit tasks' rows, the base's NLL), the probes, each forecast task's probe values,
         and the base's scores of every shard (the tokens a full scoring of a checkpoint takes)."""
         return {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
-                "scores": [FORECAST_SCORES.format(model=model, task=t) for t in self.tasks(model)],
+                "scores": [self.probe_scores(model, t) for t in self.tasks(model)],
                 "base_scores": self.plan.scores(model, BASE_RUN)}
 
     def forecast_settings(self, model: str) -> dict:

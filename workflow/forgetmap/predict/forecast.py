@@ -20,6 +20,7 @@ The probes are the same for every forecast task of a model: one probe file, one 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 
@@ -73,10 +74,37 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
             "usable": len(usable)}
 
 
-def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tuple[np.ndarray, int]:
-    """(Z at the probes: the task's NLL less the base's, the tokens the score job scored)."""
+PROBE_RECORD = "monitor.parquet"  # a monitored fine-tune's probes, in its checkpoint directory
+
+
+def read_probe_record(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray, int]:
+    """(the steps, the fine-tune's total steps, the probes' NLL (step 0 and each check, k), the tokens one
+    check scores) of a monitored fine-tune (forgetmap.monitor.trajectory writes it)."""
     import pyarrow.parquet as pq
 
+    from ..io import read_metadata
+
+    path = Path(checkpoint) / PROBE_RECORD
+    if not path.exists():
+        raise DataError(f"{checkpoint}: no probe record ({PROBE_RECORD}): the fine-tune was not monitored; rerun it "
+                        f"(finetune.monitor)")
+    meta = read_metadata(path)
+    table = pq.read_table(path)
+    if not np.array_equal(table.column("example_id").to_numpy().astype(str), probe_ids):
+        raise DataError(f"{path}: scored other probes than the forecast's: rerun the fine-tune")
+    nll = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
+    return meta["steps"], meta["total"], nll, int(meta.get("tokens", 0))
+
+
+def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tuple[np.ndarray, int]:
+    """(Z at the probes, the tokens scored): a probe score job's NLL less the base's; or, from a monitored
+    fine-tune's checkpoint, its last check less its step 0 (the same scorer and settings on the weights it
+    saved and the weights it started from: no scoring job of its own)."""
+    import pyarrow.parquet as pq
+
+    if Path(scores).is_dir():
+        _, _, nll, tokens = read_probe_record(scores, probe_ids)
+        return nll[-1] - nll[0], tokens
     table = pq.read_table(scores, columns=["example_id", "nll", "n_tokens"])
     ids = table.column("example_id").to_numpy().astype(str)
     if not np.array_equal(ids, probe_ids):
