@@ -89,7 +89,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     base, _, _, map_path = mapped
     forecast_map = ForecastMap.read(map_path)
     # a budget the forecast's upper bound exceeds from the first check: two checks in a row stop training
-    monitor = ForgettingMonitor(str(map_path), budget=-10.0, patience=2)
+    monitor = ForgettingMonitor(str(map_path), budget=-10.0, patience=2, level=0.8)  # 6 fit tasks: 0.8 at most
     trainer = make_trainer("trl", base, tmp_path / "run", monitor, max_steps=10)
     trainer.train()
     assert trainer.state.global_step == 4  # checks at steps 2 and 4, then the stop
@@ -99,7 +99,9 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     for entry in logged:
         assert {"eval_forget_upper", "eval_forget_forgotten", "eval_forget_over_budget", "eval_forget_probe_mean",
                 "eval_forget_seconds"} <= set(entry)
-        assert entry["eval_forget_upper"] > entry["eval_forget_mean"] > -10
+        # the upper bound is the mean's own interval, far narrower than an example's
+        assert entry["eval_forget_upper"] - entry["eval_forget_mean"] == pytest.approx(forecast_map.mean_halfwidth(0.8))
+        assert 0 < forecast_map.mean_halfwidth(0.8) < 0.5 * float(np.mean(forecast_map.forecast(np.zeros(8))[1][0.8]))
     # the probes moved: the fine-tune's learning rate is high
     assert abs(logged[-1]["eval_forget_probe_mean"]) > 1e-3
     out = tmp_path / "run" / "forgetmap-monitor"
@@ -238,7 +240,7 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     checkpoint = tmp_path / "checkpoint"
     write_table(pa.table({"example_id": matrix.example_ids[index], "step_0": base, "step_2": base + truth / 2,
                           "step_4": base + truth}), checkpoint / PROBE_RECORD, {"steps": [0, 2, 4], "total": 4})
-    settings = {"tasks": ["task5"], "fit_tasks": fit, "method": "mf", "params": {}, "intervals": [0.8, 0.9],
+    settings = {"tasks": ["task5"], "fit_tasks": fit, "method": "mf", "params": {}, "intervals": [0.8],
                 "threshold": 0.0, "top_q": 0.1, "budget": 5}
     trajectory_command(settings, str(matrix_path), str(tmp_path / "probes.parquet"), [str(checkpoint)],
                        str(tmp_path / "trajectory.tsv"), str(tmp_path / "trajectory.png"))
@@ -249,5 +251,7 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     assert table["probe_mean"].tolist() == pytest.approx([truth.mean() / 2, truth.mean()], abs=1e-6)
     # the low-rank rows: the completed row beats the probes' mean on every example, and halfway is worse
     assert (table["rmse"] < table["naive_rmse"]).all() and table["rmse"].iloc[-1] < table["rmse"].iloc[0]
-    assert {"top_q_f1", "coverage_0.9", "mean_error", "naive_mean_error", "forecast_upper_0.9"} <= set(table)
+    assert {"top_q_f1", "coverage_0.8", "mean_error", "naive_mean_error", "forecast_upper_0.8",
+            "mean_covered_0.8"} <= set(table)
+    assert np.isfinite(table["forecast_upper_0.8"]).all()  # 5 fit tasks hold the mean's 0.8 interval (0.9 needs 9)
     assert (tmp_path / "trajectory.png").stat().st_size > 10_000

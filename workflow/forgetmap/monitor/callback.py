@@ -41,7 +41,8 @@ _ATTACHED: dict[int, weakref.ref] = {}  # id(TrainingArguments) -> its trainer: 
 class ForgettingMonitor(TrainerCallback, ExportableState):
     """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
     upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forecast
-    forgetting (nats per token) whose upper bound at `level` may not be exceeded for `patience` checks.
+    forgetting (nats per token) whose upper bound (the mean's conformal interval at `level`) may not be
+    exceeded for `patience` checks.
     `every`: check every N optimizer steps instead of at each evaluation. `token_budget`: padded tokens per
     scoring batch (the memory bound). `base_tolerance`: the largest median gap (nats per token) between the
     baseline and the map's base NLL at the probes before the map is judged another model's (None: unchecked)."""
@@ -145,6 +146,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
                 for key, value in (stored[0] if isinstance(stored, list) else stored)["attributes"].items():
                     setattr(self, key, value)
+        if self.map is not None and self.level is not None:
+            self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
         if self.baseline is None:
             self.baseline = self.meter.measure().tolist()
             self._check_base(np.asarray(self.baseline))
@@ -172,7 +175,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             scalars["mean"] = float(np.mean(row))
             scalars["forgotten"] = float(np.mean(row > 0))
             if self.level is not None:
-                scalars["upper"] = float(np.mean(row + widths[self.level]))
+                scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
             if self.budget is not None:
                 scalars["over_budget"] = float(np.mean(row > self.budget))
             scalars["seconds"] += time.perf_counter() - started

@@ -89,6 +89,7 @@ class ForecastMap:
     about: dict = field(default_factory=dict)   # where it came from: matrix, model name, strategy, seed
     path: str | None = None
     _completion: tuple | None = field(default=None, repr=False)
+    _mean_widths: dict | None = field(default=None, repr=False)
 
     @property
     def k(self) -> int:
@@ -152,6 +153,17 @@ class ForecastMap:
 
             self._completion = fit_completion(self.train, self.known, self.method, self.params, self.levels)
         return self._completion
+
+    def mean_halfwidth(self, level: float) -> float:
+        """The half-width of the conformal interval around a forecast row's mean at `level` (inf where the
+        map has too few fit tasks for it): what bounds the mean forgetting a budget is set on."""
+        if self._mean_widths is None:
+            from ..predict.conformal import mean_halfwidths
+
+            model, widths = self.completion()
+            self._mean_widths = mean_halfwidths(self.train, self.known, model, self.method, self.params,
+                                                sorted(widths)) if widths else {}
+        return self._mean_widths.get(level, float("inf"))
 
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, dict[float, np.ndarray]]:
         """(the forecast row over the usable examples (U,) float32, {level: half-width (U,)}) from the

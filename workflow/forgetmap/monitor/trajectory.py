@@ -75,6 +75,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
 
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
+    from ..predict.conformal import mean_halfwidths
     from ..predict.forecast import fit_completion, fit_rows
     from ..predict.metrics import evaluate
 
@@ -90,6 +91,8 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     completion, widths = fit_completion(train, known, settings["method"], settings["params"],
                                         [float(v) for v in settings["intervals"]])
     level = max(widths) if widths else None
+    mean_widths = mean_halfwidths(train, known, completion, settings["method"], settings["params"],
+                                  sorted(widths)) if widths else {}
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}
@@ -103,15 +106,17 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),
                     "forecast_forgotten": float(np.mean(pred[c] > settings["threshold"])),
                     "probe_mean": float(values[c].mean())}
-            if level is not None:
-                line[f"forecast_upper_{level:g}"] = float(np.mean(pred[c] + widths[level]))
+            if level is not None:  # the mean's own conformal interval
+                line[f"forecast_upper_{level:g}"] = float(pred[c].mean()) + mean_widths[level]
             if truth is not None:
                 _score_check(line, pred[c], values[c], truth, hidden & np.isfinite(truth), widths, settings, evaluate)
+                for lvl, width in mean_widths.items():
+                    line[f"mean_covered_{lvl:g}"] = bool(line["mean_error"] <= width)
             lines.append(line)
     table = pd.DataFrame(lines)
     with atomic_path(out) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-    _figure(drawn, widths, level, hidden, figure)
+    _figure(drawn, mean_widths, level, hidden, figure)
     final = table.groupby("task").tail(1)
     return {"tasks": len(settings["tasks"]), "checks": len(table),
             **({"final_rmse": float(final["rmse"].mean()), "final_naive_rmse": float(final["naive_rmse"].mean())}
@@ -134,10 +139,10 @@ def _score_check(line: dict, pred, values, truth, hidden, widths, settings, eval
 
 
 def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> None:
-    """Left: one task's mean forecast over training with its interval (the first measured task, else the
-    first), the naive monitor's probe mean and, where measured, the final row's mean. Right (measured tasks):
-    RMSE against the final row at each check over the examples that are not probes, forecast and naive
-    monitor."""
+    """Left: one task's mean forecast over training with the mean's interval (`widths`: level -> its
+    half-width; the first measured task, else the first), the naive monitor's probe mean and, where
+    measured, the final row's mean. Right (measured tasks): RMSE against the final row at each check over
+    the examples that are not probes, forecast and naive monitor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,10 +158,9 @@ def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> N
     ax = axes[0][0]
     means = pred.mean(1)
     ax.plot(fractions, means, marker="o", color="tab:blue", label="forecast mean")
-    if level is not None:
-        band = float(widths[level].mean())
-        ax.fill_between(fractions, means - band, means + band, color="tab:blue", alpha=0.15,
-                        label=f"mean {level:g} interval")
+    if level is not None and np.isfinite(widths[level]):
+        ax.fill_between(fractions, means - widths[level], means + widths[level], color="tab:blue", alpha=0.15,
+                        label=f"the mean's {level:g} interval")
     ax.plot(fractions, values.mean(1), marker="s", color="tab:orange", label="probes' mean (naive)")
     if truth is not None:
         ax.axhline(float(np.nanmean(truth)), color="black", ls="--", lw=1, label="measured final row's mean")

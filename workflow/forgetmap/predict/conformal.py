@@ -56,26 +56,46 @@ def fold_rows(m: int, folds: int = MAX_FOLDS, seed: int = 0) -> np.ndarray:
     return np.arange(m) if m <= folds else np.sort(np.random.default_rng(seed).choice(m, folds, replace=False))
 
 
-def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                      scale: ColumnScale | None = None, folds: int = MAX_FOLDS) -> np.ndarray:
-    """|z − ẑ| / s over the hidden entries of every left-out train task (float32, pooled)."""
-    train = np.asarray(train)
-    m, n = train.shape
+def fold_predictions(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                     folds: int = MAX_FOLDS):
+    """Each left-out train row in turn with its row predicted from its `known` entries by the method fitted
+    on the others (its `without` where it has one: no refit)."""
+    m = len(train)
     if m < 3:
         raise ValueError(f"conformal intervals need at least 3 train tasks, not {m}")
-    scale = scale or ColumnScale(train)
-    hidden = np.ones(n, dtype=bool)
-    hidden[known] = False
-    rows = fold_rows(m, folds)
-    scores = np.empty((len(rows), int(hidden.sum())), dtype=np.float32)  # filled in place: one copy in all
-    for i, row in enumerate(rows):
+    for row in fold_rows(m, folds):
         if hasattr(model, "without"):
             fitted = model.without(train, row)
         else:
             fitted = make_method(method, **params).fit(np.delete(train, row, axis=0))
-        pred = fitted.predict(known[None, :], train[row, known][None, :].astype(np.float64))[0]
+        yield row, fitted.predict(known[None, :], train[row, known][None, :].astype(np.float64))[0]
+
+
+def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                      scale: ColumnScale | None = None, folds: int = MAX_FOLDS) -> np.ndarray:
+    """|z − ẑ| / s over the hidden entries of every left-out train task (float32, pooled)."""
+    train = np.asarray(train)
+    scale = scale or ColumnScale(train)
+    hidden = np.ones(train.shape[1], dtype=bool)
+    hidden[known] = False
+    scores = np.empty((len(fold_rows(len(train), folds)), int(hidden.sum())), dtype=np.float32)  # one copy in all
+    for i, (row, pred) in enumerate(fold_predictions(train, known, model, method, params, folds)):
         scores[i] = (np.abs(train[row] - pred) / scale.without(train[row]))[hidden]
     return scores.reshape(-1)
+
+
+def mean_halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                    levels: list[float], folds: int = MAX_FOLDS) -> dict[float, float]:
+    """level -> the half-width of an interval around a completed row's mean over its hidden entries: the
+    ⌈(n + 1) level⌉-th smallest |mean(z) − mean(ẑ)| of the n leave-one-task-out folds (inf where too few
+    tasks for the level). A row's mean is what a forgetting budget bounds; averaging each entry's interval
+    would bound it by a single entry's uncertainty, far wider."""
+    train = np.asarray(train)
+    hidden = np.ones(train.shape[1], dtype=bool)
+    hidden[known] = False
+    errors = np.array([abs(float(train[row][hidden].mean()) - float(pred[hidden].mean()))
+                       for row, pred in fold_predictions(train, known, model, method, params, folds)])
+    return {level: quantile(errors.copy(), level) for level in levels}
 
 
 def quantile(scores: np.ndarray, level: float) -> float:
