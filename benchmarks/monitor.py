@@ -60,7 +60,7 @@ def costs(workdir: Path, model: str) -> dict:
             "upstream_tokens": upstream, "upstream_per_check": upstream / float(np.mean(tokens))}
 
 
-def overhead(workdir: Path, model: str, task: str, repeats: int) -> dict:
+def overhead(workdir: Path, model: str, task: str, repeats: int, eval_steps: int) -> dict:
     import torch
     from datasets import Dataset
     from transformers import (AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer, TrainingArguments,
@@ -94,7 +94,7 @@ def overhead(workdir: Path, model: str, task: str, repeats: int) -> dict:
             with tempfile.TemporaryDirectory() as out:
                 args = TrainingArguments(output_dir=out, max_steps=spec["finetune"]["steps"], use_cpu=True,
                                          per_device_train_batch_size=spec["finetune"]["batch_size"],
-                                         learning_rate=spec["finetune"]["lr"], eval_strategy="steps", eval_steps=5,
+                                         learning_rate=spec["finetune"]["lr"], eval_strategy="steps", eval_steps=eval_steps,
                                          per_device_eval_batch_size=32, save_strategy="no", report_to="none",
                                          disable_tqdm=True, logging_strategy="no")
                 trainer = Trainer(model=net, args=args, train_dataset=data.select(range(32, len(data))),
@@ -106,7 +106,7 @@ def overhead(workdir: Path, model: str, task: str, repeats: int) -> dict:
                 trainer.train()
                 times[kind].append(time.perf_counter() - started)
     plain, monitored = np.median(times["plain"]), np.median(times["monitored"])
-    return {"task": task, "steps": spec["finetune"]["steps"], "evaluations": spec["finetune"]["steps"] // 5,
+    return {"task": task, "steps": spec["finetune"]["steps"], "evaluations": spec["finetune"]["steps"] // eval_steps,
             "plain_s": round(float(plain), 2), "monitored_s": round(float(monitored), 2),
             "overhead": round(float(monitored / plain - 1), 4), "repeats": repeats}
 
@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--model", default="demo")
     parser.add_argument("--task", default="mul_qa", help="the check task the overhead's fine-tune trains on")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--eval-steps", type=int, nargs="+", default=[5, 25], help="evaluation (and check) cadences")
     args = parser.parse_args()
     import torch
 
@@ -131,8 +132,9 @@ def main() -> None:
     print("forecast against the measured final row, mean over the check tasks:")
     print(accuracy(args.workdir, args.model).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("cost inside the demo's fine-tunes:", json.dumps(costs(args.workdir, args.model)))
-    print("the callback's overhead on a Trainer:", json.dumps(overhead(args.workdir, args.model, args.task,
-                                                                       args.repeats)))
+    for every in args.eval_steps:
+        print("the callback's overhead on a Trainer:", json.dumps(overhead(args.workdir, args.model, args.task,
+                                                                           args.repeats, every)))
 
 
 if __name__ == "__main__":

@@ -165,8 +165,12 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     # --- a check --------------------------------------------------------------------------------------
 
     def _check(self, args, state, control, metrics: dict | None) -> None:
-        if self.meter is None or (self.checks and self.checks[-1]["step"] == state.global_step):
-            return  # before training began, or this step already checked
+        if self.meter is None:
+            return  # before training began
+        if self.checks and self.checks[-1]["step"] == state.global_step:  # another evaluation set, same weights
+            if metrics is not None:
+                metrics.update({k: v for k, v in self.checks[-1].items() if k.startswith(PREFIX)})
+            return
         values = self.meter.measure() - np.asarray(self.baseline)
         scalars = {"probe_mean": float(np.mean(values)), "seconds": self.meter.seconds}
         if self.map is not None:
