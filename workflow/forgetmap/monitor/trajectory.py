@@ -10,7 +10,6 @@ mean change as every example's forgetting (`trajectory.tsv`, `trajectory.png`).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,6 @@ import numpy as np
 from ..errors import DataError
 from ..predict.forecast import PROBE_RECORD, read_probe_record
 
-log = logging.getLogger(__name__)
 
 def check_steps(monitor: dict, total: int) -> list[int]:
     """The optimizer steps after which the probes are scored: every `every`, each share in `at`, the last."""
@@ -76,16 +74,12 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
     from ..predict.conformal import mean_halfwidths
-    from ..predict.forecast import fit_completion, fit_rows
+    from ..predict.forecast import chosen_probes, fit_completion
     from ..predict.metrics import evaluate
 
     forgetting = ForgettingMatrix.read(matrix)
-    chosen = read_metadata(probes)
-    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
-    index = np.asarray(chosen["indices"], dtype=np.int64)
-    known = np.minimum(np.searchsorted(usable, index), len(usable) - 1)
-    if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
-        raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
+    train, usable, index, known = chosen_probes(forgetting, settings["fit_tasks"], matrix, probes,
+                                                read_metadata(probes))
     if len(checkpoints) != len(settings["tasks"]):
         raise DataError(f"{len(checkpoints)} fine-tunes for {len(settings['tasks'])} monitored tasks")
     completion, widths = fit_completion(train, known, settings["method"], settings["params"],

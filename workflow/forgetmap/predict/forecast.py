@@ -45,6 +45,17 @@ def fit_rows(matrix, fit_tasks: list[str], where: str) -> tuple[np.ndarray, np.n
     return np.ascontiguousarray(rows[:, usable], dtype=np.float32), usable
 
 
+def chosen_probes(forgetting, fit_tasks: list[str], matrix: str, probes: str, chosen: dict):
+    """(the fit rows, the usable examples' corpus indices, the probes' corpus indices, their positions among
+    the usable examples) for the probes file `probes` (its metadata `chosen`), checked against the matrix."""
+    train, usable = fit_rows(forgetting, fit_tasks, matrix)
+    index = np.asarray(chosen["indices"], dtype=np.int64)
+    known = np.minimum(np.searchsorted(usable, index), len(usable) - 1)  # a probe no longer usable: caught below
+    if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
+        raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
+    return train, usable, index, known
+
+
 def choose(train: np.ndarray, k: int, strategy: str, seed: int, where: str) -> np.ndarray:
     """The k probe positions among the usable examples, from the fit tasks' rows alone."""
     if k >= train.shape[1]:
@@ -153,11 +164,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     chosen = read_metadata(probes)
     if chosen["fit_tasks"] != settings["fit_tasks"] or chosen["k"] != settings["k"]:
         raise DataError(f"{probes}: chosen for other fit tasks or another k than this forecast's: rebuild it")
-    train, usable = fit_rows(forgetting, settings["fit_tasks"], matrix)
-    index = np.asarray(chosen["indices"], dtype=np.int64)
-    known = np.minimum(np.searchsorted(usable, index), len(usable) - 1)  # a probe no longer usable: caught below
-    if len(usable) != chosen["usable"] or not np.array_equal(usable[known], index):
-        raise DataError(f"{probes}: its probes are not usable examples of {matrix}: rebuild it")
+    train, usable, index, known = chosen_probes(forgetting, settings["fit_tasks"], matrix, probes, chosen)
     tasks = settings["tasks"]
     if len(scores) != len(tasks):
         raise DataError(f"{len(scores)} probe score files for {len(tasks)} forecast tasks")
