@@ -12,7 +12,7 @@ rule explorer:
         model=Z_MODELS,
     params:
         settings=settings(PLAN.explorer.settings),
-        options=optional_inputs("shards", "forecast", "transitions"),
+        options=optional_inputs("shards", "forecast", "trajectory", "transitions"),
         pairs=arguments(PLAN.explorer.arguments),
     threads: resource("analysis", "threads")
     resources:

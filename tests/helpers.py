@@ -99,6 +99,14 @@ def jobs_printed(text: str) -> list[tuple[str, dict, dict]]:
     return jobs
 
 
+def page_data(page: str | Path) -> dict:
+    """The data an explorer page carries (its JSON script), from the page's text or its file."""
+    import json
+
+    text = page.read_text() if isinstance(page, Path) else page
+    return json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', text, re.S).group(1))
+
+
 def by_rule(jobs) -> dict[str, int]:
     counts: dict[str, int] = {}
     for rule, _ in jobs:

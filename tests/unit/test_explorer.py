@@ -1,13 +1,11 @@
 """The explorer's data and page (forgetmap.explorer) on a small matrix that is not the demo's."""
 
-import json
-import re
-
 import numpy as np
 import pandas as pd
 
 from forgetmap.explorer import TEXT_CHARS, build, render
 from forgetmap.matrix import ForgettingMatrix
+from helpers import page_data
 
 SETTINGS = {"model": "m<1>", "categories": {"a": "x", "b": "x", "c": "y"}, "modes": {}, "top_forgotten": 3,
             "top_improved": 2, "components": 2, "component_tasks": 3, "component_examples": 2, "top_protected": 2,
@@ -59,8 +57,7 @@ def test_the_page_is_one_file_whose_texts_cannot_close_its_script(tmp_path):
     page = render(build(matrix, shards, SETTINGS))
     assert "alert(1)</script>" not in page and "<\\/script><script>alert(1)<\\/script>" in page
     assert "<title>forgetmap explorer: m&lt;1&gt;</title>" in page
-    payload = re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1)
-    data = json.loads(payload)  # NaN never reaches the page: JSON null instead
+    data = page_data(page)  # NaN never reaches the page: JSON null instead
     assert data["model"] == "m<1>" and "Plotly" in page and "/*PLOTLY*/" not in page and "{{DATA}}" not in page
 
 

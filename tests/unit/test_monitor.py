@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import page_data
 from monitor_run import MAX_LENGTH, make_trainer
 from standins import TULU_TEMPLATE, save_standin, sentences
 
@@ -122,25 +123,167 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
 
 
-def test_a_resumed_trainer_keeps_the_monitors_baseline_and_checks(mapped, tmp_path):
-    from forgetmap.monitor import ForgettingMonitor
+def test_a_resumed_trainer_keeps_the_monitors_baseline_checks_and_replayed_share(mapped, tmp_path):
+    from forgetmap.monitor import ForecastReplay, ForgettingMonitor
 
-    base, _, _, map_path = mapped
-    first = ForgettingMonitor(str(map_path))
+    base, _, upstream, map_path = mapped
+
+    def monitor():  # over the budget at every check: the replayed share rises by 0.1 each time, never stopping
+        return ForgettingMonitor(str(map_path), budget=-10.0, patience=100, level=0.8,
+                                 replay=ForecastReplay(upstream, step=0.1, max_share=0.5))
+
+    first = monitor()
     trainer = make_trainer("hf", base, tmp_path / "run", first, max_steps=4)
     trainer.train()
     assert [c["step"] for c in first.checks] == [2, 4]
     stored = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
     assert stored["ForgettingMonitor"]["attributes"]["baseline"] == first.baseline
     for restore in (False, True):  # the user's instance kept (the default), or rebuilt from its saved state
-        again = ForgettingMonitor(str(map_path))
+        again = monitor()
         resumed = make_trainer("hf", base, tmp_path / "run", again, max_steps=6,
                            restore_callback_states_from_checkpoint=restore)
         resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
         live = next(c for c in resumed.callback_handler.callbacks if isinstance(c, ForgettingMonitor))
         assert live.baseline == first.baseline  # not re-measured on the trained weights
         assert [c["step"] for c in live.checks] == [2, 4, 6]
+        # the share went on from checkpoint-2's 0.1, not from 0 (a rebuilt monitor finds the mixed-in replay)
+        assert [c["eval_forget_replay_share"] for c in live.checks] == pytest.approx([0.1, 0.2, 0.3])
+        assert live.replay is again.replay and again.replay.share == pytest.approx(0.3)
         assert [e["step"] for e in resumed.state.log_history if "eval_forget_mean" in e][-2:] == [4, 6]
+
+
+def test_a_replay_draws_the_examples_forecast_most_forgotten_in_every_loader_worker(mapped, tmp_path):
+    """The data-side replay over a tokenized training set, read by two persistent DataLoader workers: at share 0 the
+    task's rows, each once; once the monitor's forecast and share are set in the main process, the same workers
+    replay the example forecast most forgotten (never a probe) at the replayed positions, encoded as forgetmap
+    scores it."""
+    import torch
+
+    from forgetmap.data.chat import encode_examples
+    from forgetmap.errors import DataError
+    from forgetmap.monitor import ForecastMap, ForecastReplay, ForgettingMonitor
+
+    base, _, upstream, map_path = mapped
+    forecast_map = ForecastMap.read(map_path)
+    trainer = make_trainer("hf", base, tmp_path / "run")
+    task_rows = sorted(map(tuple, trainer.train_dataset["input_ids"]))
+    replay = ForecastReplay(upstream, step=0.5, max_share=0.9)
+    replay.wrap(trainer, forecast_map)
+    loader = torch.utils.data.DataLoader(trainer.train_dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    first = list(loader)
+    assert len(trainer.train_dataset) == 40 and sorted(tuple(r["input_ids"]) for r in first) == task_rows
+    assert replay.drawn() == {} and set(first[0]) == {"input_ids", "attention_mask"}
+    row = np.full(len(forecast_map.example_ids), -1.0)
+    target = next(i for i, e in enumerate(forecast_map.example_ids) if e.startswith("chat-") and i not in forecast_map.known)
+    row[target], row[forecast_map.known[0]] = 5.0, 50.0  # a probe forecast highest is still never replayed
+    replay.follow(row)
+    assert replay.raise_share() and replay.raise_share() and not replay.raise_share() and replay.share == 0.9
+    second = list(loader)
+    tokenizer = trainer.processing_class
+    upstream_rows = pd.concat([pd.read_parquet(f) for f in sorted(upstream.glob("*.parquet"))]).set_index("example_id")
+    expected = encode_examples(tokenizer, upstream_rows.loc[[forecast_map.example_ids[target]]].reset_index(), "auto",
+                               MAX_LENGTH)[0].ids.tolist()
+    replayed = [r for r in second if r["input_ids"] == expected]
+    coins = np.random.default_rng([0, 0, 1]).random(40)  # the epoch's replayed positions (trainer seed 0, epoch 0)
+    assert len(replayed) == int((coins < 0.9).sum()) and len(second) == 40
+    assert replay.drawn() == {forecast_map.example_ids[target]: len(replayed)}
+    assert all(r["attention_mask"] == [1] * len(expected) for r in replayed)
+    task_kept = sorted(tuple(r["input_ids"]) for r in second if r["input_ids"] != expected)
+    assert set(task_kept) <= set(task_rows) and len(task_kept) == 40 - len(replayed)
+    with pytest.raises(ValueError, match="a replay draws the examples the forecast says"):
+        ForgettingMonitor(probes=upstream_rows.reset_index().head(3), replay=replay)
+    with pytest.raises(DataError, match="of the map's 99 examples are not among"):
+        ForecastReplay(upstream_rows.reset_index().head(50)).wrap(make_trainer("hf", base, tmp_path / "b"), forecast_map)
+
+
+@pytest.fixture(scope="module")
+def replayed(mapped, tmp_path_factory):
+    """A packed TRL SFTTrainer run with a replay, over the budget at every check: (trainer, monitor, replay, run)."""
+    pytest.importorskip("trl")
+    import warnings
+
+    from forgetmap.monitor import ForecastReplay, ForgettingMonitor
+
+    base, _, upstream, map_path = mapped
+    run = tmp_path_factory.mktemp("replayed") / "run"
+    replay = ForecastReplay(upstream, step=0.25, max_share=0.5)
+    monitor = ForgettingMonitor(str(map_path), budget=-10.0, level=0.8, replay=replay)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)  # TRL's SFTConfig
+        trainer = make_trainer("trl", base, run, monitor, max_steps=10, packing=True)
+        trainer.train()
+    return trainer, monitor, replay, run
+
+
+def test_a_packed_sft_run_raises_its_replay_at_each_check_over_the_budget_then_stops(mapped, replayed):
+    """TRL packs the training set before training; the replay mixes in packed rows of its own. Over the budget at
+    every check, the replayed share rises to its ceiling, and the next check stops training."""
+    from forgetmap.monitor import ForecastMap
+
+    trainer, monitor, replay, run = replayed
+    forecast_map = ForecastMap.read(mapped[3])
+    assert trainer.state.global_step == 6  # raised at 2 and 4, at its ceiling at 6: stop
+    logged = [e for e in trainer.state.log_history if "eval_forget_replay_share" in e]
+    assert [(e["step"], e["eval_forget_replay_share"]) for e in logged] == [(2, 0.25), (4, 0.5), (6, 0.5)]
+    stored = json.loads((run / "checkpoint-6" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert stored["ForgettingMonitor"]["attributes"]["replay_share"] == 0.5
+    drawn = replay.drawn()
+    assert drawn and not set(drawn) & set(forecast_map.probe_ids)
+    # most draws followed the check at step 4
+    at_four = pd.read_parquet(run / "forgetmap-monitor" / "check-00000004.parquet")["forecast"].to_numpy()
+    position = {e: i for i, e in enumerate(forecast_map.example_ids)}
+    drawn_mean = float(np.average([at_four[position[e]] for e in drawn], weights=[drawn[e] for e in drawn]))
+    assert drawn_mean > float(np.mean(np.delete(at_four, forecast_map.known)))  # the draw leans to the most forgotten
+    replay.share = 0.9
+    rows = list(trainer.train_dataset)
+    ours = [r for r in rows if -100 in r["labels"]]  # TRL's own text rows carry every label
+    assert ours and all(set(r) == {"input_ids", "labels", "seq_lengths"} for r in rows)
+    for r in ours:
+        assert sum(r["seq_lengths"]) == len(r["input_ids"]) <= MAX_LENGTH and len(r["labels"]) == len(r["input_ids"])
+    assert max(len(r["seq_lengths"]) for r in ours) > 1  # packed: several replayed examples to a row
+
+
+def test_the_explorer_opens_a_runs_checks_as_a_timeline(mapped, replayed, tmp_path):
+    """`forgetmap explorer --checks`: the run's scalars per check, the examples forecast most forgotten with their
+    forecast at every check and their texts, the probes marked; headless Chromium draws it without an error."""
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+
+    from browser import chromium, console_errors, remote_requests, wait_ready
+
+    _, monitor, _, run = replayed
+    upstream = mapped[2]
+    page = tmp_path / "run.html"
+    done = subprocess.run([sys.executable, "-m", "forgetmap", "explorer", "--checks", str(run / "forgetmap-monitor"),
+                           "--shards", *map(str, sorted(upstream.glob("shard-*.parquet"))), "--out", str(page)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = page_data(page)
+    timeline = data["timeline"]
+    assert data["mode"] == "run" and timeline["steps"] == [2, 4, 6] and data["budget"] == -10.0
+    assert timeline["replay_share"] == [0.25, 0.5, 0.5]
+    assert timeline["mean"] == pytest.approx([c["eval_forget_mean"] for c in monitor.checks], abs=1e-4)
+    last = pd.read_parquet(run / "forgetmap-monitor" / "check-00000006.parquet").set_index("example_id")
+    top = data["top"][0]
+    assert top == last[~last["probe"]]["forecast"].idxmax()
+    assert data["examples"][top]["forecast"][-1] == pytest.approx(float(last.loc[top, "forecast"]), abs=1e-4)
+    kinds = {data["examples"][e]["kind"] for e in data["examples"]}
+    assert kinds == {"lm", "chat"} and all("text" in ex or "response" in ex for ex in data["examples"].values())
+    assert sorted(data["probes"]) == sorted(last.index[last["probe"]]) and all(
+        data["examples"][p]["probe"] for p in data["probes"])
+    driver = chromium()
+    try:
+        driver.get(page.as_uri())
+        wait_ready(driver)
+        rows = driver.find_elements(By.CSS_SELECTOR, "#run-checks tbody tr")
+        assert [r.find_element(By.TAG_NAME, "td").text for r in rows] == ["2", "4", "6"]
+        assert top in driver.find_element(By.ID, "example-title").text
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#example-checks tbody tr")) == 3
+        assert console_errors(driver) == [] and remote_requests(driver) == []
+    finally:
+        driver.quit()
 
 
 def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_path):

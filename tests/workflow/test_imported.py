@@ -1,15 +1,14 @@
 """A model whose matrix the authors released runs through the same analyses as a computed one."""
 
 import json
-import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from forgetmap.lowrank import r2_by_rank
-from helpers import (edited, make_workdir, planned_jobs, released_binary_fixture, released_fixture, snakemake,
-                     tiny_config, write_config)
+from helpers import (edited, make_workdir, page_data, planned_jobs, released_binary_fixture, released_fixture,
+                     snakemake, tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -63,8 +62,7 @@ def test_a_config_of_imported_models_alone_runs_every_analysis_and_the_predictio
         assert (workdir / "results/paper" / path).exists(), path
     assert (workdir / "results/lowrank_summary.tsv").exists()
     assert planned_jobs(workdir) == []
-    page = (workdir / "results/paper/explorer.html").read_text()  # the explorer: ids and sources, no texts
-    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    data = page_data(workdir / "results/paper/explorer.html")  # the explorer: ids and sources, no texts
     assert data["texts"] is False and {t["kind"] for t in data["tasks"]} == {"imported"}
     assert [t["name"] for t in data["tasks"]] == ["aeslc", "cb", "wsc", "lima", "oasst1"]
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evals import run_lighteval, run_lm_eval
-from helpers import by_rule, edited, library_warnings, make_workdir, planned_jobs, snakemake
+from helpers import by_rule, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake
 from standins import TULU_TEMPLATE, cache_standin, save_standin, sentences
 
 pytestmark = pytest.mark.workflow
@@ -155,8 +155,7 @@ def test_correctness_pairs_seeds_and_compares_each_stage_with_the_one_before(map
 
 
 def test_the_explorer_marks_checkpoint_rows(mapped):
-    page = (mapped / "results/chain/explorer.html").read_text()
-    data = json.loads(page.split('<script id="data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    data = page_data(mapped / "results/chain/explorer.html")
     rows = {t["name"]: t for t in data["tasks"]}
     assert rows["dpo"]["kind"] == "checkpoint"
     assert rows["dpo"]["checkpoint"] == {"path": "models/dpo", "reference": "sft"}

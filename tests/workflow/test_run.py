@@ -8,8 +8,8 @@ import pytest
 
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
-from helpers import (by_rule, clone_workdir, edited, library_warnings, make_workdir, planned_jobs, snakemake, tiny_config,
-                     write_config)
+from helpers import (by_rule, clone_workdir, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake,
+                     tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
@@ -396,6 +396,9 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     at_probes = base.base_nll[np.isin(base.example_ids, scored["example_id"])]
     np.testing.assert_allclose(scored["nll"] - at_probes, meta["probe_values"]["json_profile"], atol=1e-4)
     assert (workdir / "results/tiny/forecast/trajectory.png").stat().st_size > 10_000
+    timeline = page_data(workdir / "results/tiny/explorer.html")["timelines"]["json_profile"]  # its task panel's
+    assert timeline["steps"] == [2, 4] and timeline["mean"] == pytest.approx(trajectory["forecast_mean"].tolist(),
+                                                                             abs=1e-4)
     # another k or strategy: the probes, their scoring and the forecast (and what reads the forecast); a
     # monitored fine-tune scored the old probes as it trained, so it trains again (and plain fine-tuning's
     # held-out scores, which read it)

@@ -275,15 +275,44 @@ def _html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def explorer_command(settings: dict, matrix: str, out: str, shards: list[str] | None = None,
-                     forecast: str | None = None, transitions: str | None = None, predictions: list[str] | None = None,
-                     arm_scores: list[str] | None = None) -> dict:
-    """`forgetmap explorer`: the page for one model. `predictions`: TASK=prediction-directory pairs (the
-    seed `SEED`, and its intervals where written); `arm_scores`: TASK:ARM=held-out-scores pairs."""
+def run_page(checks: str, shards: list[str] | None = None, top: int = 20) -> dict:
+    """The data of a trainer run's page: its monitor's checks as a timeline (forgetmap.monitor.timeline), with
+    the texts of the examples it carries."""
+    from .monitor.timeline import run_timeline
+
+    data, records = run_timeline(checks, shards, top)
+    for record in records:
+        if str(record["example_id"]) in data["examples"]:
+            data["examples"][str(record["example_id"])].update(kind=_text(record.get("kind")), **_texts(record))
+    return data
+
+
+def explorer_command(out: str, settings: dict | None = None, matrix: str | None = None,
+                     shards: list[str] | None = None, forecast: str | None = None, transitions: str | None = None,
+                     predictions: list[str] | None = None, arm_scores: list[str] | None = None,
+                     trajectory: str | None = None, checks: str | None = None) -> dict:
+    """`forgetmap explorer`: the page for one model (`settings`, `matrix`), or for one trainer run's forgetting
+    monitor (`checks`: its output_dir/forgetmap-monitor; `shards`: the upstream, for the texts). `predictions`:
+    TASK=prediction-directory pairs (the seed `SEED`, and its intervals where written); `arm_scores`:
+    TASK:ARM=held-out-scores pairs; `trajectory`: the monitored fine-tunes' checks."""
+    from .errors import ConfigError
     from .io import atomic_path, read_metadata
     from .matrix import ForgettingMatrix
     from .predict.protocol import intervals_file, seed_file
 
+    if checks is not None:
+        if matrix is not None:
+            raise ConfigError("forgetmap explorer: --checks opens a trainer run's checks, --matrix a model's matrix; "
+                              "give one")
+        data = run_page(checks, shards)
+        page = render(data)
+        with atomic_path(out) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+        return {"checks": len(data["timeline"]["steps"]), "examples_carried": data["carried"],
+                "bytes": len(page.encode())}
+    if matrix is None or settings is None:
+        raise ConfigError("forgetmap explorer: give --settings and --matrix (a model's page) or --checks (a trainer "
+                          "run's)")
     forgetting = ForgettingMatrix.read(matrix)
     ids = forgetting.example_ids
     rows = {}
@@ -299,6 +328,10 @@ def explorer_command(settings: dict, matrix: str, out: str, shards: list[str] | 
         task, arm = key.split(":", 1)
         arms.setdefault(task, {})[arm] = path
     data = build(forgetting, shards, settings, rows, forecast, transitions, arms)
+    if trajectory:
+        from .monitor.timeline import task_timelines
+
+        data["timelines"] = task_timelines(trajectory)
     page = render(data)
     with atomic_path(out) as tmp:
         tmp.write_text(page, encoding="utf-8")

@@ -2,7 +2,7 @@
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("data").textContent);
-  const taskIndex = new Map(data.tasks.map((t, i) => [t.name, i]));
+  const taskIndex = new Map((data.tasks || []).map((t, i) => [t.name, i]));
   const fmt = (v, digits = 3) => (v === null || v === undefined ? "–" : Number(v).toFixed(digits));
 
   function el(tag, attrs = {}, children = []) {
@@ -92,6 +92,8 @@
         (task.predicted_by ? "; predicted by " + task.predicted_by : "") }),
       el("h2", { text: "Most forgotten" }), table(HEADERS, exampleRows(top.forgotten), "task-forgotten"),
       el("h2", { text: "Most improved" }), table(HEADERS, exampleRows(top.improved), "task-improved"));
+    const timeline = (data.timelines || {})[name];
+    if (timeline) drawTaskTimeline(body, timeline);
     const protectedBy = data.protected[name];
     if (protectedBy) {
       body.appendChild(el("h2", { text: "Held-out examples each arm protected (ΔNLL plain − ΔNLL arm)" }));
@@ -103,6 +105,23 @@
     }
     document.getElementById("status").textContent = "task " + name;
     return true;
+  }
+
+  // a monitored fine-tune's checks: the mean forecast and its upper bound, the probes' mean, the measured mean
+  function drawTaskTimeline(body, t) {
+    const box = el("div", { id: "task-timeline" });
+    body.appendChild(el("div", {}, [el("h2", { text: "Forecast while training (" + t.steps.length + " checks)" }), box,
+      table(["step", "share of steps", "forecast mean", t.level ? "upper (" + t.level + ")" : "upper", "probes' mean"],
+        t.steps.map((step, c) => [step, fmt(t.fraction[c], 2), fmt(t.mean[c]), t.upper ? fmt(t.upper[c]) : "–",
+                                  fmt(t.probe_mean[c])]), "task-checks")]));
+    const traces = [{ x: t.fraction, y: t.mean, name: "forecast mean", mode: "lines+markers" }];
+    if (t.upper) traces.push({ x: t.fraction, y: t.upper, name: "upper bound", mode: "lines", line: { dash: "dot" } });
+    traces.push({ x: t.fraction, y: t.probe_mean, name: "probes' mean (naive)", mode: "lines+markers" });
+    if (t.measured != null) traces.push({ x: [0, 1], y: [t.measured, t.measured], name: "measured final mean",
+                                           mode: "lines", line: { dash: "dash", color: "black" } });
+    Plotly.newPlot(box, traces, { height: 260, margin: { l: 50, r: 10, t: 10, b: 40 },
+      xaxis: { title: { text: "share of training steps" } }, yaxis: { title: { text: "Z (nats per token)" } } },
+      { responsive: true, displaylogo: false });
   }
 
   function showExample(id) {
@@ -185,12 +204,95 @@
     });
   }
 
-  drawOverview();
-  showComponents();
-  wireSearch();
-  if (data.tasks.length) showTask(data.tasks[0].name);
-  if (!data.texts) {
-    document.getElementById("status").textContent = "an imported matrix: its examples are shown by id and source (no texts were released)";
+  // --- a trainer run's page: its forgetting monitor's checks as a timeline ------------------------------
+
+  function runText(ex) {
+    return ex.text !== undefined || ex.prompt !== undefined || ex.response !== undefined ? shorten(exampleText(ex)) :
+      "(no text: give the upstream shards, --shards)";
+  }
+
+  function showRunExample(id) {
+    const ex = data.examples[id];
+    if (!ex) return false;
+    const steps = data.timeline.steps;
+    document.getElementById("example-title").textContent = "Example " + id + " (" + ex.source + ")" +
+      (ex.probe ? ", a probe" : "");
+    const body = document.getElementById("example-body");
+    const hasText = ex.text !== undefined || ex.prompt !== undefined || ex.response !== undefined;
+    body.replaceChildren(
+      ...(hasText ? textBlock(ex) : [el("p", { class: "note", text: runText(ex) })]),
+      el("p", { class: "note", text: (ex.probe ? "measured at every check (a probe); " : "forecast at every check; ") +
+        "NLL before " + fmt(ex.base_nll) }),
+      table(["step", ex.probe ? "forecast (the probe's row value)" : "forecast", "interval"], steps.map((step, c) =>
+        [step, fmt(ex.forecast[c]), ex.halfwidth ? "± " + fmt(ex.halfwidth[c]) : "–"]), "example-checks"));
+    document.getElementById("status").textContent = "example " + id;
+    return true;
+  }
+
+  function drawRun() {
+    const t = data.timeline;
+    document.getElementById("overview-title").textContent = "The run's checks";
+    document.getElementById("overview-note").textContent = "At each check: the mean forecast forgetting over the " +
+      "map's " + data.n_examples + " upstream examples and its upper bound" + (data.level ? " (the mean's " +
+      data.level + " interval)" : "") + ", from " + data.k + " probes scored on the weights being trained; the " +
+      "probes' mean NLL change (what a naive monitor sees)" + (data.budget != null ? "; the budget" : "") + ".";
+    document.getElementById("heatmap").replaceChildren();
+    const traces = [{ x: t.steps, y: t.mean, name: "forecast mean", mode: "lines+markers" }];
+    if (t.upper) traces.push({ x: t.steps, y: t.upper, name: "upper bound", mode: "lines", line: { dash: "dot" } });
+    traces.push({ x: t.steps, y: t.probe_mean, name: "probes' mean (naive)", mode: "lines+markers" });
+    if (data.budget != null) traces.push({ x: [t.steps[0], t.steps[t.steps.length - 1]], y: [data.budget, data.budget],
+                                           name: "budget", mode: "lines", line: { dash: "dash", color: "black" } });
+    Plotly.newPlot("heatmap", traces, { height: 320, margin: { l: 60, r: 20, t: 10, b: 40 },
+      xaxis: { title: { text: "optimizer step" } }, yaxis: { title: { text: "Z (nats per token)" } } },
+      { responsive: true, displaylogo: false });
+    document.getElementById("task-title").textContent = "Checks";
+    const columns = [["mean", "forecast mean"], ["upper", "upper bound"], ["probe_mean", "probes' mean"],
+                     ["forgotten", "share forecast forgotten"], ["over_budget", "share over the budget"],
+                     ["replay_share", "replayed share"]].filter(([key]) => t[key]);
+    document.getElementById("task-body").replaceChildren(
+      el("p", { class: "note", text: data.path + "; map " + (data.map || "–") + " (" + (data.method || "–") + ")" }),
+      table(["step", "epoch", ...columns.map(([, label]) => label)], t.steps.map((step, c) =>
+        [step, fmt(t.epochs[c], 2), ...columns.map(([key]) => fmt(t[key][c]))]), "run-checks"));
+    document.getElementById("components-title").textContent = "Forecast most forgotten at the last check";
+    const last = t.steps.length - 1;
+    const rows = data.top.map((id) => {
+      const ex = data.examples[id];
+      return [link(id, () => showRunExample(id), id), ex.source, runText(ex), fmt(ex.forecast[last]),
+              ex.halfwidth ? "± " + fmt(ex.halfwidth[last]) : "–", fmt(ex.forecast[last] - ex.forecast[0])];
+    });
+    const grid = el("div", { id: "run-heatmap" });
+    document.getElementById("components-body").replaceChildren(
+      table(["example", "source", "text (prompt → response)", "forecast", "interval", "since the first check"], rows,
+            "run-top"), el("h2", { text: "Their forecast at each check" }), grid);
+    Plotly.newPlot(grid, [{ type: "heatmap", z: data.top.map((id) => data.examples[id].forecast), x: t.steps.map(String),
+      y: data.top, colorscale: "RdBu", reversescale: true, hovertemplate: "%{y}<br>step %{x}<br>forecast %{z:.3f}<extra></extra>" }],
+      { height: Math.max(240, 16 * data.top.length + 80), margin: { l: 120, r: 20, t: 10, b: 40 },
+        xaxis: { title: { text: "check (step)" }, type: "category" }, yaxis: { autorange: "reversed" } },
+      { responsive: true, displaylogo: false });
+    const names = document.getElementById("names");
+    for (const id of Object.keys(data.examples)) names.appendChild(el("option", { value: id }));
+    const search = document.getElementById("search");
+    search.placeholder = "search an example id, then Enter";
+    search.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter") return;
+      if (!showRunExample(search.value.trim())) {
+        document.getElementById("status").textContent = "not found: " + search.value.trim() + " (examples carried: " +
+          data.carried + ")";
+      }
+    });
+    if (data.top.length) showRunExample(data.top[0]);
+  }
+
+  if (data.mode === "run") {
+    drawRun();
+  } else {
+    drawOverview();
+    showComponents();
+    wireSearch();
+    if (data.tasks.length) showTask(data.tasks[0].name);
+    if (!data.texts) {
+      document.getElementById("status").textContent = "an imported matrix: its examples are shown by id and source (no texts were released)";
+    }
   }
   document.body.dataset.ready = "1";
 })();

@@ -5,12 +5,14 @@ forgetting at each check (`ForgettingMonitor`).
     from forgetmap.monitor import ForgettingMonitor
     ForgettingMonitor("results/olmo/forecast/map.parquet", budget=0.3).attach(trainer)
 
-The callback is imported only when asked for (it imports transformers' trainer callbacks).
+With `replay=ForecastReplay(upstream)` the monitor also steers a replay of the examples forecast most
+forgotten, mixed into the trainer's training set. The callback and the replay are imported only when asked
+for (they import transformers' trainer callbacks and torch).
 """
 
 from .map import ForecastMap
 
-__all__ = ["ForecastMap", "ForgettingMonitor", "ProbeMeter"]
+__all__ = ["ForecastMap", "ForecastReplay", "ForgettingMonitor", "ProbeMeter"]
 
 
 def __getattr__(name):
@@ -18,6 +20,10 @@ def __getattr__(name):
         from .callback import ForgettingMonitor
 
         return ForgettingMonitor
+    if name == "ForecastReplay":
+        from .replay import ForecastReplay
+
+        return ForecastReplay
     if name == "ProbeMeter":
         from .meter import ProbeMeter
 

@@ -11,7 +11,10 @@ half-widths. Each check:
 - writes its forecast row (example id, forecast, half-widths) as parquet under
   `output_dir/forgetmap-monitor/` (and a line of `trajectory.tsv`), on the main process;
 - at a `budget` (the forecast's mean upper bound above it for `patience` checks in a row) saves and stops
-  training, as `EarlyStoppingCallback` does.
+  training, as `EarlyStoppingCallback` does; with a `replay` (forgetmap.monitor.replay.ForecastReplay, mixed
+  into the training set), each check points the replay's draw at the examples forecast most forgotten, a
+  check over the budget raises the replayed share instead, and training stops only once the share is at its
+  ceiling.
 
 Without a map it is the naive monitor: the probes' mean NLL change, no forecast, no budget. Its state (the
 baseline, the checks so far) is saved with each checkpoint and comes back on resume.
@@ -42,14 +45,14 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
     upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forecast
     forgetting (nats per token) whose upper bound (the mean's conformal interval at `level`) may not be
-    exceeded for `patience` checks.
+    exceeded for `patience` checks. `replay`: a `ForecastReplay` the monitor steers (needs a map).
     `every`: check every N optimizer steps instead of at each evaluation. `token_budget`: padded tokens per
     scoring batch (the memory bound). `base_tolerance`: the largest median gap (nats per token) between the
     baseline and the map's base NLL at the probes before the map is judged another model's (None: unchecked)."""
 
     def __init__(self, map: str | ForecastMap | None = None, *, probes=None, budget: float | None = None,
                  patience: int = 1, level: float | None = None, every: int | None = None, token_budget: int = 4096,
-                 base_tolerance: float | None = 0.05, write_rows: bool = True):
+                 base_tolerance: float | None = 0.05, write_rows: bool = True, replay=None):
         if map is None and probes is None:
             raise ValueError("ForgettingMonitor: give a forecast map (map=) or, for the naive monitor, the probes "
                               "to measure (probes=)")
@@ -58,6 +61,9 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         if budget is not None and map is None:
             raise ValueError("ForgettingMonitor: a budget acts on the forecast's upper bound, and a forecast needs "
                               "a map (map=); the naive monitor (probes=) only measures its probes")
+        if replay is not None and map is None:
+            raise ValueError("ForgettingMonitor: a replay draws the examples the forecast says are most forgotten, "
+                              "and a forecast needs a map (map=)")
         if patience < 1:
             raise ValueError(f"ForgettingMonitor: patience must be at least 1, not {patience}")
         if every is not None and every < 1:
@@ -76,11 +82,13 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             self._probes_file = str(probes)
         self.budget, self.patience, self.level, self.every = budget, patience, level, every
         self.token_budget, self.base_tolerance, self.write_rows = token_budget, base_tolerance, write_rows
+        self.replay = replay
         self.trainer = None
         # the state a resume brings back (ExportableState)
         self.baseline: list[float] | None = None
         self.checks: list[dict] = []
         self.over = 0
+        self.replay_share: float | None = None
         self.meter = None
 
     # --- wiring ---------------------------------------------------------------------------------------
@@ -88,6 +96,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     def attach(self, trainer) -> "ForgettingMonitor":
         """Add the monitor to `trainer` and log its scalars through it (to every `report_to` backend);
         without, they reach the evaluation's metrics only."""
+        if self.replay is not None:
+            self.replay.wrap(trainer, self.map)  # after the trainer prepared (tokenized, packed) its training set
         trainer.add_callback(self)
         self.trainer = trainer
         _ATTACHED[id(trainer.args)] = weakref.ref(trainer)
@@ -98,7 +108,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                          "budget": self.budget, "patience": self.patience, "level": self.level, "every": self.every,
                          "token_budget": self.token_budget, "base_tolerance": self.base_tolerance,
                          "write_rows": self.write_rows},
-                "attributes": {"baseline": self.baseline, "checks": self.checks, "over": self.over}}
+                "attributes": {"baseline": self.baseline, "checks": self.checks, "over": self.over,
+                               "replay_share": self.replay_share}}
 
     def _map_path(self) -> str | None:
         return None if self.map is None else self.map.path
@@ -134,6 +145,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
 
             self._probes_file = str(out / "probes.parquet")
             write_table(pa.Table.from_pandas(self.probes, preserve_index=False), self._probes_file)
+        self._find_replay(args)
         rows = self.map.probe_rows if self.map is not None else self.probes
         scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
         device = next(model.parameters()).device
@@ -146,6 +158,10 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
                 for key, value in (stored[0] if isinstance(stored, list) else stored)["attributes"].items():
                     setattr(self, key, value)
+        if self.replay is not None:
+            if self.replay_share is None:
+                self.replay_share = self.replay.share
+            self.replay.share = self.replay_share  # a resume's share is the checkpoint's
         if self.map is not None and self.level is not None:
             self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
         if self.baseline is None:
@@ -173,6 +189,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             return
         values = self.meter.measure() - np.asarray(self.baseline)
         scalars = {"probe_mean": float(np.mean(values)), "seconds": self.meter.seconds}
+        stop = False
         if self.map is not None:
             started = time.perf_counter()
             row, widths = self.map.forecast(values)
@@ -182,6 +199,10 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                 scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
             if self.budget is not None:
                 scalars["over_budget"] = float(np.mean(row > self.budget))
+                stop = self._over_budget(scalars["upper"], state.global_step)
+            if self.replay is not None:
+                self.replay.follow(row)
+                scalars["replay_share"] = self.replay_share = self.replay.share
             scalars["seconds"] += time.perf_counter() - started
             if self.write_rows and state.is_world_process_zero:
                 self._write_row(args, state, row, widths, values, scalars)
@@ -194,14 +215,40 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         trainer = self._trainer(args)
         if trainer is not None:
             trainer.log(dict(scalars))
-        if self.budget is not None:
-            self.over = self.over + 1 if scalars[PREFIX + "upper"] > self.budget else 0
-            if self.over >= self.patience:
-                log.warning("forgetting monitor: forecast upper bound %.4f above the budget %.4f for %d check(s) at "
-                            "step %d: saving and stopping", scalars[PREFIX + "upper"], self.budget, self.over,
-                            state.global_step)
-                control.should_save = True
-                control.should_training_stop = True
+        if stop:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def _over_budget(self, upper: float, step: int) -> bool:
+        """Whether to stop: the upper bound over the budget for `patience` checks in a row, the replay (if any)
+        already at its ceiling; below it, a check over the budget raises the replayed share instead."""
+        if upper <= self.budget:
+            self.over = 0
+            return False
+        if self.replay is not None and self.replay.raise_share():
+            self.over = 0
+            log.info("forgetting monitor: forecast upper bound %.4f above the budget %.4f at step %d: replaying a "
+                     "share of %.3f from now on", upper, self.budget, step, self.replay.share)
+            return False
+        self.over += 1
+        if self.over < self.patience:
+            return False
+        log.warning("forgetting monitor: forecast upper bound %.4f above the budget %.4f for %d check(s) at step %d%s: "
+                    "saving and stopping", upper, self.budget, self.over, step,
+                    "" if self.replay is None else f", replaying at the most ({self.replay.max_share})")
+        return True
+
+    def _find_replay(self, args) -> None:
+        """The replay mixed into the trainer's training set: this instance's, or, when the trainer rebuilt the
+        monitor from a checkpoint (restore_callback_states_from_checkpoint), the one the first instance mixed in."""
+        from .replay import ReplayMixture
+
+        dataset = getattr(self._trainer(args), "train_dataset", None)
+        if self.replay is None and isinstance(dataset, ReplayMixture):
+            self.replay = dataset.owner
+        if self.replay is not None and self.replay.mixture is None:
+            raise ValueError("ForgettingMonitor: the replay is not mixed into the training set: add the monitor with "
+                             ".attach(trainer), which wraps the trainer's training set")
 
     def _write_row(self, args, state, row, widths, values, scalars) -> None:
         import pyarrow as pa
@@ -217,7 +264,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         write_table(pa.table(columns), Path(args.output_dir) / OUTPUT / f"check-{state.global_step:08d}.parquet",
                     {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
                      "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
-                     "method": self.map.method, "levels": sorted(widths), "scalars": scalars})
+                     "method": self.map.method, "levels": sorted(widths), "level": self.level, "budget": self.budget,
+                     "scalars": scalars})
 
     def _check_base(self, baseline: np.ndarray) -> None:
         """The baseline against the map's base NLL at the probes: another model (or another way of scoring)

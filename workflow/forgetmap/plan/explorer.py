@@ -37,6 +37,8 @@ class ExplorerPlan:
             inputs["shards"] = self.plan.shard_paths(model)
         if model in self.plan.computed and self.plan.forecast.modes(model):
             inputs["forecast"] = self.plan.forecast.path(model)
+            if self.plan.forecast.monitored(model):
+                inputs["trajectory"] = self.plan.forecast.path(model, "trajectory.tsv")
         if model in self.plan.item_models:
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
         predictions = sorted(set(self.predictions(model).values()))
