@@ -6,6 +6,7 @@ elsewhere the test skips with the reason. Nothing is downloaded by selenium: the
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import subprocess
 import pytest
 
 PACKAGES = ("chromium", "chromium-driver")
+APT_LOCK = "/tmp/forgetmap-apt.lock"  # shared with tests/cluster/slurm-up.sh
 
 
 def _found() -> tuple[str, str] | None:
@@ -29,12 +31,16 @@ def chromium():
         if os.geteuid() != 0 or not shutil.which("apt-get"):
             pytest.skip("no chromium + chromedriver here, and installing them needs root and apt-get (CI has both)")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, env=env, timeout=600)
-        done = subprocess.run(["apt-get", "install", "-y", "-q", *PACKAGES], capture_output=True, text=True, env=env,
-                              timeout=900)
-        found = _found()
-        if done.returncode != 0 or found is None:
-            pytest.skip(f"apt-get could not install {' '.join(PACKAGES)}: {done.stderr[-500:]}")
+        with open(APT_LOCK, "w") as lock:  # one apt-get at a time: the other test process may install SLURM
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = _found()  # the other process may have installed it meanwhile
+            if found is None:
+                subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, env=env, timeout=600)
+                done = subprocess.run(["apt-get", "install", "-y", "-q", *PACKAGES], capture_output=True, text=True,
+                                      env=env, timeout=900)
+                found = _found()
+                if done.returncode != 0 or found is None:
+                    pytest.skip(f"apt-get could not install {' '.join(PACKAGES)}: {done.stderr[-500:]}")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -1,4 +1,12 @@
-"""Test set-up: single-threaded torch (oversubscribing small CPUs is 30-50x slower), no network."""
+"""Test set-up: single-threaded torch (oversubscribing small CPUs is 30-50x slower), no network; the heaviest
+files first.
+
+`pytest` runs two processes (pytest-xdist, `-n 2 --dist loadfile` in pyproject.toml): each test file runs whole
+in one of them, so a file's module fixtures are built once, and a session fixture (the tiny run) at most once
+per process. Every test is single-threaded, so the two keep a 2-core machine busy where one left a core idle
+through every unit test, every SLURM status poll and every process start. The files are handed out longest
+first, so the last one to finish is short. `pytest -n 0` runs one process (`-s` needs it: workers' output is
+captured)."""
 
 import os
 
@@ -15,6 +23,20 @@ torch.set_num_threads(1)
 
 
 import pytest  # noqa: E402
+
+# the files that take longest (CI, 2 cores), longest first; every other file follows in collection order
+HEAVIEST = ("cluster/test_slurm.py", "vllm_cpu/test_vllm.py", "workflow/test_run.py", "workflow/test_posttraining.py",
+            "workflow/test_examples.py", "workflow/test_real_runs.py", "unit/test_memory.py", "workflow/test_dag.py",
+            "workflow/test_imported.py", "gpu/test_device.py", "unit/test_monitor.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heaviest files first (a stable sort: the order within a file, and of the other files, is kept)."""
+    def rank(item):
+        path = item.path.as_posix()
+        return next((k for k, name in enumerate(HEAVIEST) if path.endswith("tests/" + name)), len(HEAVIEST))
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

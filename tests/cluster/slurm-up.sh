@@ -7,8 +7,9 @@ set -euo pipefail
 STARTED=${1:?usage: slurm-up.sh STARTED_FILE}
 : > "$STARTED"
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+  # one apt-get at a time: the other test process may be installing the browser (tests/browser.py)
+  flock /tmp/forgetmap-apt.lock sh -c 'apt-get update -q >/dev/null &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null'
 fi
 HOST=$(hostname -s)
 CPUS=$(nproc)
