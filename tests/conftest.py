@@ -1,8 +1,8 @@
 """Test set-up: single-threaded torch (oversubscribing small CPUs is 30-50x slower), no network; the heaviest
 files first.
 
-`pytest` runs two processes (pytest-xdist, `-n 2 --dist loadfile` in pyproject.toml): each test file runs whole
-in one of them, so a file's module fixtures are built once, and a session fixture (the tiny run) at most once
+`pytest` runs two processes (pytest-xdist, `-n 2 --dist loadfile --no-loadscope-reorder` in pyproject.toml): each
+test file runs whole in one of them, so a file's module fixtures are built once, and a session fixture (the tiny run) at most once
 per process. Every test is single-threaded, so the two keep a 2-core machine busy where one left a core idle
 through every unit test, every SLURM status poll and every process start. The files are handed out longest
 first, so the last one to finish is short. `pytest -n 0` runs one process (`-s` needs it: workers' output is

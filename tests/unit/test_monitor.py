@@ -167,7 +167,8 @@ def test_a_replay_draws_the_examples_forecast_most_forgotten_in_every_loader_wor
     forecast_map = ForecastMap.read(map_path)
     trainer = make_trainer("hf", base, tmp_path / "run")
     task_rows = sorted(map(tuple, trainer.train_dataset["input_ids"]))
-    replay = ForecastReplay(upstream, step=0.5, max_share=0.9)
+    excluded = next(e for i, e in enumerate(forecast_map.example_ids) if e.startswith("lm-") and i not in forecast_map.known)
+    replay = ForecastReplay(upstream, step=0.5, max_share=0.9, exclude=[excluded])
     replay.wrap(trainer, forecast_map)
     loader = torch.utils.data.DataLoader(trainer.train_dataset, batch_size=None, num_workers=2, persistent_workers=True)
     first = list(loader)
@@ -175,7 +176,9 @@ def test_a_replay_draws_the_examples_forecast_most_forgotten_in_every_loader_wor
     assert replay.drawn() == {} and set(first[0]) == {"input_ids", "attention_mask"}
     row = np.full(len(forecast_map.example_ids), -1.0)
     target = next(i for i, e in enumerate(forecast_map.example_ids) if e.startswith("chat-") and i not in forecast_map.known)
-    row[target], row[forecast_map.known[0]] = 5.0, 50.0  # a probe forecast highest is still never replayed
+    # a probe and an excluded example forecast highest are still never replayed
+    row[target], row[forecast_map.known[0]] = 5.0, 50.0
+    row[list(forecast_map.example_ids).index(excluded)] = 40.0
     replay.follow(row)
     assert replay.raise_share() and replay.raise_share() and not replay.raise_share() and replay.share == 0.9
     second = list(loader)
@@ -261,6 +264,11 @@ def test_the_explorer_opens_a_runs_checks_as_a_timeline(mapped, replayed, tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     data = page_data(page)
+    both = subprocess.run([sys.executable, "-m", "forgetmap", "explorer", "--checks", str(run / "forgetmap-monitor"),
+                           "--matrix", "forgetting.parquet", "--out", str(tmp_path / "no.html")],
+                          capture_output=True, text=True, timeout=300)
+    assert both.returncode != 0 and "give one" in both.stderr and "Traceback" not in both.stderr
+    assert not (tmp_path / "no.html").exists()
     timeline = data["timeline"]
     assert data["mode"] == "run" and timeline["steps"] == [2, 4, 6] and data["budget"] == -10.0
     assert timeline["replay_share"] == [0.25, 0.5, 0.5]

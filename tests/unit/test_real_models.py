@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -190,10 +191,16 @@ def test_preflight_refuses_gpu_resources_above_the_machine_on_a_local_run(data_d
         preflight.check_gpus(plan)
 
 
+def _importable() -> dict:
+    """forgetmap importable in a bare environment, from the checkout under test (installed or not)."""
+    return {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "workflow")}
+
+
 def test_an_hf_id_missing_from_the_cache_fails_at_once_saying_how_to_fetch_it(data_dir, tmp_path):
     config = pretrained_config("allenai/OLMo-1B-hf")
     config["upstream"]["web"]["path"] = "web.parquet"
-    env = {"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"HF_HUB_CACHE": str(tmp_path / "empty-cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           **_importable()}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", f"from forgetmap.plan import Plan; Plan({config!r})"],
                           capture_output=True, text=True, env=env, cwd=data_dir)
@@ -205,7 +212,7 @@ def test_an_hf_id_in_the_cache_is_found_without_network_and_its_identity_recorde
     snapshot = cache_standin(tmp_path / "hub", "EleutherAI/pythia-1b", "gpt_neox")
     config = pretrained_config("EleutherAI/pythia-1b")
     config["upstream"]["web"]["path"] = "web.parquet"
-    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **_importable()}
     code = f"import json; from forgetmap.plan import Plan; print(json.dumps(Plan({config!r}).base_settings('m')))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=data_dir)
     assert proc.returncode == 0, proc.stderr

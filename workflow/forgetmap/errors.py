@@ -14,3 +14,7 @@ class ConfigError(ForgetmapError):
 
 class DataError(ForgetmapError):
     """An input file is malformed: the message names the file, and the row and column if any."""
+
+
+class UsageError(ForgetmapError):
+    """A command's arguments do not go together: the message says which to give."""

@@ -295,14 +295,14 @@ def explorer_command(out: str, settings: dict | None = None, matrix: str | None 
     monitor (`checks`: its output_dir/forgetmap-monitor; `shards`: the upstream, for the texts). `predictions`:
     TASK=prediction-directory pairs (the seed `SEED`, and its intervals where written); `arm_scores`:
     TASK:ARM=held-out-scores pairs; `trajectory`: the monitored fine-tunes' checks."""
-    from .errors import ConfigError
+    from .errors import UsageError
     from .io import atomic_path, read_metadata
     from .matrix import ForgettingMatrix
     from .predict.protocol import intervals_file, seed_file
 
     if checks is not None:
         if matrix is not None:
-            raise ConfigError("forgetmap explorer: --checks opens a trainer run's checks, --matrix a model's matrix; "
+            raise UsageError("forgetmap explorer: --checks opens a trainer run's checks, --matrix a model's matrix; "
                               "give one")
         data = run_page(checks, shards)
         page = render(data)
@@ -311,7 +311,7 @@ def explorer_command(out: str, settings: dict | None = None, matrix: str | None 
         return {"checks": len(data["timeline"]["steps"]), "examples_carried": data["carried"],
                 "bytes": len(page.encode())}
     if matrix is None or settings is None:
-        raise ConfigError("forgetmap explorer: give --settings and --matrix (a model's page) or --checks (a trainer "
+        raise UsageError("forgetmap explorer: give --settings and --matrix (a model's page) or --checks (a trainer "
                           "run's)")
     forgetting = ForgettingMatrix.read(matrix)
     ids = forgetting.example_ids

@@ -7,7 +7,8 @@ in its constructor), in a stream that mixes in upstream examples:
 
 - which ones: the paper's targeted draw (§6.1), softmax(forecast / T) over the map's examples at the latest
   check (T = 0.1, as the paper's runs); before the first check, uniform (random replay). The probes are never
-  replayed: training on them would lower what the monitor measures, and the forecast with it;
+  replayed: training on them would lower what the monitor measures, and the forecast with it; nor are the
+  examples given as `exclude` (a held-out set the run is judged on, as the paper keeps one);
 - how many: a share of the stream's examples. It starts at `share`; at each check whose forecast upper bound
   is over the budget the monitor raises it by `step`, up to `max_share`. It never lowers it. Only once the
   share is at `max_share` and the bound stays over the budget for `patience` checks does training stop;
@@ -52,10 +53,10 @@ class ForecastReplay:
     `share`, `step`, `max_share`: the replayed share of the stream's rows at the start, its rise at each check
     over the budget, and its ceiling (< 1). `temperature`: of the targeted draw. `seed`: of the epochs' order
     and the draws (None: the trainer's `args.seed`). `shuffle`: a sized training set's order, reshuffled each
-    epoch (the trainer does not shuffle a stream)."""
+    epoch (the trainer does not shuffle a stream). `exclude`: example ids never replayed."""
 
     def __init__(self, upstream, *, share: float = 0.0, step: float = 0.1, max_share: float = 0.5,
-                 temperature: float = 0.1, seed: int | None = None, shuffle: bool = True):
+                 temperature: float = 0.1, seed: int | None = None, shuffle: bool = True, exclude=()):
         for name, value in (("share", share), ("max_share", max_share)):
             if not 0 <= value < 1:
                 raise ValueError(f"ForecastReplay: {name} must be in [0, 1), not {value}")
@@ -68,6 +69,7 @@ class ForecastReplay:
         self.upstream = upstream
         self.start_share, self.step, self.max_share = float(share), float(step), float(max_share)
         self.temperature, self.seed, self.shuffle = float(temperature), seed, shuffle
+        self.exclude = {str(e) for e in exclude}
         self.mixture: ReplayMixture | None = None
 
     # --- set up by the monitor ------------------------------------------------------------------------
@@ -102,6 +104,9 @@ class ForecastReplay:
         rows = _upstream_rows(self.upstream, forecast_map)
         candidates = np.ones(len(forecast_map.example_ids), dtype=bool)
         candidates[forecast_map.known] = False  # never the probes
+        candidates[np.isin(forecast_map.example_ids, list(self.exclude))] = False
+        if not candidates.any():
+            raise ValueError("ForecastReplay: every example of the map is a probe or excluded: nothing to replay")
         seed = trainer.args.seed if self.seed is None else self.seed
         state = torch.tensor([self.start_share, 0.0], dtype=torch.float64).share_memory_()
         cdf = torch.from_numpy(np.cumsum(candidates / candidates.sum())).share_memory_()
