@@ -38,7 +38,7 @@ class OnlineReplay:
         from ..io import read_metadata
         from ..matrix import ForgettingMatrix
         from ..models import autocast_for
-        from ..monitor.meter import ProbeMeter
+        from ..meter import ProbeMeter
         from ..predict.protocol import prepare_split
         from ..predict.registry import make_method, parameters
 

@@ -25,7 +25,7 @@ def __getattr__(name):
 
         return ForecastReplay
     if name == "ProbeMeter":
-        from .meter import ProbeMeter
+        from ..meter import ProbeMeter
 
         return ProbeMeter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

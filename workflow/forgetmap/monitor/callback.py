@@ -304,7 +304,7 @@ def _probe_rows(probes):
 def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, device):
     import torch
 
-    from .meter import ProbeMeter
+    from ..meter import ProbeMeter
 
     dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
 

@@ -33,7 +33,7 @@ class ProbeChecks:
     def __init__(self, model, tokenizer, probes: str, monitor: dict, total: int, autocast):
         import pandas as pd
 
-        from .meter import ProbeMeter
+        from ..meter import ProbeMeter
 
         rows = pd.read_parquet(probes)
         self.ids = rows["example_id"].astype(str).tolist()
