@@ -60,12 +60,20 @@ def clone_workdir(src: Path, dst: Path) -> Path:
     return dst
 
 
+def cores() -> int:
+    """The cores a test's Snakemake run takes: the machine's share of each test process (pytest-xdist's workers
+    run side by side; two runs of --cores 2 on 2 cores put 4 single-threaded jobs, or 2-thread torch jobs, on 2
+    cores), at most 2."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
               env: dict | None = None) -> subprocess.CompletedProcess:
     # rules call `forgetmap`: take it from the environment running the tests
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "PATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", str(cores()), *args]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers import cores
 from standins import TULU_TEMPLATE, save_standin, sentences
 
 pytestmark = pytest.mark.vllm
@@ -102,7 +103,7 @@ def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_fir
     config["models"]["tiny"]["score"]["backend"] = "vllm"
     workdir = make_workdir(tmp_path / "wf", config)
     target = "results/tiny/scores/base/shard-0.parquet"
-    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=workdir)
+    proc = run(vllm_python, "snakemake", "--cores", str(cores()), target, cwd=workdir)
     log = (workdir / "results/logs/tiny/score/base/shard-0.log").read_text()
     assert proc.returncode != 0 and not (workdir / target).exists()
     assert log.strip().splitlines()[-1] == (
@@ -112,7 +113,7 @@ def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_fir
     assert "Traceback" not in log  # refused before an engine started (one would die at its first step)
     config["models"]["tiny"]["base"]["architecture"]["heads"] = 1
     write_config(workdir, config)
-    proc = run(vllm_python, "snakemake", "--cores", "2", target, cwd=workdir)
+    proc = run(vllm_python, "snakemake", "--cores", str(cores()), target, cwd=workdir)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = (workdir / "results/logs/tiny/score/base/shard-0.log").read_text()
     assert "Traceback" not in proc.stdout + proc.stderr + log
@@ -192,7 +193,7 @@ def test_the_example_post_training_map_runs_on_vllm_in_miniature(vllm_python, tm
     config["shard_size"] = 64  # one shard: one engine per row
     config["models"]["olmo2_1b"]["score"]["backend"] = "vllm"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    proc = run(vllm_python, "snakemake", "--cores", "2", "--configfile", str(path), cwd=workdir,
+    proc = run(vllm_python, "snakemake", "--cores", str(cores()), "--configfile", str(path), cwd=workdir,
                env={"HF_HUB_CACHE": str(workdir / "hub")}, timeout=1500)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
     assert "Traceback" not in proc.stdout + proc.stderr
