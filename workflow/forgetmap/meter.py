@@ -29,8 +29,8 @@ class ProbeMeter:
                  autocast=None, shard: bool = True):
         """`shard`: ranks score shares (a model whose forward runs no collective: one process, DDP's module);
         False: every rank scores every probe in step (a sharded model's forward gathers its weights)."""
-        from ..data.chat import encode_examples
-        from ..nll import TorchScorer
+        from .data.chat import encode_examples
+        from .nll import TorchScorer
 
         encoded = encode_examples(tokenizer, rows, chat_template, max_length)
         self.empty = [str(rows["example_id"].iloc[i]) for i, e in enumerate(encoded) if e.n_scored == 0]
