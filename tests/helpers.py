@@ -69,11 +69,12 @@ def cores() -> int:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
-              env: dict | None = None) -> subprocess.CompletedProcess:
+              env: dict | None = None, ncores: int | None = None) -> subprocess.CompletedProcess:
+    """`snakemake` in `workdir` on `ncores` cores (None: this test process's share, `cores()`)."""
     # rules call `forgetmap`: take it from the environment running the tests
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "PATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", str(cores()), *args]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", str(ncores or cores()), *args]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"

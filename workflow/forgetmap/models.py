@@ -209,6 +209,16 @@ def peft_quietly():
         yield
 
 
+def enable_checkpointing(model) -> None:
+    """Non-reentrant gradient checkpointing, under the name this transformers gives it (from 5.2x
+    `activation_checkpointing_enable`; the old name warns there that it goes in v6)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def widths(config) -> tuple[int, int, int, int, int]:
     """(hidden, heads, key-value heads, head dim, MLP width) of a text config (MLP width 0 where unnamed)."""
     text = config.get_text_config()

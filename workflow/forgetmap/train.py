@@ -31,7 +31,7 @@ from .config.schema import FINETUNE
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 from .mitigation.hooks import Hook, Hooks
-from .models import autocast_for
+from .models import autocast_for, enable_checkpointing
 from .nll import head_reproduces_logits
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
                                   fused=device.type == "cuda")
     autocast = autocast_for(device, settings["bf16"])
     if checkpointing(model, settings, device):  # non-reentrant: works with LoRA's frozen inputs, any transformers
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     kept_only = not hooks.needs_logits and kept_positions_only(model, device, world, autocast)
     model.train()
     started = time.perf_counter()
