@@ -330,6 +330,49 @@ def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_
         ForgettingMonitor(str(matrix_path))
 
 
+def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_path, caplog):
+    """Jin & Ren's released files (Z as .npy with its .meta, the base's log-probs) imported, with the upstream
+    texts they were scored on, make a map the monitor forecasts from inside a `Trainer`: each check forecasts
+    the 39 examples measured under every task (the released NaN column left out). With the released base
+    log-probs (another model's than this stand-in) the run is refused before a step as another base model's;
+    imported without them the map records no base NLL, and the run is monitored, its log saying that the base
+    was not checked."""
+    import logging
+
+    from forgetmap.errors import DataError
+    from forgetmap.monitor import ForecastMap, ForgettingMonitor
+    from forgetmap.released import import_matrix
+    from helpers import released_fixture
+
+    base = mapped[0]
+    stats = tmp_path / "stats"
+    n = released_fixture(stats)["z"].shape[1]
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    pd.DataFrame({"example_id": [f"dolma-{j:06d}" for j in range(n)], "source": "web", "kind": "lm",
+                  "text": sentences(n, seed=5), "prompt": None, "response": None}).to_parquet(upstream / "shard-0.parquet")
+    released = stats / "ftd-ppl-inc-full.npy"
+    with_base = import_matrix(released, base_logprobs=stats / "olmo_base_ppl.npy", corpus="dolma")
+    of_another = ForecastMap.from_matrix(with_base, upstream, k=8, max_length=MAX_LENGTH)
+    with pytest.raises(DataError, match="away from the map's base NLL"):
+        make_trainer("hf", base, tmp_path / "a", ForgettingMonitor(of_another)).train()
+    assert not (tmp_path / "a" / "checkpoint-2").exists()
+
+    forecast_map = ForecastMap.from_matrix(import_matrix(released, corpus="dolma"), upstream, k=8, max_length=MAX_LENGTH)
+    assert len(forecast_map.example_ids) == n - 1 and "dolma-000007" not in set(forecast_map.example_ids)
+    assert np.isnan(forecast_map.base_nll).all()
+    trainer = make_trainer("hf", base, tmp_path / "b", ForgettingMonitor(forecast_map), max_steps=4)
+    with caplog.at_level(logging.INFO, logger="forgetmap"):
+        trainer.train()
+    assert "records no base NLL at its probes" in caplog.text
+    checks = sorted((tmp_path / "b" / "forgetmap-monitor").glob("check-*.parquet"))
+    assert [int(c.stem.split("-")[1]) for c in checks] == [2, 4]
+    last = pd.read_parquet(checks[-1])
+    assert len(last) == n - 1 and np.isfinite(last["forecast"]).all() and last["probe"].sum() == 8
+    means = [e["eval_forget_mean"] for e in trainer.state.log_history if "eval_forget_mean" in e]
+    assert len(means) == 2 and all(math.isfinite(m) for m in means)
+
+
 def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped, tmp_path):
     """torchrun, two gloo ranks: each scores half the probes; the gathered baseline is the one-process one."""
     import os

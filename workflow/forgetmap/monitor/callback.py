@@ -272,7 +272,12 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         shows as a gap far above bf16's rounding."""
         if self.map is None or self.base_tolerance is None:
             return
-        gap = float(np.median(np.abs(baseline - self.map.base_nll[self.map.known])))
+        recorded = self.map.base_nll[self.map.known]
+        if not np.isfinite(recorded).all():
+            log.info("%s records no base NLL at its probes (a matrix imported without the base's log-probs): "
+                     "whether the model being trained is the map's base is not checked", self.map.path or "the map")
+            return
+        gap = float(np.median(np.abs(baseline - recorded)))
         if gap > self.base_tolerance:
             raise DataError(
                 f"{self.map.path or 'the forecast map'}: the model being trained scores the map's probes "

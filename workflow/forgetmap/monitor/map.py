@@ -123,7 +123,9 @@ class ForecastMap:
             raise DataError(f"{where}: its examples are not those of the upstream files {shards[:2]}...: give the "
                             f"shards the matrix was scored on")
         fit_tasks = list(fit_tasks) if fit_tasks is not None else list(forgetting.tasks)
-        train, usable = fit_rows(forgetting, fit_tasks, where)
+        # a monitor takes the probes' change from its own baseline: a matrix imported without the base's
+        # log-probs makes a map too (its base NLL NaN, and the check that the run's model is the map's left out)
+        train, usable = fit_rows(forgetting, fit_tasks, where, base=bool(np.isfinite(forgetting.base_nll).any()))
         ids = forgetting.example_ids[usable]
         if probe_ids is not None:
             position = {e: i for i, e in enumerate(ids)}

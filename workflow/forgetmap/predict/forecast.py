@@ -34,14 +34,15 @@ from .registry import make_method
 log = logging.getLogger(__name__)
 
 
-def fit_rows(matrix, fit_tasks: list[str], where: str) -> tuple[np.ndarray, np.ndarray]:
+def fit_rows(matrix, fit_tasks: list[str], where: str, base: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(the fit tasks' rows over the usable examples (float32), the usable examples' corpus indices):
-    examples measured (not NaN) under every fit task."""
+    examples measured (not NaN) under every fit task, and with a base NLL where `base` (a forecast from
+    probes scored after the fine-tune alone takes their change from it)."""
     missing = [t for t in fit_tasks if t not in matrix.tasks]
     if missing:
         raise DataError(f"{where}: fit task(s) {missing[:5]} are not rows of the forgetting matrix: rebuild it")
     rows = matrix.values[[matrix.tasks.index(t) for t in fit_tasks]]
-    usable = np.flatnonzero(np.isfinite(rows).all(axis=0) & np.isfinite(matrix.base_nll))
+    usable = np.flatnonzero(np.isfinite(rows).all(axis=0) & (np.isfinite(matrix.base_nll) if base else True))
     return np.ascontiguousarray(rows[:, usable], dtype=np.float32), usable
 
 
