@@ -371,6 +371,14 @@ def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_pat
     assert len(last) == n - 1 and np.isfinite(last["forecast"]).all() and last["probe"].sum() == 8
     means = [e["eval_forget_mean"] for e in trainer.state.log_history if "eval_forget_mean" in e]
     assert len(means) == 2 and all(math.isfinite(m) for m in means)
+    # the run's page: five fit tasks give no interval at 0.9 (its upper bound is infinite), no base NLL is known
+    from forgetmap.explorer import explorer_command
+
+    explorer_command(str(tmp_path / "run.html"), checks=str(tmp_path / "b" / "forgetmap-monitor"))
+    data = page_data(tmp_path / "run.html")
+    assert data["timeline"]["steps"] == [2, 4] and data["timeline"]["upper"] == [None, None]
+    assert data["timeline"]["mean"] == pytest.approx(means, abs=1e-4)
+    assert all(e["base_nll"] is None for e in data["examples"].values())
 
 
 def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped, tmp_path):
