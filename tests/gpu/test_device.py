@@ -42,14 +42,21 @@ BUDGET = 16384 if CUDA else 2048  # scoring's token budget
 SCORE_DTYPE = torch.bfloat16 if CUDA else torch.float32
 
 
+def olmo2_config(widths, **token_ids):
+    """OLMo-2's config at `widths`: its vocabulary, 4,096 positions, an untied head."""
+    from transformers import Olmo2Config
+
+    return Olmo2Config(vocab_size=OLMO2_VOCAB, max_position_embeddings=4096, tie_word_embeddings=False,
+                       **token_ids, **widths)
+
+
 def olmo2(directory, widths=WIDTHS, dtype=torch.bfloat16):
     """An OLMo-2 model of `widths` with random weights, saved as a user's checkpoint with a tokenizer."""
-    from transformers import Olmo2Config, Olmo2ForCausalLM
+    from transformers import Olmo2ForCausalLM
 
     tokenizer = train_tokenizer("olmo2", TULU_TEMPLATE, 2000)
-    config = Olmo2Config(vocab_size=OLMO2_VOCAB, max_position_embeddings=4096, tie_word_embeddings=False,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.bos_token_id, **widths)
+    config = olmo2_config(widths, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                          bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(0)
     with torch.device(DEVICE):
         model = Olmo2ForCausalLM(config).to(dtype)
@@ -197,14 +204,13 @@ def test_scoring_a_model_built_on_the_device_is_within_its_stated_ratio_at_7b():
     saved), on the CPU a tiny OLMo-2 with grouped-query attention: scoring from a new scorer at each row
     length, its first batch's check included, within 0.9-1.15 of the estimate traced from its config (the
     H200 measured 1.07-1.60 at 7B before the check was read on a prefix)."""
-    from transformers import Olmo2Config, Olmo2ForCausalLM
+    from transformers import Olmo2ForCausalLM
 
     from forgetmap.memory import score_need, shape
     from forgetmap.nll import TorchScorer
 
-    widths = SEVEN_B if CUDA else dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3,
-                                       num_attention_heads=6, num_key_value_heads=2)
-    config = Olmo2Config(vocab_size=OLMO2_VOCAB, max_position_embeddings=4096, tie_word_embeddings=False, **widths)
+    config = olmo2_config(SEVEN_B if CUDA else dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3,
+                                                    num_attention_heads=6, num_key_value_heads=2))
     default = torch.get_default_dtype()
     torch.set_default_dtype(SCORE_DTYPE)  # built in the scoring dtype: no fp32 copy of 7B on the device
     try:
@@ -235,9 +241,10 @@ FINETUNES = {  # kind: (method, gradient checkpointing, arm)
 @pytest.mark.parametrize("kind", sorted(FINETUNES))
 def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint, tmp_path, monkeypatch, kind):
     """Two steps of a real fine-tune (micro-batches of 8 x 1,024 tokens on a GPU, fewer where the card cannot
-    hold 8 with the allocator's margin; 4 x 64 on the CPU; every example filling them) from the saved checkpoint: its peak, weights included, within 0.9-1.15 of
-    `finetune_need` (weights, Adam, the arm's copies, and what the peak phase holds beside them: autocast's
-    copies on a GPU, activations, the output head's logits, gradients)."""
+    hold 8 with the allocator's margin; 4 x 64 on the CPU; every example filling them) from the saved
+    checkpoint: its peak, weights included, within 0.9-1.15 of `finetune_need` (weights, Adam, the arm's
+    copies, and what the peak phase holds beside them: autocast's copies on a GPU, activations, the output
+    head's logits, gradients)."""
     from forgetmap.config.schema import ARM, FINETUNE, with_defaults
     from forgetmap.memory import finetune_need, lora_parameters, on_card, shape
     from forgetmap.train import finetune
@@ -249,6 +256,7 @@ def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint
     long = [" ".join(texts[i:i + 200]) for i in range(0, 2000, 200)]  # every example longer than max_length
     task = tmp_path / "task.parquet"
     pd.DataFrame({"prompt": [t[:40] for t in long], "response": long, "split": "train"}).to_parquet(task)
+    size = shape(checkpoint)
     lora = lora_parameters(checkpoint, 16, ["q_proj", "v_proj"]) if method == "lora" else 0
 
     def sized(batch):
@@ -259,7 +267,7 @@ def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint
         settings["chat_template"] = "tokenizer"
         if arm:
             settings["arm"] = {"name": "x", **with_defaults(ARM, arm)}
-        return settings, finetune_need(shape(checkpoint), settings, cuda=CUDA, lora=lora, arm=arm)
+        return settings, finetune_need(size, settings, cuda=CUDA, lora=lora, arm=arm)
 
     # micro-batches of 8 where the card takes them with the allocator's margin (the KL anchor's 70 GiB does not
     # fit an 80 GB H100: 4 there), 4 on the CPU

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import page_data
+from helpers import page_data, released_fixture
 from monitor_run import MAX_LENGTH, make_trainer
 from standins import TULU_TEMPLATE, save_standin, sentences
 
@@ -342,7 +342,6 @@ def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_pat
     from forgetmap.errors import DataError
     from forgetmap.monitor import ForecastMap, ForgettingMonitor
     from forgetmap.released import import_matrix
-    from helpers import released_fixture
 
     base = mapped[0]
     stats = tmp_path / "stats"
