@@ -20,6 +20,8 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+if not torch.cuda.is_available():  # DeepSpeed (the dev extra) on a machine without a GPU: its CPU accelerator,
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # chosen, not guessed with a warning in every job's log
 
 
 import pytest  # noqa: E402

@@ -1,6 +1,6 @@
 """A tiny fine-tune with the forgetting monitor attached, for the monitor's tests; run under torchrun
-(`python -m torch.distributed.run --nproc_per_node=2 monitor_run.py BASE MAP OUT`) it is one rank of a data-parallel
-run over gloo, and rank 0 writes what the monitor held (`OUT/monitor.json`)."""
+(`python -m torch.distributed.run --nproc_per_node=2 monitor_run.py BASE MAP OUT --parallel zero3`) it is one rank of
+a data-parallel or sharded run (gloo on the CPU), and rank 0 writes what the monitor held (`OUT/monitor.json`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,56 @@ import json
 import sys
 from pathlib import Path
 
-from standins import sentences
+import numpy as np
+import pandas as pd
+
+from standins import TULU_TEMPLATE, save_standin, sentences
 
 MAX_LENGTH = 64
+N_LM, N_CHAT, TASKS = 70, 30, 6
+
+
+def upstream(directory):
+    """Two shards of the upstream contract: plain text, then chat pairs (a corpus without items)."""
+    texts = sentences(N_LM + 2 * N_CHAT, seed=11)
+    rows = [{"example_id": f"lm-{i}", "source": "prose", "kind": "lm", "text": texts[i], "prompt": None,
+             "response": None} for i in range(N_LM)]
+    rows += [{"example_id": f"chat-{i}", "source": "dialogue", "kind": "chat", "text": None,
+              "prompt": texts[N_LM + 2 * i], "response": texts[N_LM + 2 * i + 1]} for i in range(N_CHAT)]
+    frame = pd.DataFrame(rows)
+    directory.mkdir(parents=True)
+    half = len(frame) // 2
+    for shard, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
+        part.to_parquet(directory / f"shard-{shard}.parquet", index=False)
+    return frame
+
+
+def monitored_base(root, device: str = "cpu"):
+    """(the base model's directory, the forgetting matrix's path, the upstream directory, its map's path) under
+    `root`: an OLMo-2 stand-in, Z low-rank plus noise over six fit tasks, measured against the base's own NLL scored
+    forgetmap's way (on `device`)."""
+    from forgetmap.data.chat import encode_examples
+    from forgetmap.matrix import ForgettingMatrix
+    from forgetmap.models import load_model, load_tokenizer
+    from forgetmap.monitor import ForecastMap
+    from forgetmap.nll import TorchScorer
+
+    base = save_standin(root / "base", "olmo2", TULU_TEMPLATE, seed=3, width=32)
+    frame = upstream(root / "upstream")
+    tokenizer = load_tokenizer(base)
+    model = load_model(base, __import__("torch").device(device), __import__("torch").float32)
+    base_nll, _ = TorchScorer(model, tokenizer.pad_token_id).score(encode_examples(tokenizer, frame, "auto", MAX_LENGTH))
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(TASKS, 2)) @ rng.normal(size=(2, len(frame))) * 0.2 + rng.normal(size=(TASKS, len(frame))) * 0.02
+    z[0, 5] = np.nan  # one example unmeasured under a fit task: not usable
+    tasks = [f"task{t}" for t in range(TASKS)]
+    matrix = ForgettingMatrix(z, tasks, frame["example_id"].to_numpy(), frame["source"].to_numpy(), base_nll,
+                              {t: "all" for t in tasks}, {"all": "g"})
+    matrix.write(root / "forgetting.parquet", {"model": "standin"})
+    forecast_map = ForecastMap.from_matrix(root / "forgetting.parquet", root / "upstream", k=8, max_length=MAX_LENGTH,
+                                           model=model, tokenizer=tokenizer)
+    forecast_map.write(root / "map.parquet")
+    return base, root / "forgetting.parquet", root / "upstream", root / "map.parquet"
 
 
 def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
@@ -28,7 +75,7 @@ def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
     packing = extra.pop("packing", False)
     common = dict(output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=4, learning_rate=5e-3,
                   eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2, logging_steps=1,
-                  report_to="none", use_cpu=True, disable_tqdm=True, seed=0, **extra)
+                  report_to="none", use_cpu=extra.pop("use_cpu", True), disable_tqdm=True, seed=0, **extra)
     if kind == "trl":
         from trl import SFTConfig, SFTTrainer
 
@@ -48,16 +95,69 @@ def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
     return trainer
 
 
-if __name__ == "__main__":
+PARALLEL = ("ddp", "zero3", "fsdp1", "fsdp2")
+
+
+def parallel_arguments(parallel: str, model_type_block: str) -> dict:
+    """TrainingArguments that shard the run as `parallel` says: DeepSpeed ZeRO-3 with every parameter partitioned
+    (a tiny model's parameters are all below the default persistence threshold), or accelerate's FSDP (2: fully_shard,
+    1: the FullyShardedDataParallel wrapper) on every decoder block; 'ddp': nothing (torchrun's ranks)."""
+    if parallel == "zero3":
+        return {"deepspeed": {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                              "bf16": {"enabled": "auto"},
+                              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                                    "stage3_gather_16bit_weights_on_model_save": True}}}
+    if parallel in ("fsdp1", "fsdp2"):
+        return {"fsdp": "full_shard", "fsdp_config": {"version": int(parallel[-1]),
+                                                      "transformer_layer_cls_to_wrap": [model_type_block]}}
+    return {}
+
+
+def wrapped_in(trainer) -> str:
+    """What the trainer really wrapped the model in (accelerate may fall back without a word)."""
+    wrapped = trainer.model_wrapped
+    if type(wrapped).__name__ == "DeepSpeedEngine":
+        return f"DeepSpeedEngine(zero{wrapped.zero_optimization_stage()})"
+    from forgetmap.meter import parallelism
+
+    kind, _ = parallelism(trainer.model)
+    return type(wrapped).__name__ if kind == "local" else kind
+
+
+def main(argv: list[str]) -> None:
+    """One rank of a monitored fine-tune (`--parallel`: how it is sharded); rank 0 writes OUT/monitor.json."""
+    import argparse
+
     import torch.distributed as dist
 
     from forgetmap.monitor import ForgettingMonitor
 
-    base, forecast_map, out = sys.argv[1:4]
-    monitor = ForgettingMonitor(forecast_map)
-    trainer = make_trainer("hf", base, Path(out), monitor, max_steps=2)
-    trainer.train()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("base")
+    parser.add_argument("map")
+    parser.add_argument("out")
+    parser.add_argument("--parallel", choices=PARALLEL, default="ddp")
+    parser.add_argument("--trainer", choices=("hf", "trl"), default="hf")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=None)
+    parser.add_argument("--patience", type=int, default=1)
+    parser.add_argument("--resume", default=None, help="a checkpoint of OUT to resume from")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    monitor = ForgettingMonitor(args.map, budget=args.budget, patience=args.patience,
+                                level=0.8 if args.budget is not None else None)
+    from transformers import AutoConfig
+
+    block = {"olmo2": "Olmo2DecoderLayer", "llama": "LlamaDecoderLayer"}[AutoConfig.from_pretrained(args.base).model_type]
+    trainer = make_trainer(args.trainer, args.base, Path(args.out), monitor, max_steps=args.steps, bf16=False,
+                           use_cpu=args.device == "cpu", **parallel_arguments(args.parallel, block))
+    trainer.train(resume_from_checkpoint=args.resume)
     if dist.get_rank() == 0:
-        (Path(out) / "monitor.json").write_text(json.dumps({
-            "world": dist.get_world_size(), "share": monitor.meter.share.tolist(), "baseline": monitor.baseline,
-            "checks": monitor.checks}))
+        (Path(args.out) / "monitor.json").write_text(json.dumps({
+            "world": dist.get_world_size(), "wrapped": wrapped_in(trainer), "kind": monitor.meter.kind,
+            "share": monitor.meter.share.tolist(), "repeats": monitor.meter.repeats, "baseline": monitor.baseline,
+            "checks": monitor.checks, "global_step": trainer.state.global_step}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -343,8 +343,8 @@ def test_only_a_forecast_tasks_fine_tune_is_monitored_and_waits_for_the_probes()
         fm_config.resolve(unforecast)
     raw["models"]["m"]["finetune"]["processes"] = 2
     raw["models"]["m"]["resources"] = {"finetune": {"gpu": 0}}  # gloo processes on the CPU
-    with pytest.raises(ConfigError, match="models.m.finetune.processes: task 'add_qa' is monitored"):
-        fm_config.resolve(raw)
+    sharded = Plan(raw)  # a monitored fine-tune may be sharded (FSDP): its ranks score in step
+    assert sharded.finetune_settings("m", "add_qa")["processes"] == 2 and "monitor" in sharded.finetune_settings("m", "add_qa")
 
 
 def test_a_logged_row_named_as_a_scored_run_of_another_model_is_an_error():

@@ -12,54 +12,14 @@ import pandas as pd
 import pytest
 
 from helpers import page_data, released_fixture
-from monitor_run import MAX_LENGTH, make_trainer
+from monitor_run import MAX_LENGTH, N_CHAT, N_LM, TASKS, make_trainer, monitored_base
 from standins import TULU_TEMPLATE, save_standin, sentences
-
-N_LM, N_CHAT, TASKS = 70, 30, 6
-
-
-def _upstream(directory):
-    """Two shards of the upstream contract: plain text, then chat pairs (a corpus without items)."""
-    texts = sentences(N_LM + 2 * N_CHAT, seed=11)
-    rows = [{"example_id": f"lm-{i}", "source": "prose", "kind": "lm", "text": texts[i], "prompt": None,
-             "response": None} for i in range(N_LM)]
-    rows += [{"example_id": f"chat-{i}", "source": "dialogue", "kind": "chat", "text": None,
-              "prompt": texts[N_LM + 2 * i], "response": texts[N_LM + 2 * i + 1]} for i in range(N_CHAT)]
-    frame = pd.DataFrame(rows)
-    directory.mkdir(parents=True)
-    half = len(frame) // 2
-    for shard, part in enumerate((frame.iloc[:half], frame.iloc[half:])):
-        part.to_parquet(directory / f"shard-{shard}.parquet", index=False)
-    return frame
 
 
 @pytest.fixture(scope="module")
 def mapped(tmp_path_factory):
-    """(the base model's directory, the forgetting matrix's path, the upstream directory, its map's path):
-    Z low-rank plus noise over six fit tasks, measured against the base's own NLL scored forgetmap's way."""
-    from forgetmap.data.chat import encode_examples
-    from forgetmap.matrix import ForgettingMatrix
-    from forgetmap.models import load_model, load_tokenizer
-    from forgetmap.monitor import ForecastMap
-    from forgetmap.nll import TorchScorer
-
-    root = tmp_path_factory.mktemp("monitor")
-    base = save_standin(root / "base", "olmo2", TULU_TEMPLATE, seed=3, width=32)
-    frame = _upstream(root / "upstream")
-    tokenizer = load_tokenizer(base)
-    model = load_model(base, __import__("torch").device("cpu"), __import__("torch").float32)
-    base_nll, _ = TorchScorer(model, tokenizer.pad_token_id).score(encode_examples(tokenizer, frame, "auto", MAX_LENGTH))
-    rng = np.random.default_rng(0)
-    z = rng.normal(size=(TASKS, 2)) @ rng.normal(size=(2, len(frame))) * 0.2 + rng.normal(size=(TASKS, len(frame))) * 0.02
-    z[0, 5] = np.nan  # one example unmeasured under a fit task: not usable
-    tasks = [f"task{t}" for t in range(TASKS)]
-    matrix = ForgettingMatrix(z, tasks, frame["example_id"].to_numpy(), frame["source"].to_numpy(), base_nll,
-                              {t: "all" for t in tasks}, {"all": "g"})
-    matrix.write(root / "forgetting.parquet", {"model": "standin"})
-    forecast_map = ForecastMap.from_matrix(root / "forgetting.parquet", root / "upstream", k=8, max_length=MAX_LENGTH,
-                                           model=model, tokenizer=tokenizer)
-    forecast_map.write(root / "map.parquet")
-    return base, root / "forgetting.parquet", root / "upstream", root / "map.parquet"
+    """(the base model's directory, the forgetting matrix's path, the upstream directory, its map's path)."""
+    return monitored_base(tmp_path_factory.mktemp("monitor"))
 
 
 def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
@@ -94,6 +54,20 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     trainer = make_trainer("trl", base, tmp_path / "run", monitor, max_steps=10)
     trainer.train()
     assert trainer.state.global_step == 4  # checks at steps 2 and 4, then the stop
+    # TRL's default bf16=True on a CPU: the probes scored under bf16 autocast as training runs, the body and the
+    # output head apart (the head check passed under the same autocast), within bf16's rounding of fp32
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.monitor import ProbeMeter
+
+    assert trainer.args.bf16 and monitor.meter.scorer.use_hidden
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    rows = forecast_map.probe_rows
+    autocast = ProbeMeter(model, tokenizer, rows, "auto", MAX_LENGTH,
+                          autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16)).measure()
+    np.testing.assert_allclose(monitor.baseline, autocast, atol=1e-5)
+    assert 0 < np.abs(monitor.baseline - ProbeMeter(model, tokenizer, rows, "auto", MAX_LENGTH).measure()).max() < 5e-2
     assert (tmp_path / "run" / "checkpoint-4").is_dir()
     logged = [entry for entry in trainer.state.log_history if "eval_forget_mean" in entry]
     assert [entry["step"] for entry in logged] == [2, 4]
@@ -328,6 +302,24 @@ def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_
         ForgettingMonitor(str(map_path), level=0.95)
     with pytest.raises(DataError, match="not a forecast map"):
         ForgettingMonitor(str(matrix_path))
+    # a map cut short (a copy that stopped half way), one whose record lost a key, one whose rows are damaged
+    whole = map_path.read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(DataError, match=r"cut.parquet: not a readable forecast map .* truncated or damaged"):
+        ForgettingMonitor(str(tmp_path / "cut.parquet"))
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(map_path)
+    record = json.loads(table.schema.metadata[b"forgetmap"])
+    del record["scoring"]
+    pq.write_table(table.replace_schema_metadata({b"forgetmap": json.dumps(record).encode()}), tmp_path / "lost.parquet")
+    with pytest.raises(DataError, match="lost.parquet: the forecast map's record lacks scoring"):
+        ForecastMap.read(tmp_path / "lost.parquet")
+    damaged = bytearray(whole)
+    damaged[8:4096] = bytes(4088)  # the first row group's pages zeroed, the footer intact
+    (tmp_path / "damaged.parquet").write_bytes(bytes(damaged))
+    with pytest.raises(DataError, match="damaged.parquet: the forecast map's rows cannot be read"):
+        ForecastMap.read(tmp_path / "damaged.parquet")
 
 
 def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_path, caplog):
@@ -400,7 +392,9 @@ def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     held = json.loads((tmp_path / "monitor.json").read_text())
-    assert held["world"] == 2 and held["share"] == [0, 2, 4, 6]
+    # rank 0 scored the plan's first, third, ... length batch, and no batch twice: DDP's forward runs no collective
+    assert held["world"] == 2 and held["wrapped"] == "DistributedDataParallel" and held["kind"] == "local"
+    assert 0 < len(held["share"]) < 8 and held["repeats"] == 0
     forecast_map = ForecastMap.read(map_path)
     alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
                        forecast_map.probe_rows, "auto", MAX_LENGTH).measure()
@@ -456,3 +450,119 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
             "mean_covered_0.8"} <= set(table)
     assert np.isfinite(table["forecast_upper_0.8"]).all()  # 5 fit tasks hold the mean's 0.8 interval (0.9 needs 9)
     assert (tmp_path / "trajectory.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("how", ["fsdp2", "fsdp1"])
+def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, tmp_path, how):
+    """FSDP over two gloo ranks (fully_shard, or the FullyShardedDataParallel wrapper): each rank scores the length
+    batches dealt to it and runs as many forwards as the other (five batches: rank 1 repeats one; one batch: rank 1,
+    dealt none, repeats it), so an uneven deal does not leave a rank in an all-gather; every rank holds every probe's
+    value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.monitor import ForecastMap, ProbeMeter
+    from meter_run import train_step
+
+    base, _, _, map_path = mapped
+    rows = ForecastMap.read(map_path).probe_rows
+    lengths = rows["text"].fillna(rows["prompt"] + rows["response"].fillna("")).str.len()
+    files = []
+    for name, part in (("seven", rows.drop(index=lengths.idxmax())), ("one", rows.iloc[:1])):
+        part.to_parquet(tmp_path / f"{name}.parquet")
+        files.append(str(tmp_path / f"{name}.parquet"))
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tests / "meter_run.py"), str(base), str(tmp_path / "out.json"), how, *files],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads((tmp_path / "out.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    for path in files:
+        held = found[path]
+        assert held["kind"] == how
+        assert held["ranks"][0][0] == held["ranks"][1][0]  # the same number of forwards on both ranks
+        alone_model = AutoModelForCausalLM.from_pretrained(base)
+        alone = ProbeMeter(alone_model, tokenizer, pd.read_parquet(path), "auto", 64, token_budget=64)
+        np.testing.assert_allclose(held["before"], alone.measure(), atol=1e-5)
+        train_step(alone_model, tokenizer, sentences(4, seed=5))
+        np.testing.assert_allclose(held["after"], alone.measure(), atol=1e-5)
+    assert [found[path]["ranks"][1][1] for path in files] == [1, 1]  # rank 1 repeated a batch in each
+
+
+def _torchrun(script: str, *args: str, timeout: int = 300):
+    """`script` under torchrun with two gloo ranks (tests/ and the package on the path); its exit checked."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(tests / script), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done
+
+
+def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapped, tmp_path):
+    """TRL's SFTTrainer with DeepSpeed ZeRO-3 over two gloo ranks, every parameter partitioned: the monitor scores
+    its probes through the partitioned model (the ranks' batches in step), and its baseline and every check's
+    probe values equal one process's scoring of the same weights (the base; each checkpoint, gathered at save) to
+    1e-5, while TRL's fused head trains on after each check."""
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("trl")
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.io import read_metadata
+    from forgetmap.monitor import ForecastMap, ProbeMeter
+
+    base, _, _, map_path = mapped
+    _torchrun("monitor_run.py", str(base), str(map_path), str(tmp_path), "--parallel", "zero3", "--trainer", "trl",
+              "--steps", "4")
+    held = json.loads((tmp_path / "monitor.json").read_text())
+    assert (held["wrapped"], held["kind"], held["world"]) == ("DeepSpeedEngine(zero3)", "zero3", 2)
+    rows = ForecastMap.read(map_path).probe_rows
+
+    def alone(directory):
+        model = AutoModelForCausalLM.from_pretrained(directory)
+        return ProbeMeter(model, AutoTokenizer.from_pretrained(base), rows, "auto", MAX_LENGTH).measure()
+
+    baseline = alone(base)
+    np.testing.assert_allclose(held["baseline"], baseline, atol=1e-5)
+    assert [c["step"] for c in held["checks"]] == [2, 4]
+    for step in (2, 4):
+        meta = read_metadata(Path(tmp_path) / "forgetmap-monitor" / f"check-{step:08d}.parquet")
+        np.testing.assert_allclose(meta["probe_values"], alone(tmp_path / f"checkpoint-{step}") - baseline, atol=1e-5)
+    assert abs(held["checks"][-1]["eval_forget_probe_mean"]) > 1e-3  # the probes moved
+    assert pq.read_table(tmp_path / "forgetmap-monitor" / "check-00000004.parquet").num_rows == len(
+        ForecastMap.read(map_path).example_ids)
+
+
+def test_a_zero3_trainer_stops_at_a_budget_and_its_resume_keeps_the_baseline(mapped, tmp_path):
+    """transformers' Trainer under ZeRO-3 (two gloo ranks): over the budget at two checks in a row, it saves and
+    stops at step 4; resumed from checkpoint-2, the monitor's baseline and first check come back from the
+    checkpoint, never re-measured on trained weights."""
+    pytest.importorskip("deepspeed")
+    base, _, _, map_path = mapped
+    _torchrun("monitor_run.py", str(base), str(map_path), str(tmp_path), "--parallel", "zero3", "--steps", "10",
+              "--budget", "-10", "--patience", "2")
+    stopped = json.loads((tmp_path / "monitor.json").read_text())
+    assert stopped["global_step"] == 4 and [c["step"] for c in stopped["checks"]] == [2, 4]
+    assert (tmp_path / "checkpoint-4").is_dir()
+    _torchrun("monitor_run.py", str(base), str(map_path), str(tmp_path), "--parallel", "zero3", "--steps", "4",
+              "--resume", str(tmp_path / "checkpoint-2"))
+    resumed = json.loads((tmp_path / "monitor.json").read_text())
+    assert resumed["baseline"] == stopped["baseline"]
+    assert [c["step"] for c in resumed["checks"]] == [2, 4] and resumed["checks"][0] == stopped["checks"][0]
+    assert resumed["global_step"] == 4  # no budget this time: it trained to its last step

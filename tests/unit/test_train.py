@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -109,10 +110,23 @@ def test_failing_finetune_leaves_no_partial_checkpoint(tmp_path, base_dir, task_
 def test_two_fsdp_processes_train_as_one_process_with_the_same_global_batch(tmp_path, base_dir, task_path):
     """The distributed path (torchrun, FSDP, gloo on CPU) on the tiny model: rank 0 reads the weights, rank 1
     builds on the meta device and receives its shards; gradients reduce once per step. 2 processes x 1
-    micro-batch per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint."""
-    single = finetune(str(base_dir), str(task_path), {**SETTINGS, "grad_accum": 2}, 1, str(tmp_path / "one"))
-    double = finetune(str(base_dir), str(task_path), {**SETTINGS, "processes": 2}, 2, str(tmp_path / "two"))
+    micro-batch per step give the weights of 1 process x 2 accumulated micro-batches, and a loadable checkpoint.
+    Both are monitored (finetune.monitor): under FSDP the ranks score their shares of the 7 probes' batches in
+    step, and the probes' NLL at each check is the one process's."""
+    probes = demo.task_examples("mod10_add", 7, 99, 0.0)
+    probes = probes.assign(example_id=[f"p{i}" for i in range(len(probes))], kind="chat", text=None, source="quiz")
+    probes.to_parquet(tmp_path / "probes.parquet")
+    monitor = {"every": 2, "at": [], "chat_template": "olmo", "max_length": 48, "token_budget": 96}
+    single = finetune(str(base_dir), str(task_path), {**SETTINGS, "grad_accum": 2, "monitor": monitor}, 1,
+                      str(tmp_path / "one"), probes=str(tmp_path / "probes.parquet"))
+    double = finetune(str(base_dir), str(task_path), {**SETTINGS, "processes": 2, "monitor": monitor}, 2,
+                      str(tmp_path / "two"), probes=str(tmp_path / "probes.parquet"))
     assert double["processes"] == 2 and double["steps"] == single["steps"] == 3
+    assert (double["monitor_parallelism"], single["monitor_parallelism"]) == ("fsdp2", "local")
+    records = [pd.read_parquet(tmp_path / run / "monitor.parquet") for run in ("one", "two")]
+    assert list(records[1].columns) == ["example_id", "step_0", "step_2", "step_3"]
+    np.testing.assert_allclose(records[1].iloc[:, 1:], records[0].iloc[:, 1:], atol=1e-5)
+    assert np.abs(records[1]["step_3"] - records[1]["step_0"]).max() > 1e-3  # the probes moved
     a = load_model(tmp_path / "one", torch.device("cpu"), torch.float32)
     b = load_model(tmp_path / "two", torch.device("cpu"), torch.float32)
     assert json.loads((tmp_path / "two/config.json").read_text())["architectures"] == [type(a).__name__]

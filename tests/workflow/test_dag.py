@@ -172,7 +172,8 @@ def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_p
     """config/examples/olmo2-7b.yaml at paper scale, its base's real config.json in the hub cache (OLMo-2 7B's
     widths: planning reads no weights): 85 four-GPU fine-tunes and vLLM scoring on one node each, and the
     memory table in the dry run's log: each process needs about 35 GiB of its 47.5 GiB A6000 with gradient
-    checkpointing, which `auto` turns on (without it, 51 GiB), and the host 17 GiB of the 64,000 MB asked."""
+    checkpointing, which `auto` turns on (without it, 51 GiB), and the host 17 GiB of the 64,000 MB asked. A
+    forecast task's fine-tune monitored: the table states a check's memory (24.3 GiB per process)."""
     import json
 
     workdir = make_workdir(tmp_path)
@@ -199,6 +200,21 @@ def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_p
     assert 13 < float(rows["score"][-4]) < 15 and rows["score"][-3] == "47.5", rows
     assert 30 < float(rows["gradient similarity"][-4]) < 47.5 / 1.1 and rows["gradient similarity"][-3] == "47.5", rows
     assert rows["semantic similarity"][-3] == "?", rows  # its GPU's memory is not configured
+    # a forecast task's FSDP fine-tune monitored (finetune.monitor): its four processes score the probes in step,
+    # and the table states what a check holds beside the sharded weights (the probes in batches of 16,384 tokens)
+    cfg = yaml.safe_load(config_path.read_text())
+    watched = sorted(cfg["tasks"])[0]
+    cfg["tasks"][watched]["forecast"] = True
+    cfg["models"]["olmo2-7b"]["finetune"]["monitor"] = {"every": 100}
+    monitored = tmp_path / "monitored.yaml"
+    monitored.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(workdir, "--dry-run", "--profile", "profiles/slurm", "--configfile", str(monitored),
+                     env={"HF_HUB_CACHE": str(workdir / "hub")})
+    lines = (proc.stdout + proc.stderr).splitlines()
+    at = next(i for i, l in enumerate(lines) if f"finetune, monitored (1 task: {watched})" in l)
+    assert lines[at].split()[-6:-4] == ["4", "on"], lines[at]
+    check = re.fullmatch(r"\s+its monitor's checks \(the probes scored between steps\): (\d+\.\d) GiB", lines[at + 1])
+    assert check and 5 < float(check.group(1)) < float(lines[at].split()[-4]), lines[at:at + 2]
     # the GPU model a profile names sizes a job whose memory the config leaves out: a 24 GB card is refused
     profile = workdir / "profiles/small-gpus"
     profile.mkdir()

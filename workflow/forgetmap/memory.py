@@ -21,6 +21,8 @@ here:
   while rank 0 writes it;
 - LoRA: only the adapters train (their gradients and Adam states); the frozen base is held whole;
 - the arena's copies: KL's frozen reference model, L2-SP's initial weights, EMA's slow weights;
+- a monitored fine-tune's checks (`finetune.monitor`): between optimizer steps, with the gradients freed, the
+  probes scored as a score job scores them, in training's compute dtype (under FSDP with the root gathered);
 - scoring with vLLM: its share of the weights and one max-length sequence's key-value cache;
 - scoring with torch, the gradient-similarity and the semantic-similarity jobs: their weights and the most
   their largest batch holds at once, traced at the model's real widths on the meta device
@@ -227,7 +229,8 @@ class Need:
 
 def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: dict | None = None) -> Need:
     """A fine-tune's memory per process at its peak: `settings` the job's fine-tuning settings (batch_size,
-    max_length, grad_accum, processes, method, bf16, gradient_checkpointing), `lora` the adapters' parameters
+    max_length, grad_accum, processes, method, bf16, gradient_checkpointing; `monitor` with its token_budget
+    and max_length where the fine-tune scores probes as it trains), `lora` the adapters' parameters
     (method lora), `arm` the mitigation arm whose copies it holds (kl_base, l2_sp, ema). The terms are those
     held at the peak (`_phases`): in one process the gradients are created as the backward pass frees the
     activations (set to None after each step), so the two are not summed unless micro-batches accumulate."""
@@ -274,14 +277,19 @@ def _phases(model: Shape, settings: dict, cuda: bool, lora: int, arm: dict, shar
         kept += tokens * model.layers * 4 * model.hidden
     gradients = 4 * (model.parameters if full else lora) / shards
     kl = arm.get("kl_base") is not None
+    monitor = settings.get("monitor") or {}
     if shards > 1:  # FSDP: the gathered blocks and root in the compute dtype, a block's unsharded gradients
         # until they are reduce-scattered (cast to fp32 for the reduction), every position's logits
         root = model.parameters - model.layers * model.block
         head = tokens * model.vocab * (compute + 12)
-        sharded = {"gradients": gradients, "fsdp_gathered": (2 * model.block + root) * compute,
+        gathered = (2 * model.block + root) * compute
+        sharded = {"gradients": gradients, "fsdp_gathered": gathered,
                    "fsdp_block_gradients": model.block * (4 + (compute if mixed else 0)),
                    "activations": kept + (tokens * per_layer if checkpointed else 0), "output_head": head}
-        return {"backward": sharded}
+        phases = {"backward": sharded}
+        if monitor.get("token_budget"):  # between steps: the root gathered around the body and head, a block at a time
+            phases["check"] = {"fsdp_gathered": gathered, "monitor_check": check_scoring(model, mixed, monitor)}
+        return phases
     # in one process on a GPU only the positions that carry a label go through the head (train.kept_loss),
     # unless an arm needs every position's logits (the KL anchor); elsewhere the loop holds the logits too
     logits = 0 if cuda and not kl else compute
@@ -306,7 +314,28 @@ def _phases(model: Shape, settings: dict, cuda: bool, lora: int, arm: dict, shar
     if checkpointed:  # a layer recomputed, the gradients written so far (at most all)
         phases["recompute"] = {"autocast_copies": saved, "activations": kept + tokens * per_layer,
                                "gradients": gradients}
+    if monitor.get("token_budget"):  # between steps (gradients freed): the probes scored under autocast
+        phases["check"] = {"autocast_copies": cast, "monitor_check": check_scoring(model, mixed, monitor)}
     return phases
+
+
+def check_need(model: Shape, settings: dict, cuda: bool, need: Need) -> float:
+    """A monitored fine-tune's device memory at one of its checks: what it holds throughout (the weights, Adam
+    states and arm copies of `need`, its estimate) and the check phase's own terms."""
+    held = sum(v for k, v in need.terms.items() if k in ("weights", "adam", "kl_reference", "l2_sp_anchor",
+                                                          "ema_weights"))
+    processes = settings.get("processes", 1)
+    shards = processes if settings.get("method", "full") == "full" and processes > 1 else 1
+    return float(held + sum(_phases(model, settings, cuda, 0, {}, shards)["check"].values()))
+
+
+def check_scoring(model: Shape, mixed: bool, monitor: dict) -> float:
+    """What a monitored fine-tune's check holds beyond the weights it trains: the probes scored as a score job
+    scores (forgetmap.meter: `token_budget` padded tokens in rows of up to `max_length`, every position
+    through the output head in its chunks; the head check on its first batch), traced at the model's widths in
+    training's compute dtype."""
+    need = score_need(model, "bfloat16" if mixed else "float32", monitor["token_budget"], monitor["max_length"])
+    return float(sum(v for k, v in need.terms.items() if k != "weights"))
 
 
 def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:

@@ -1,14 +1,31 @@
 """The probes' NLL under the weights being trained: scored on the training device, in training's precision,
-in eval mode (dropout off) and put back as it was; under data parallelism each rank scores its share and the
-shares are gathered, so every rank holds every probe's value.
+in eval mode (dropout off) and put back as it was, whatever holds the weights. The probes' length batches are
+dealt to the ranks in turn and the values gathered, so every rank holds every probe's value:
 
-Both forgetmap's own online replay and the trainer callback (forgetmap.monitor.callback) measure through it.
+- **local** (one process, or data parallelism: each rank holds the whole model and a forward runs no
+  collective): each rank scores its batches;
+- **sharded** (FSDP, as `fully_shard` or the `FullyShardedDataParallel` wrapper, or DeepSpeed ZeRO-3): a
+  forward all-gathers each block's weights across the ranks, so every rank runs the same number of forwards
+  in the same order: a rank dealt fewer batches scores one of its batches again and drops the values (a rank
+  one forward short would wait in an all-gather forever). The transformer body and the output head are called
+  apart from the model (only the scored positions reach the head), so the root's own weights (embeddings,
+  final norm, head) are gathered around them: FSDP2's `unshard`/`reshard`, FSDP1's `summon_full_params`
+  of the root alone; ZeRO-3 gathers each module's weights in its own hooks. No rank ever holds the whole model.
+  ZeRO-3 also records the order in which modules ran to prefetch the next step's weights; forwards outside its
+  engine leave that record stale (TRL's fused head then fails its first backward), so a trainer's monitor hands
+  the meter `settle=zero3_retrace(optimizer)`, which has the next training step record it afresh.
+
+Scoring runs under `no_grad`, not `inference_mode`: the weights train on afterwards, and a sharded model's
+gathered buffers made inside inference mode would be refused by the next training step.
+
+Both forgetmap's own fine-tunes (online replay, `finetune.monitor`) and the trainer callback
+(forgetmap.monitor.callback) measure through it.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -21,28 +38,98 @@ def _ranks() -> tuple[int, int]:
     return 0, 1
 
 
+def parallelism(model) -> tuple[str, object]:
+    """('fsdp2', root) for a model sharded with `fully_shard`, ('fsdp1', root) for the FullyShardedDataParallel
+    wrapper, ('zero3', None) for DeepSpeed ZeRO-3's partitioned parameters, ('local', None) otherwise (one
+    process or DDP: each rank holds the whole model). The root is the outermost sharded module."""
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    except ImportError:  # a torch built without distributed support
+        FSDPModule = FullyShardedDataParallel = ()
+    for module in model.modules():  # pre-order: the first found is the outermost
+        if FSDPModule and isinstance(module, FSDPModule):
+            return "fsdp2", module
+        if FullyShardedDataParallel and isinstance(module, FullyShardedDataParallel):
+            return "fsdp1", module
+    if any(hasattr(p, "ds_id") for p in model.parameters()):  # DeepSpeed's partitioned (ZeRO-3) parameters
+        return "zero3", None
+    return "local", None
+
+
+def root_gathered(kind: str, root):
+    """A context inside which the transformer body and the output head can be called apart from the model."""
+    if kind == "fsdp2":
+        @contextmanager
+        def gathered():
+            root.unshard()
+            try:
+                yield
+            finally:
+                root.reshard()
+        return gathered
+    if kind == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return lambda: FullyShardedDataParallel.summon_full_params(root, recurse=False, writeback=False)
+    return nullcontext
+
+
+def zero3_retrace(optimizer):
+    """What to do after scoring outside DeepSpeed's engine under ZeRO-3: drop the module order its parameter
+    coordinator recorded (the next training forward records it again). `optimizer`: the trainer's (accelerate's
+    wrapper of DeepSpeed's stage-3 optimizer); None where it holds no ZeRO-3 coordinator."""
+    found, depth = optimizer, 0
+    while found is not None and not hasattr(found, "parameter_offload") and depth < 4:
+        found, depth = getattr(found, "optimizer", None), depth + 1
+    if found is None or not hasattr(found, "parameter_offload"):
+        return None
+
+    def retrace():
+        coordinator = found.parameter_offload.get_param_coordinator()
+        if not coordinator.is_invalid_trace():
+            coordinator._invalidate_trace()
+    return retrace
+
+
+def deal(batches: list[np.ndarray], rank: int, world: int, in_step: bool) -> tuple[list[np.ndarray], int]:
+    """Rank `rank`'s batches (every `world`-th, from its own), and how many of them are repeats run only to keep
+    the ranks in step (`in_step`: a sharded model; its last batch again, or the plan's last where it was dealt
+    none)."""
+    mine = batches[rank::world]
+    if not in_step or not batches:
+        return mine, 0
+    rounds = -(-len(batches) // world)
+    filler = mine[-1] if mine else batches[-1]
+    return mine + [filler] * (rounds - len(mine)), rounds - len(mine)
+
+
 class ProbeMeter:
     """`measure()`: the probes' mean NLL per scored token (float64, one per probe, in the given order; NaN
-    where a probe has nothing to score: `empty` names those)."""
+    where a probe has nothing to score: `empty` names those). `kind`: the parallelism found (`parallelism`)."""
 
     def __init__(self, model, tokenizer, rows, chat_template: str, max_length: int, token_budget: int = 4096,
-                 autocast=None, shard: bool = True):
-        """`shard`: ranks score shares (a model whose forward runs no collective: one process, DDP's module);
-        False: every rank scores every probe in step (a sharded model's forward gathers its weights)."""
+                 autocast=None, settle=None):
+        """`settle`: called after each measure (zero3_retrace)."""
         from .data.chat import encode_examples
         from .nll import TorchScorer
 
         encoded = encode_examples(tokenizer, rows, chat_template, max_length)
         self.empty = [str(rows["example_id"].iloc[i]) for i, e in enumerate(encoded) if e.n_scored == 0]
-        self.rank, self.world = _ranks() if shard else (0, 1)
-        self.share = np.arange(self.rank, len(encoded), self.world)
-        self.encoded = [encoded[i] for i in self.share]
+        self.kind, root = parallelism(model)
+        self.rank, self.world = _ranks()
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.scorer = TorchScorer(model, pad, token_budget, gathered=root_gathered(self.kind, root), inference=False)
+        scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty probe is refused by the caller
+        plan = [np.asarray(scored)[b] for b in self.scorer.plan([encoded[i] for i in scored])]
+        self.batches, self.repeats = deal(plan, self.rank, self.world, self.kind != "local")
+        own = self.batches[:len(self.batches) - self.repeats]
+        self.share = np.sort(np.concatenate([np.zeros(0, dtype=np.int64), *own]))
+        self.encoded = encoded
         self.count = len(encoded)
         self.tokens = int(sum(e.n_scored for e in encoded))  # over every rank's share
         self.model = model
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.scorer = TorchScorer(model, pad, token_budget)
         self.autocast = autocast or nullcontext
+        self.settle = settle
         self.seconds = 0.0  # the last measure's wall time
 
     def measure(self) -> np.ndarray:
@@ -51,18 +138,21 @@ class ProbeMeter:
         self.model.eval()
         try:
             with self.autocast():
-                mine, _ = self.scorer.score(self.encoded) if self.encoded else (np.zeros(0, np.float32), None)
+                nll, _ = self.scorer.score(self.encoded, self.batches)
         finally:
             self.model.train(training)
-        values = np.empty(self.count, dtype=np.float64)
+            if self.settle is not None:
+                self.settle()
+        mine = np.asarray(nll, np.float64)[self.share]
+        values = np.full(self.count, np.nan, dtype=np.float64)
         if self.world == 1:
             values[self.share] = mine
         else:
             import torch.distributed as dist
 
             shares: list = [None] * self.world
-            dist.all_gather_object(shares, (self.share.tolist(), np.asarray(mine, np.float64).tolist()))
-            for positions, nll in shares:
-                values[positions] = nll
+            dist.all_gather_object(shares, (self.share.tolist(), mine.tolist()))
+            for positions, share_values in shares:
+                values[positions] = share_values
         self.seconds = time.perf_counter() - started
         return values

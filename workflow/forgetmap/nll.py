@@ -11,6 +11,7 @@ NaN appears only where an example's span is empty, and is counted in the log.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def _token_nll_from_hidden(hidden: torch.Tensor, head, targets: torch.Tensor,
                            argmax: list | None = None) -> torch.Tensor:
     """-log p(target) for rows of hidden states, through the output head in bounded chunks; with a
     list `argmax`, whether each target is the argmax is appended to it (one bool tensor)."""
-    vocab = head.weight.shape[0]
+    vocab = getattr(head, "out_features", None) or head.weight.shape[0]  # ZeRO-3 empties a partitioned weight
     chunk = max(1, HEAD_CHUNK_ELEMENTS // vocab)
     out, hits = [], []
     for s in range(0, hidden.shape[0], chunk):
@@ -80,28 +81,38 @@ def transformer_body(model):
 
 
 @torch.no_grad()
-def head_check_logits(model, ids) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's logits on `ids` and those of its transformer body through the output head alone."""
+def head_check_logits(model, ids, gathered=nullcontext) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's logits on `ids` and those of its transformer body through the output head alone
+    (`gathered`: the context in which body and head can be called apart from the model, TorchScorer's)."""
     device = next(model.parameters()).device
     ids = (torch.from_numpy(ids) if isinstance(ids, np.ndarray) else ids).reshape(1, -1).to(device)
     logits = model(input_ids=ids, use_cache=False).logits[0]
-    hidden = transformer_body(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
-    return logits, model.get_output_embeddings()(hidden)
+    with gathered():
+        hidden = transformer_body(model)(input_ids=ids, use_cache=False).last_hidden_state[0]
+        return logits, model.get_output_embeddings()(hidden)
 
 
-def head_reproduces_logits(model, ids) -> bool:
+def head_reproduces_logits(model, ids, gathered=nullcontext) -> bool:
     """Do the transformer body and the output head alone give the model's logits on `ids`? (False for a
     model whose forward scales or caps its logits: then only the full forward is right.)"""
-    logits, via_head = head_check_logits(model, ids)
+    logits, via_head = head_check_logits(model, ids, gathered)
     tol = 1e-4 if logits.dtype == torch.float32 and via_head.dtype == torch.float32 else 5e-2  # half precision
     return bool(torch.allclose(logits.float(), via_head.float(), atol=tol, rtol=tol))
 
 
 class TorchScorer:
-    """Scores encoded examples with a causal LM already on its device."""
+    """Scores encoded examples with a causal LM already on its device.
 
-    def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None):
+    `gathered`: a context inside which the transformer body and the output head can be called apart from the
+    model (the root's weights of a sharded model gathered: forgetmap.meter); `inference`: False scores under
+    `no_grad` rather than `inference_mode`, for weights that train on afterwards (a sharded model's gathered
+    buffers must not become inference tensors)."""
+
+    def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None,
+                 gathered=nullcontext, inference: bool = True):
         self.model = model
+        self.gathered = gathered
+        self.grad_off = torch.inference_mode if inference else torch.no_grad
         self.pad_id = pad_id
         self.token_budget = token_budget
         self.device = next(model.parameters()).device
@@ -121,15 +132,17 @@ class TorchScorer:
         boundaries of target groups that go through the output head separately (a group's NLL then does
         not depend on the others' presence)."""
         if self.use_hidden is None:  # a short prefix: its full-vocabulary logits are a few MB at any length
-            self.use_hidden = head_reproduces_logits(self.model, ids[0, :HEAD_CHECK_TOKENS])
+            self.use_hidden = head_reproduces_logits(self.model, ids[0, :HEAD_CHECK_TOKENS], self.gathered)
         bounds = [0, *parts, len(targets)]
         groups = [slice(a, b) for a, b in zip(bounds, bounds[1:])]
         hits = [] if argmax is not None else None
         if self.use_hidden:
             # no key-value cache: without gradients it would keep every layer's keys and values to the end
-            hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).last_hidden_state
-            out = [_token_nll_from_hidden(hidden[rows[g], predict_at[g]], self.head, targets[g], hits) for g in groups]
+            with self.gathered():
+                hidden = self.body(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   use_cache=False).last_hidden_state
+                out = [_token_nll_from_hidden(hidden[rows[g], predict_at[g]], self.head, targets[g], hits)
+                       for g in groups]
         else:
             logits = self.model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
                                 use_cache=False).logits
@@ -143,12 +156,16 @@ class TorchScorer:
             argmax.append(torch.cat(hits))
         return out[0] if len(out) == 1 else torch.cat(out)
 
-    def _token_nll(self, encoded: list[Encoded], argmax: list | None = None):
-        """For each length batch: (its example indices, the row of each scored token, the tokens' NLL).
-        With a list `argmax`, (rows, hits) is appended to it per batch: whether each scored token, and
-        the token right after each span, is the model's argmax (its NLL is not part of the span's)."""
-        lengths = np.array([len(e.ids) for e in encoded])
-        for batch in length_batches(lengths, self.token_budget, self.max_padding):
+    def plan(self, encoded: list[Encoded]) -> list[np.ndarray]:
+        """The length batches `encoded` is scored in: indices, longest first, within the token budget."""
+        return length_batches(np.array([len(e.ids) for e in encoded]), self.token_budget, self.max_padding)
+
+    def _token_nll(self, encoded: list[Encoded], argmax: list | None = None, batches: list | None = None):
+        """For each length batch (`batches`, or this scorer's plan): (its example indices, the row of each
+        scored token, the tokens' NLL). With a list `argmax`, (rows, hits) is appended to it per batch:
+        whether each scored token, and the token right after each span, is the model's argmax (its NLL is
+        not part of the span's)."""
+        for batch in self.plan(encoded) if batches is None else batches:
             members = [encoded[i] for i in batch]
             ids, mask = pad(members, self.pad_id)
             ids = ids.to(self.device)
@@ -173,14 +190,14 @@ class TorchScorer:
                 argmax.append((rows_t, hits[0]))
             yield batch, rows_t[:n_span], token_nll[:n_span]
 
-    def _sums(self, encoded: list[Encoded], greedy: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def _sums(self, encoded: list[Encoded], greedy: bool, batches: list | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Summed NLL per example (float64; 0 where the span is empty) and, with `greedy`, whether every
         token of its scored span and the token after it are the model's argmax (the span, then that
         token, is what greedy decoding from the span's prefix writes)."""
         sums = np.zeros(len(encoded), dtype=np.float64)
         misses = np.zeros(len(encoded), dtype=np.int64) if greedy else None
         argmax = [] if greedy else None
-        for batch, rows_t, token_nll in self._token_nll(encoded, argmax):
+        for batch, rows_t, token_nll in self._token_nll(encoded, argmax, batches):
             per_row = torch.zeros(len(batch), dtype=torch.float64, device=self.device)
             per_row.index_add_(0, rows_t, token_nll.double())
             sums[batch] = per_row.cpu().numpy()
@@ -191,32 +208,41 @@ class TorchScorer:
                 misses[batch] = missed.cpu().numpy()
         return sums, None if misses is None else misses == 0
 
-    @torch.inference_mode()
     def sum_nll(self, encoded: list[Encoded]) -> np.ndarray:
         """Summed NLL over each example's scored span (float64; 0 where the span is empty)."""
-        return self._sums(encoded, False)[0]
+        with self.grad_off():
+            return self._sums(encoded, False)[0]
 
-    @torch.inference_mode()
-    def score(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean NLL over each example's scored span (NaN where empty), and the span lengths."""
-        nll, n_tokens, _ = self._score(encoded, greedy=False)
+    def score(self, encoded: list[Encoded], batches: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Mean NLL over each example's scored span (NaN where empty), and the span lengths. `batches`: the
+        batches to run, in order (indices into `encoded`; default this scorer's `plan`): an example in none of
+        them is NaN, one in several is the last's."""
+        nll, n_tokens, _ = self._score(encoded, greedy=False, batches=batches)
         return nll, n_tokens
 
-    @torch.inference_mode()
     def score_greedy(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As `score`, and whether each span and the token after it are the greedy continuation (_sums)."""
         return self._score(encoded, greedy=True)
 
-    def _score(self, encoded: list[Encoded], greedy: bool):
+    def _score(self, encoded: list[Encoded], greedy: bool, batches: list | None = None):
         n_tokens = np.array([e.n_scored for e in encoded], dtype=np.int32)
-        sums, is_greedy = self._sums(encoded, greedy)
+        with self.grad_off():
+            sums, is_greedy = self._sums(encoded, greedy, batches)
+        if batches is not None:  # only the examples of the batches run are scored
+            run = np.zeros(len(encoded), dtype=bool)
+            for batch in batches:
+                run[batch] = True
+            n_tokens = np.where(run, n_tokens, 0).astype(np.int32)
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
         return nll, n_tokens, is_greedy
 
-    @torch.inference_mode()
     def score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
         """Each example's per-token NLL over its scored span [target_start, score_end), float32."""
+        with self.grad_off():
+            return self._score_tokens(encoded)
+
+    def _score_tokens(self, encoded: list[Encoded]) -> list[np.ndarray]:
         out: list[np.ndarray] = [np.zeros(0, dtype=np.float32) for _ in encoded]
         for batch, rows_t, token_nll in self._token_nll(encoded):
             values = token_nll.float().cpu().numpy()

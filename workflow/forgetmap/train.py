@@ -273,8 +273,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
                    "-m", "forgetmap.train", "--base", str(base), "--task", str(task),
                    "--settings", json.dumps(settings), "--threads", str(max(1, threads // processes)),
                    "--into", str(tmp)]
-        command += [a for flag, path in (("--replay", replay), ("--token-losses", token_losses)) if path
-                    for a in (flag, str(path))]
+        command += [a for flag, path in (("--replay", replay), ("--token-losses", token_losses), ("--probes", probes))
+                    if path for a in (flag, str(path))]
         log.info("launching %d FSDP training processes: %s", processes, " ".join(command[:6]))
         done = subprocess.run(command)
         if done.returncode != 0:
@@ -322,7 +322,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
     batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
                                               online, task_path)
     checks = None
-    if settings.get("monitor") and probes:  # one process (config checks): the probes on the live weights
+    if settings.get("monitor") and probes:  # the probes on the live weights (under FSDP, every rank in step)
         from .models import autocast_for
         from .monitor.trajectory import ProbeChecks
 
@@ -333,7 +333,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
                     on_step=checks.on_step if checks else None)
     summary.update(arm_summary)
     if checks is not None:
-        summary.update(checks.write(into))
+        summary.update(checks.write(into if rank == 0 else None))
     if world > 1:  # every rank gathers each weight in turn; rank 0 writes them file by file
         from .sharded import save_sharded
 
@@ -366,6 +366,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--into", required=True, help="directory rank 0 writes the checkpoint into")
     parser.add_argument("--replay", default=None)
     parser.add_argument("--token-losses", default=None)
+    parser.add_argument("--probes", default=None, help="a monitored fine-tune's probes (finetune.monitor)")
     args = parser.parse_args(argv)
     from .errors import LOG_FORMAT
 
@@ -377,7 +378,7 @@ def worker_main(argv: list[str] | None = None) -> int:
                             timeout=timedelta(minutes=args.settings["process_group_timeout"]))
     try:
         summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads, args.replay,
-                                args.token_losses)
+                                args.token_losses, probes=args.probes)
         dist.barrier()  # rank 0 has written the checkpoint
         if dist.get_rank() == 0:
             print(json.dumps({"command": "finetune-worker", **summary}))

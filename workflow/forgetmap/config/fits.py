@@ -72,7 +72,7 @@ def _refusal(row: dict) -> str:
 def memory_rows(plan, model: str) -> list[dict]:
     """The model's fine-tune jobs, one row per distinct kind (a task's settings, each arm): what one of its
     processes needs of its device (`cuda`: a GPU) and what the job needs of the host (forgetmap.memory)."""
-    from ..memory import fitted
+    from ..memory import check_need, fitted
 
     resources = plan.cfg["models"][model]["resources"]["finetune"]
     if not plan.finetuned[model]:
@@ -81,14 +81,17 @@ def memory_rows(plan, model: str) -> list[dict]:
     gpu = plan.gpu_memory(model, "finetune")
     kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
     for task in plan.finetuned[model]:
-        settings = configured_finetune(plan, model, task)
+        settings = {k: v for k, v in configured_finetune(plan, model, task).items() if k != "monitor"}
+        monitor = plan.forecast.monitor_settings(model, task)  # a forecast task's checks, as the job runs them
+        settings = {**settings, "monitor": monitor} if monitor else settings
+        label = "finetune, monitored" if monitor else "finetune"
         kind = kinds.setdefault(json.dumps({k: v for k, v in settings.items() if k != "seed"}, sort_keys=True),
-                                ["finetune", settings, None, f"models.{model}.finetune", []])
+                                [label, settings, None, f"models.{model}.finetune", []])
         kind[4].append(task)
     arm_tasks = plan.mitigation.tasks(model)
     for name, arm in plan.cfg["mitigation"]["arms"].items() if arm_tasks else ():
-        kinds[f"arm {name}"] = [f"arm {name}", configured_finetune(plan, model, arm_tasks[0]), arm,
-                                f"mitigation.arms.{name}", arm_tasks]
+        settings = {k: v for k, v in configured_finetune(plan, model, arm_tasks[0]).items() if k != "monitor"}
+        kinds[f"arm {name}"] = [f"arm {name}", settings, arm, f"mitigation.arms.{name}", arm_tasks]
     rows = []
     shape = plan.base_shape(model)
     for label, settings, arm, key, tasks in kinds.values():
@@ -100,6 +103,8 @@ def memory_rows(plan, model: str) -> list[dict]:
         rows.append(_row(model, "finetune", job, key, need, gpu, cuda, processes=settings["processes"],
                          checkpointing="auto" if undecided else decided["gradient_checkpointing"],
                          mem_mb=resources["mem_mb"]))
+        if settings.get("monitor"):  # what its checks hold, said below its row
+            rows[-1]["check"] = check_need(shape, decided, cuda, need)
     return rows
 
 
@@ -226,6 +231,8 @@ def memory_table(rows: list[dict]) -> str:
         estimated = " (estimated)" if row["stage"] == "finetune" and row["mem_mb"] is None else ""
         lines.append(f"  {row['model']:<14} {row['job'][:44]:<44} {row['processes']:>5} {checkpointing:>5} "
                      f"{row['need'].device / GIB:>8.1f} {size:>7} {host} {requested:>7}{estimated}")
+        if row.get("check") is not None:
+            lines.append(f"    its monitor's checks (the probes scored between steps): {row['check'] / GIB:.1f} GiB")
         if gpu is not None and gpu.exact is None and on_card(row["need"].device) > gpu.low:
             lines.append(f"    fits a {gpu.high / GIB:.0f} GiB card, not a {gpu.low / GIB:.0f} GiB one: "
                          f"{gpu.where} names both; name the size (e.g. a100_80gb) or set "

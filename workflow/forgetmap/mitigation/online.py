@@ -85,11 +85,11 @@ class OnlineReplay:
             self.probes = np.sort(usable[positions[chosen]])
         self.facts["probe_selection"] = strategy
         # in training's precision (fp32 weights under bf16 autocast on a GPU: a flash-attention kernel
-        # refuses fp32 outside it); every rank scores every probe (a sharded model gathers in step)
+        # refuses fp32 outside it); under FSDP the ranks score their batches in step (forgetmap.meter)
         device = next(model.parameters()).device
         self.meter = ProbeMeter(model, tokenizer, read_rows(self.shards, self.probes), settings["chat_template"],
                                 settings["max_length"], token_budget=16384,
-                                autocast=lambda: autocast_for(device, settings["bf16"]), shard=False)
+                                autocast=lambda: autocast_for(device, settings["bf16"]))
         self.base_probe_nll = self.meter.measure()
         self.n_replay = len(phase_a)
         self.facts["setup_seconds"] = round(time.perf_counter() - started, 3)

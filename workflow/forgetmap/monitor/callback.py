@@ -125,9 +125,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
 
     # --- events ---------------------------------------------------------------------------------------
 
-    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, optimizer=None, **kwargs):
         out = Path(args.output_dir) / OUTPUT
-        self._refuse_sharded(args)
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
         if tokenizer is None:
             raise ValueError("ForgettingMonitor: the trainer has no tokenizer (processing_class) to encode the probes")
@@ -149,7 +148,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         rows = self.map.probe_rows if self.map is not None else self.probes
         scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
         device = next(model.parameters()).device
-        self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, device)
+        self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, device, optimizer)
         if self.meter.empty:
             raise DataError(f"probe example(s) {self.meter.empty[:5]} have nothing to score under this tokenizer "
                             f"and max_length {scoring['max_length']}")
@@ -285,13 +284,6 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                 f"the map is of another base model, or was scored with another chat template or length "
                 f"({self.map.scoring}); pass base_tolerance=None to monitor anyway")
 
-    @staticmethod
-    def _refuse_sharded(args) -> None:
-        if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
-            raise ValueError("ForgettingMonitor: scores the probes with each rank's whole model (one process or "
-                              "DDP); under FSDP or DeepSpeed the weights are sharded and it has not been made to "
-                              "gather them")
-
 
 def _probe_rows(probes):
     import pandas as pd
@@ -306,21 +298,22 @@ def _probe_rows(probes):
     return frame.reset_index(drop=True)
 
 
-def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, device):
+def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, device, optimizer):
     import torch
 
-    from ..meter import ProbeMeter
+    from ..meter import ProbeMeter, zero3_retrace
 
     dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
 
-    def autocast():
-        if dtype is None or device.type != "cuda":
+    def autocast():  # as the trainer trains: accelerate autocasts the model's forward on a CPU too
+        if dtype is None:
             from contextlib import nullcontext
 
             return nullcontext()
-        return torch.autocast(device_type="cuda", dtype=dtype)
+        return torch.autocast(device_type=device.type, dtype=dtype)
 
-    return ProbeMeter(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"], token_budget, autocast)
+    return ProbeMeter(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"], token_budget, autocast,
+                      settle=zero3_retrace(optimizer) if getattr(args, "deepspeed", None) else None)
 
 
 def _write_trajectory(path: Path, checks: list[dict]) -> None:

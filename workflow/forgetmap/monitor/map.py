@@ -26,6 +26,7 @@ from ..errors import DataError
 FORMAT = "forecast_map"
 FORMAT_VERSION = 1
 UPSTREAM_COLUMNS = ("kind", "text", "prompt", "response")
+MAP_RECORD = ("fit_tasks", "method", "params", "levels", "scoring", "identity", "about")  # the metadata a map holds
 DEFAULT_LEVELS = (0.8, 0.9)  # as prediction.intervals
 
 
@@ -211,14 +212,26 @@ class ForecastMap:
         path = Path(path)
         if not path.exists():
             raise DataError(f"{path}: file not found")
-        meta = read_metadata(path)
+        try:
+            meta = read_metadata(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError; a bad JSON record too
+            raise DataError(f"{path}: not a readable forecast map (a parquet file whose footer and forgetmap "
+                            f"record can be read): {exc}; the file is truncated or damaged: write it again "
+                            f"(ForecastMap.write)") from None
         if meta.get("format") != FORMAT:
             raise DataError(f"{path}: not a forecast map (a forgetting matrix is made into one with "
                             f"forgetmap.monitor.ForecastMap.from_matrix)")
         if meta.get("format_version") != FORMAT_VERSION:
             raise DataError(f"{path}: forecast map format {meta.get('format_version')}, this forgetmap reads "
                             f"{FORMAT_VERSION}: write it again")
-        frame = pq.read_table(path).to_pandas()
+        absent = [key for key in MAP_RECORD if key not in meta]
+        if absent:
+            raise DataError(f"{path}: the forecast map's record lacks {', '.join(absent)}: write it again")
+        try:
+            frame = pq.read_table(path).to_pandas()
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: the forecast map's rows cannot be read ({exc}): the file is truncated or "
+                            f"damaged: write it again (ForecastMap.write)") from None
         missing = [c for c in ("example_id", "source", "base_nll", "probe", *UPSTREAM_COLUMNS, *meta["fit_tasks"])
                    if c not in frame.columns]
         if missing:

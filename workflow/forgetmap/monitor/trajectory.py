@@ -38,7 +38,7 @@ class ProbeChecks:
         rows = pd.read_parquet(probes)
         self.ids = rows["example_id"].astype(str).tolist()
         self.meter = ProbeMeter(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
-                                monitor["token_budget"], autocast, shard=False)
+                                monitor["token_budget"], autocast)
         self.steps = check_steps(monitor, total)
         self.total = total
         self.nll = [self.meter.measure()]
@@ -51,19 +51,21 @@ class ProbeChecks:
         self.seconds += self.meter.seconds
         return {"probe_forgetting": round(float(np.nanmean(self.nll[-1] - self.nll[0])), 6)}
 
-    def write(self, into: Path) -> dict:
+    def write(self, into: Path | None) -> dict:
+        """The probes' NLL per check into `into` (None: another rank's, which writes nothing); the summary's lines."""
         import pyarrow as pa
 
         from ..io import write_table
 
-        columns = {"example_id": pa.array(self.ids)}
-        for step, nll in zip([0, *self.steps], self.nll):
-            columns[f"step_{step}"] = pa.array(nll, pa.float64())
-        write_table(pa.table(columns), Path(into) / PROBE_RECORD,
-                    {"steps": [0, *self.steps], "total": self.total, "tokens": self.meter.tokens})
+        if into is not None:
+            columns = {"example_id": pa.array(self.ids)}
+            for step, nll in zip([0, *self.steps], self.nll):
+                columns[f"step_{step}"] = pa.array(nll, pa.float64())
+            write_table(pa.table(columns), Path(into) / PROBE_RECORD,
+                        {"steps": [0, *self.steps], "total": self.total, "tokens": self.meter.tokens})
         return {"monitor_checks": len(self.steps), "monitor_seconds": round(self.seconds, 3),
                 "monitor_baseline_seconds": round(self.baseline_seconds, 3),
-                "monitor_tokens_per_check": self.meter.tokens}
+                "monitor_tokens_per_check": self.meter.tokens, "monitor_parallelism": self.meter.kind}
 
 
 def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: list[str], out: str,

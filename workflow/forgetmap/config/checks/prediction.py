@@ -4,7 +4,7 @@ the corpus can hold."""
 from __future__ import annotations
 
 from ...errors import ConfigError
-from ..views import finetune_settings, fit_tasks, forecast_modes, model_tasks, monitor_of, monitored_tasks
+from ..views import fit_tasks, forecast_modes, model_tasks, monitor_of
 
 
 def check_methods(prediction: dict) -> None:
@@ -117,8 +117,7 @@ def check_forecast(cfg: dict) -> None:
 
 
 def check_monitor(cfg: dict, model: str, tasks: list[str], modes: dict[str, str]) -> None:
-    """A monitored fine-tune is a forecast task's (its probes come from the measured tasks' rows), in one
-    training process."""
+    """A monitored fine-tune is a forecast task's (its probes come from the measured tasks' rows)."""
     if monitor_of(cfg["models"][model]["finetune"]) and not any(t in modes for t in tasks):
         raise ConfigError(f"config key models.{model}.finetune.monitor: model {model!r} has no forecast task to "
                           f"monitor (tasks.NAME.forecast: true or check); its measured tasks are the rows a "
@@ -128,10 +127,6 @@ def check_monitor(cfg: dict, model: str, tasks: list[str], modes: dict[str, str]
             raise ConfigError(f"config key tasks.{task}.finetune.monitor: task {task!r} is measured, not forecast: "
                               f"only a forecast task's fine-tune is monitored (set tasks.{task}.forecast: check to "
                               f"forecast it and measure it too)")
-    for task in monitored_tasks(cfg, model):
-        if finetune_settings(cfg, model, task)["processes"] > 1:
-            raise ConfigError(f"config key models.{model}.finetune.processes: task {task!r} is monitored "
-                              f"(finetune.monitor), and the monitor scores the probes in one training process")
 
 
 def check_forecast_count(cfg: dict, model: str, n_examples: int) -> None:

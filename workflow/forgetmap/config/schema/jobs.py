@@ -43,7 +43,8 @@ FINETUNE = obj({
     }, description="a forecast task's fine-tune (`forecast: true` or `check`) scores the forecast's k probes on the "
                    "live weights at its start, at each check and at its end, and the forecast job completes each "
                    "check's row: results/{model}/forecast/trajectory.tsv (measured tasks are the rows the "
-                   "forecast is fitted on and are never monitored; one training process)", default={}),
+                   "forecast is fitted on and are never monitored; under FSDP every process scores its share in "
+                   "step)", default={}),
     "lora": obj({
         "r": integer(64, "LoRA rank", 1),
         "alpha": number(16, "LoRA alpha", exclusive_minimum=0),

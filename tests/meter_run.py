@@ -1,0 +1,74 @@
+"""One rank (torchrun, gloo) of a model sharded by FSDP, measuring probes through forgetmap's ProbeMeter:
+`python -m torch.distributed.run --nproc_per_node=2 meter_run.py BASE OUT fsdp2|fsdp1 PROBES...`. For each probes
+file it shards the model afresh, measures the probes, trains one step, measures again and trains another step (so
+a measure that left the shards unfit for training shows); rank 0 writes OUT (JSON). tests/unit/test_monitor.py
+runs two of it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+
+def sharded(model, how: str):
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from forgetmap.sharded import shard
+
+    if how == "fsdp2":
+        shard(model, mixed_precision=False)
+        return model
+    blocks = {type(m) for m in model.modules() if type(m).__name__ in model._no_split_modules}
+    return FullyShardedDataParallel(model, auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                                               transformer_layer_cls=blocks),
+                                    use_orig_params=True, device_id=torch.device("cpu"))
+
+
+def train_step(model, tokenizer, texts):
+    """One AdamW step on `texts` (a fresh optimizer: the same update wherever it runs)."""
+    import torch
+
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    model(**batch, labels=labels).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    model.zero_grad(set_to_none=True)
+
+
+def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
+    import pandas as pd
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.meter import ProbeMeter
+    from standins import sentences
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    texts = sentences(4, seed=5)
+    found = {}
+    for probes in probe_files:
+        model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
+        meter = ProbeMeter(model, tokenizer, pd.read_parquet(probes), "auto", 64, token_budget=64)
+        before = meter.measure()
+        train_step(model, tokenizer, texts)
+        after = meter.measure()
+        train_step(model, tokenizer, texts)  # the shards still train after a measure
+        found[probes] = {"kind": meter.kind, "batches": len(meter.batches), "repeats": meter.repeats,
+                         "before": before.tolist(), "after": after.tolist()}
+        counts = [None] * dist.get_world_size()
+        dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
+        found[probes]["ranks"] = counts
+    if dist.get_rank() == 0:
+        Path(out).write_text(json.dumps(found))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4], sys.argv[4:])
