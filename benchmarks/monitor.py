@@ -71,14 +71,14 @@ def overhead(workdir: Path, model: str, task: str, repeats: int, eval_steps: int
     from forgetmap.monitor import ForecastMap, ForgettingMonitor
 
     hf_logging.set_verbosity_error()
-    spec, base, tokenizer, data, _, forecast_map = _setup(workdir, model, task)
+    spec, base, tokenizer, data, _, forecast_map = demo_setup(workdir, model, task)
     times = {"plain": [], "monitored": []}
     for _ in range(repeats):
         for kind in times:
             torch.manual_seed(0)
             net = AutoModelForCausalLM.from_pretrained(base)
             with tempfile.TemporaryDirectory() as out:
-                trainer = _trainer(net, data, tokenizer, spec, out, 42, eval_steps)
+                trainer = demo_trainer(net, data, tokenizer, spec, out, 42, eval_steps)
                 if kind == "monitored":
                     ForgettingMonitor(ForecastMap.read(_written(forecast_map, out))).attach(trainer)
                 started = time.perf_counter()
@@ -102,7 +102,7 @@ def replay(workdir: Path, model: str, task: str, share: float, heldout: int, see
     from forgetmap.nll import TorchScorer
 
     hf_logging.set_verbosity_error()
-    spec, base, tokenizer, data, shards, forecast_map = _setup(workdir, model, task)
+    spec, base, tokenizer, data, shards, forecast_map = demo_setup(workdir, model, task)
     rng = np.random.default_rng(0)
     candidates = np.setdiff1d(np.arange(len(forecast_map.example_ids)), forecast_map.known)
     held = np.sort(rng.choice(candidates, heldout, replace=False))
@@ -125,7 +125,7 @@ def replay(workdir: Path, model: str, task: str, share: float, heldout: int, see
             torch.manual_seed(seed)
             net = AutoModelForCausalLM.from_pretrained(base)
             with tempfile.TemporaryDirectory() as out:
-                trainer = _trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
+                trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
                 if temperature is not None:
                     mix = ForecastReplay([str(s) for s in shards], share=share, max_share=share,
                                          temperature=temperature, exclude=held_ids)
@@ -140,7 +140,7 @@ def replay(workdir: Path, model: str, task: str, share: float, heldout: int, see
            **{f"{arm}_rows_drawn": int(np.mean(v)) for arm, v in drawn.items() if v}}
 
 
-def _setup(workdir: Path, model: str, task: str):
+def demo_setup(workdir: Path, model: str, task: str):
     """The demo's config for `model`, its base, tokenizer, the task's rows (tokenized as the demo fine-tunes them),
     the upstream shards and a forecast map from the demo's matrix."""
     import yaml
@@ -166,7 +166,7 @@ def _setup(workdir: Path, model: str, task: str):
     return spec, base, tokenizer, data, shards, forecast_map
 
 
-def _trainer(net, data, tokenizer, spec, out: str, seed: int, eval_steps: int | None):
+def demo_trainer(net, data, tokenizer, spec, out: str, seed: int, eval_steps: int | None):
     """The demo's fine-tune of `net` as a transformers Trainer: 32 rows held out for the evaluation (every
     `eval_steps`, or none), the rest trained on."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments

@@ -54,6 +54,7 @@ def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
     texts = sentences(4, seed=5)
     found = {}
     for probes in probe_files:
+        probes = probes.format(rank=dist.get_rank())  # a file per rank: ranks that disagree
         model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
         meter = ProbeMeter(model, tokenizer, pd.read_parquet(probes), "auto", 64, token_budget=64)
         before = meter.measure()

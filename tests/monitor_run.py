@@ -73,7 +73,9 @@ def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
     model = AutoModelForCausalLM.from_pretrained(base)
     texts = [t.upper() for t in sentences(48, seed=21)]
     packing = extra.pop("packing", False)
-    common = dict(output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=4, learning_rate=5e-3,
+    peft_config = extra.pop("peft_config", None)  # TRL's: the trainer wraps the model in LoRA adapters
+    common = dict(output_dir=str(output_dir), max_steps=max_steps, per_device_train_batch_size=4,
+                  learning_rate=extra.pop("learning_rate", 5e-3),
                   eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2, logging_steps=1,
                   report_to="none", use_cpu=extra.pop("use_cpu", True), disable_tqdm=True, seed=0, **extra)
     if kind == "trl":
@@ -82,7 +84,7 @@ def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
         data = Dataset.from_dict({"text": texts})
         trainer = SFTTrainer(model=model, args=SFTConfig(max_length=MAX_LENGTH, packing=packing, **common),
                              train_dataset=data.select(range(40)), eval_dataset=data.select(range(40, 48)),
-                             processing_class=tokenizer)
+                             processing_class=tokenizer, peft_config=peft_config)
     else:
         from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 

@@ -63,7 +63,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
 
     assert trainer.args.bf16 and monitor.meter.scorer.use_hidden
     model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
-    rows = forecast_map.probe_rows
+    rows = forecast_map.measured_rows()
     autocast = ProbeMeter(model, tokenizer, rows, "auto", MAX_LENGTH,
                           autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16)).measure()
     np.testing.assert_allclose(monitor.baseline, autocast, atol=1e-5)
@@ -72,16 +72,16 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     logged = [entry for entry in trainer.state.log_history if "eval_forget_mean" in entry]
     assert [entry["step"] for entry in logged] == [2, 4]
     for entry in logged:
-        assert {"eval_forget_upper", "eval_forget_forgotten", "eval_forget_over_budget", "eval_forget_probe_mean",
+        assert {"eval_forget_upper", "eval_forget_lower", "eval_forget_estimate", "eval_forget_audit_mean",
+                "eval_forget_forgotten", "eval_forget_over_budget", "eval_forget_probe_mean",
                 "eval_forget_seconds"} <= set(entry)
-        # the upper bound is the mean's own interval, far narrower than an example's
-        assert entry["eval_forget_upper"] - entry["eval_forget_mean"] == pytest.approx(forecast_map.mean_halfwidth(0.8))
-        assert 0 < forecast_map.mean_halfwidth(0.8) < 0.5 * float(np.mean(forecast_map.forecast(np.zeros(8))[1][0.8]))
+        assert entry["eval_forget_lower"] < entry["eval_forget_estimate"] < entry["eval_forget_upper"]
     # the probes moved: the fine-tune's learning rate is high
     assert abs(logged[-1]["eval_forget_probe_mean"]) > 1e-3
     out = tmp_path / "run" / "forgetmap-monitor"
     import pyarrow.parquet as pq
     from forgetmap.io import read_metadata
+    from forgetmap.monitor.bound import mean_bound
 
     for step, entry in zip((2, 4), logged):
         path = out / f"check-{step:08d}.parquet"
@@ -93,8 +93,40 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         np.testing.assert_allclose(rows["halfwidth_0.9"], widths[0.9])
         assert math.isclose(float(rows["forecast"].mean()), entry["eval_forget_mean"], rel_tol=1e-4)
         assert math.isclose(float(np.mean(meta["probe_values"])), entry["eval_forget_probe_mean"], abs_tol=1e-5)
+        # the bound: the forecast corrected by the 30 audit examples' residuals (monitor.bound), at level 0.8
+        assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
+        assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
+        bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
+                           np.asarray(meta["audit_values"]), 0.8)
+        assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
+            (bound.estimate, bound.upper), abs=1e-5)
     trajectory = pd.read_csv(out / "trajectory.tsv", sep="\t")
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
+
+
+def test_an_sft_trainers_lora_adapters_with_checkpointing_and_packed_rows_are_monitored(mapped, tmp_path):
+    """TRL's `peft_config` (LoRA on q and v), gradient checkpointing and packed rows, as large models are fine-tuned on
+    one card: the monitor scores through the adapters (zero at the start: the baseline is the base's to 1e-5), checks
+    at each evaluation, and the adapters' training moves the probes."""
+    pytest.importorskip("trl")
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.monitor import ForecastMap, ForgettingMonitor, ProbeMeter
+
+    base, _, _, map_path = mapped
+    monitor = ForgettingMonitor(str(map_path))
+    trainer = make_trainer("trl", base, tmp_path / "run", monitor, max_steps=4, bf16=False, packing=True,
+                           activation_checkpointing=True, learning_rate=5e-2,
+                           peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    trainer.train()
+    assert isinstance(trainer.model, PeftModel) and trainer.model.base_model.model.is_activation_checkpointing
+    rows = ForecastMap.read(map_path).measured_rows()
+    alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base), rows, "auto",
+                       MAX_LENGTH).measure()
+    np.testing.assert_allclose(monitor.baseline, alone, atol=1e-5)
+    assert [c["step"] for c in monitor.checks] == [2, 4] and monitor.meter.scorer.use_hidden
+    assert abs(monitor.checks[-1]["eval_forget_probe_mean"]) > 1e-3
 
 
 def test_a_resumed_trainer_keeps_the_monitors_baseline_checks_and_replayed_share(mapped, tmp_path):
@@ -349,7 +381,8 @@ def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_pat
         make_trainer("hf", base, tmp_path / "a", ForgettingMonitor(of_another)).train()
     assert not (tmp_path / "a" / "checkpoint-2").exists()
 
-    forecast_map = ForecastMap.from_matrix(import_matrix(released, corpus="dolma"), upstream, k=8, max_length=MAX_LENGTH)
+    forecast_map = ForecastMap.from_matrix(import_matrix(released, corpus="dolma"), upstream, k=8, max_length=MAX_LENGTH,
+                                           audit=0)  # no audit examples: the map's own interval alone
     assert len(forecast_map.example_ids) == n - 1 and "dolma-000007" not in set(forecast_map.example_ids)
     assert np.isnan(forecast_map.base_nll).all()
     trainer = make_trainer("hf", base, tmp_path / "b", ForgettingMonitor(forecast_map), max_steps=4)
@@ -394,10 +427,10 @@ def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped,
     held = json.loads((tmp_path / "monitor.json").read_text())
     # rank 0 scored the plan's first, third, ... length batch, and no batch twice: DDP's forward runs no collective
     assert held["world"] == 2 and held["wrapped"] == "DistributedDataParallel" and held["kind"] == "local"
-    assert 0 < len(held["share"]) < 8 and held["repeats"] == 0
+    assert 0 < len(held["share"]) < len(held["baseline"]) and held["repeats"] == 0
     forecast_map = ForecastMap.read(map_path)
     alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
-                       forecast_map.probe_rows, "auto", MAX_LENGTH).measure()
+                       forecast_map.measured_rows(), "auto", MAX_LENGTH).measure()
     np.testing.assert_allclose(held["baseline"], alone, atol=1e-5)
     assert [c["step"] for c in held["checks"]] == [2]
     assert sorted((tmp_path / "forgetmap-monitor").glob("check-*.parquet")) == \
@@ -457,12 +490,8 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
     """FSDP over two gloo ranks (fully_shard, or the FullyShardedDataParallel wrapper): each rank scores the length
     batches dealt to it and runs as many forwards as the other (five batches: rank 1 repeats one; one batch: rank 1,
     dealt none, repeats it), so an uneven deal does not leave a rank in an all-gather; every rank holds every probe's
-    value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on;
+    ranks given other probes are refused with an error naming what differs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forgetmap.monitor import ForecastMap, ProbeMeter
@@ -475,13 +504,7 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
     for name, part in (("seven", rows.drop(index=lengths.idxmax())), ("one", rows.iloc[:1])):
         part.to_parquet(tmp_path / f"{name}.parquet")
         files.append(str(tmp_path / f"{name}.parquet"))
-    tests = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(tests / "meter_run.py"), str(base), str(tmp_path / "out.json"), how, *files],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _torchrun("meter_run.py", str(base), str(tmp_path / "out.json"), how, *files)
     found = json.loads((tmp_path / "out.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(base)
     for path in files:
@@ -494,6 +517,12 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
         train_step(alone_model, tokenizer, sentences(4, seed=5))
         np.testing.assert_allclose(held["after"], alone.measure(), atol=1e-5)
     assert [found[path]["ranks"][1][1] for path in files] == [1, 1]  # rank 1 repeated a batch in each
+    if how == "fsdp2":  # ranks given other probes are refused before any is scored, not left waiting
+        rows.iloc[:2].to_parquet(tmp_path / "rank-1.parquet")
+        rows.iloc[:3].to_parquet(tmp_path / "rank-0.parquet")
+        with pytest.raises(AssertionError, match=r"the 2 ranks disagree on the probes .*rank 0: 3 probes .*rank 1: 2 probes"):
+            _torchrun("meter_run.py", str(base), str(tmp_path / "x.json"), how, str(tmp_path / "rank-{rank}.parquet"),
+                      timeout=120)
 
 
 def _torchrun(script: str, *args: str, timeout: int = 300):
@@ -532,7 +561,7 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
               "--steps", "4")
     held = json.loads((tmp_path / "monitor.json").read_text())
     assert (held["wrapped"], held["kind"], held["world"]) == ("DeepSpeedEngine(zero3)", "zero3", 2)
-    rows = ForecastMap.read(map_path).probe_rows
+    rows = ForecastMap.read(map_path).measured_rows()
 
     def alone(directory):
         model = AutoModelForCausalLM.from_pretrained(directory)
@@ -543,7 +572,8 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
     assert [c["step"] for c in held["checks"]] == [2, 4]
     for step in (2, 4):
         meta = read_metadata(Path(tmp_path) / "forgetmap-monitor" / f"check-{step:08d}.parquet")
-        np.testing.assert_allclose(meta["probe_values"], alone(tmp_path / f"checkpoint-{step}") - baseline, atol=1e-5)
+        np.testing.assert_allclose(meta["probe_values"] + meta["audit_values"],
+                                   alone(tmp_path / f"checkpoint-{step}") - baseline, atol=1e-5)
     assert abs(held["checks"][-1]["eval_forget_probe_mean"]) > 1e-3  # the probes moved
     assert pq.read_table(tmp_path / "forgetmap-monitor" / "check-00000004.parquet").num_rows == len(
         ForecastMap.read(map_path).example_ids)

@@ -91,6 +91,25 @@ def zero3_retrace(optimizer):
     return retrace
 
 
+def _same_on_every_rank(ids: list[str], lengths: list[int], world: int) -> None:
+    """Every rank was given the same probes, encoded alike (a rank with other probes would gather into the wrong
+    places, or, sharded, wait in an all-gather forever): refused, naming what differs, before any is scored."""
+    import hashlib
+    import json
+
+    import torch.distributed as dist
+
+    from .errors import DataError
+
+    mine = (len(ids), ids[:3], hashlib.sha1(json.dumps([ids, lengths]).encode()).hexdigest())
+    every: list = [None] * world
+    dist.all_gather_object(every, mine)
+    if any(other[2] != every[0][2] for other in every):
+        shown = "; ".join(f"rank {r}: {n} probes {first}..." for r, (n, first, _) in enumerate(every))
+        raise DataError(f"the {world} ranks disagree on the probes they score or on their encoding ({shown}): give "
+                        f"every rank the same map (or probes), tokenizer, chat template and max_length")
+
+
 def deal(batches: list[np.ndarray], rank: int, world: int, in_step: bool) -> tuple[list[np.ndarray], int]:
     """Rank `rank`'s batches (every `world`-th, from its own), and how many of them are repeats run only to keep
     the ranks in step (`in_step`: a sharded model; its last batch again, or the plan's last where it was dealt
@@ -117,6 +136,8 @@ class ProbeMeter:
         self.empty = [str(rows["example_id"].iloc[i]) for i, e in enumerate(encoded) if e.n_scored == 0]
         self.kind, root = parallelism(model)
         self.rank, self.world = _ranks()
+        if self.world > 1:
+            _same_on_every_rank(rows["example_id"].astype(str).tolist(), [len(e.ids) for e in encoded], self.world)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.scorer = TorchScorer(model, pad, token_budget, gathered=root_gathered(self.kind, root), inference=False)
         scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty probe is refused by the caller

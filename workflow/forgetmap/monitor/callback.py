@@ -32,6 +32,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..errors import DataError
+from .bound import mean_bound
 from .map import ForecastMap, differences, identity
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             self._probes_file = str(out / "probes.parquet")
             write_table(pa.Table.from_pandas(self.probes, preserve_index=False), self._probes_file)
         self._find_replay(args)
-        rows = self.map.probe_rows if self.map is not None else self.probes
+        rows = self.map.measured_rows() if self.map is not None else self.probes
         scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
         device = next(model.parameters()).device
         self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, device, optimizer)
@@ -186,7 +187,9 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             if metrics is not None:
                 metrics.update({k: v for k, v in self.checks[-1].items() if k.startswith(PREFIX)})
             return
-        values = self.meter.measure() - np.asarray(self.baseline)
+        measured = self.meter.measure() - np.asarray(self.baseline)
+        k = self.map.k if self.map is not None else len(measured)
+        values, audited = measured[:k], measured[k:]  # the probes, then the audit examples
         scalars = {"probe_mean": float(np.mean(values)), "seconds": self.meter.seconds}
         stop = False
         if self.map is not None:
@@ -194,7 +197,12 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             row, widths = self.map.forecast(values)
             scalars["mean"] = float(np.mean(row))
             scalars["forgotten"] = float(np.mean(row > 0))
-            if self.level is not None:
+            if len(audited):
+                scalars["audit_mean"] = float(np.nanmean(audited))
+            if self.level is not None and len(audited):  # the run's own bound (monitor.bound)
+                bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
+                scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
+            elif self.level is not None:  # a map without audit examples: its constant half-width
                 scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
             if self.budget is not None:
                 scalars["over_budget"] = float(np.mean(row > self.budget))
@@ -204,7 +212,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                 scalars["replay_share"] = self.replay_share = self.replay.share
             scalars["seconds"] += time.perf_counter() - started
             if self.write_rows and state.is_world_process_zero:
-                self._write_row(args, state, row, widths, values, scalars)
+                self._write_row(args, state, row, widths, values, audited, scalars)
         scalars = {PREFIX + name: value for name, value in scalars.items()}
         self.checks.append({"step": state.global_step, "epoch": state.epoch, **scalars})
         if state.is_world_process_zero:
@@ -249,20 +257,22 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             raise ValueError("ForgettingMonitor: the replay is not mixed into the training set: add the monitor with "
                              ".attach(trainer), which wraps the trainer's training set")
 
-    def _write_row(self, args, state, row, widths, values, scalars) -> None:
+    def _write_row(self, args, state, row, widths, values, audited, scalars) -> None:
         import pyarrow as pa
 
         from ..io import write_table
 
-        is_probe = np.zeros(len(row), dtype=bool)
+        is_probe, is_audit = np.zeros(len(row), dtype=bool), np.zeros(len(row), dtype=bool)
         is_probe[self.map.known] = True
+        is_audit[self.map.audit] = True
         columns = {"example_id": pa.array(self.map.example_ids.astype(str)), "source": pa.array(self.map.sources),
-                   "probe": pa.array(is_probe), "forecast": pa.array(row, pa.float32())}
+                   "probe": pa.array(is_probe), "audit": pa.array(is_audit), "forecast": pa.array(row, pa.float32())}
         for level, width in widths.items():
             columns[f"halfwidth_{level:g}"] = pa.array(width, pa.float32())
         write_table(pa.table(columns), Path(args.output_dir) / OUTPUT / f"check-{state.global_step:08d}.parquet",
                     {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
                      "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
+                     "audit_ids": self.map.audit_ids.tolist(), "audit_values": np.round(audited, 6).tolist(),
                      "method": self.map.method, "levels": sorted(widths), "level": self.level, "budget": self.budget,
                      "scalars": scalars})
 
@@ -271,7 +281,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         shows as a gap far above bf16's rounding."""
         if self.map is None or self.base_tolerance is None:
             return
-        recorded = self.map.base_nll[self.map.known]
+        recorded = self.map.base_nll[np.concatenate([self.map.known, self.map.audit])]
         if not np.isfinite(recorded).all():
             log.info("%s records no base NLL at its probes (a matrix imported without the base's log-probs): "
                      "whether the model being trained is the map's base is not checked", self.map.path or "the map")

@@ -26,6 +26,7 @@ from ..errors import DataError
 FORMAT = "forecast_map"
 FORMAT_VERSION = 1
 UPSTREAM_COLUMNS = ("kind", "text", "prompt", "response")
+AUDIT = 30  # examples drawn at random to bound the mean (monitor.bound): as many as the probes by default
 MAP_RECORD = ("fit_tasks", "method", "params", "levels", "scoring", "identity", "about")  # the metadata a map holds
 DEFAULT_LEVELS = (0.8, 0.9)  # as prediction.intervals
 
@@ -82,6 +83,8 @@ class ForecastMap:
     fit_tasks: list[str]
     known: np.ndarray            # (k,) the probes' positions among the usable examples, ascending
     probe_rows: pd.DataFrame     # the probes' upstream rows, in `known` order
+    audit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (m,) drawn at random, ascending
+    audit_rows: pd.DataFrame | None = None  # the audit examples' upstream rows, in `audit` order
     method: str = "mf"
     params: dict = field(default_factory=dict)
     levels: list[float] = field(default_factory=lambda: list(DEFAULT_LEVELS))
@@ -100,16 +103,26 @@ class ForecastMap:
     def probe_ids(self) -> np.ndarray:
         return self.example_ids[self.known]
 
+    @property
+    def audit_ids(self) -> np.ndarray:
+        return self.example_ids[self.audit]
+
+    def measured_rows(self) -> pd.DataFrame:
+        """The rows a check scores: the probes (the forecast's input), then the audit examples (its errors)."""
+        return pd.concat([self.probe_rows, *([self.audit_rows] if len(self.audit) else [])], ignore_index=True)
+
     @classmethod
     def from_matrix(cls, matrix, upstream, *, fit_tasks: list[str] | None = None, k: int = 30,
                     probes: str = "dopt", seed: int = 0, method: str = "mf", params: dict | None = None,
                     levels=DEFAULT_LEVELS, chat_template: str = "auto", max_length: int = 2048,
-                    probe_ids: list[str] | None = None, model=None, tokenizer=None) -> "ForecastMap":
+                    probe_ids: list[str] | None = None, model=None, tokenizer=None, audit: int | None = None,
+                    audit_seed: int = 0) -> "ForecastMap":
         """A map from a forgetting matrix (a path or a `ForgettingMatrix`) and its upstream shards: the fit
         tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
-        `probes` as the workflow's forecast chooses them. `chat_template`/`max_length`: how the matrix's
-        scores were made (the workflow's `models.NAME.score`); `model`/`tokenizer`: the base, to record
-        what the map is of."""
+        `probes` as the workflow's forecast chooses them; `audit` further examples are drawn uniformly at random
+        (`audit_seed`) from the rest, measured at each check to bound the mean forgetting (monitor.bound; None:
+        AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one). `chat_template`/`max_length`: how the matrix's scores were made (the
+        workflow's `models.NAME.score`); `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
         from ..matrix import ForgettingMatrix
         from ..predict.forecast import choose, fit_rows
@@ -139,11 +152,19 @@ class ForecastMap:
         else:
             known = np.asarray(choose(train, k, probes, seed, where), dtype=np.int64)
             strategy = probes
+        rest = np.setdiff1d(np.arange(len(ids)), known)
+        audit = min(AUDIT, len(rest)) if audit is None else audit
+        if audit < 0 or audit > len(rest):
+            raise DataError(f"{where}: audit {audit} examples: there are {len(rest)} usable examples besides the "
+                            f"{len(known)} probes")
+        drawn = np.sort(np.random.default_rng(audit_seed).choice(rest, audit, replace=False)).astype(np.int64)
+        columns = ["example_id", "source", *UPSTREAM_COLUMNS]
         rows = read_rows(shards, usable[known]).reset_index(drop=True)
+        audit_rows = read_rows(shards, usable[drawn]).reset_index(drop=True)[columns] if audit else None
         about = {"matrix": str(matrix) if not isinstance(matrix, ForgettingMatrix) else None,
-                 "probes": strategy, "seed": seed, "examples": int(forgetting.shape[1])}
+                 "probes": strategy, "seed": seed, "examples": int(forgetting.shape[1]), "audit_seed": audit_seed}
         return cls(ids, forgetting.sources[usable], forgetting.base_nll[usable], train, fit_tasks, known,
-                   rows[["example_id", "source", *UPSTREAM_COLUMNS]], method, dict(params or {}),
+                   rows[columns], drawn, audit_rows, method, dict(params or {}),
                    [float(v) for v in levels], {"chat_template": chat_template, "max_length": int(max_length)},
                    identity(model, tokenizer), about)
 
@@ -186,14 +207,17 @@ class ForecastMap:
         from ..io import write_table
 
         n = len(self.example_ids)
-        is_probe = np.zeros(n, dtype=bool)
+        is_probe, is_audit = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         is_probe[self.known] = True
+        is_audit[self.audit] = True
         columns = {"example_id": pa.array(self.example_ids.astype(str)), "source": pa.array(self.sources.astype(str)),
-                   "base_nll": pa.array(self.base_nll, pa.float32()), "probe": pa.array(is_probe)}
+                   "base_nll": pa.array(self.base_nll, pa.float32()), "probe": pa.array(is_probe),
+                   "audit": pa.array(is_audit)}
         for name in UPSTREAM_COLUMNS:
             full = np.full(n, None, dtype=object)
-            column = self.probe_rows[name]
-            full[self.known] = column.astype(object).where(column.notna(), None).to_numpy()
+            for positions, rows in ((self.known, self.probe_rows), (self.audit, self.audit_rows)):
+                if len(positions):
+                    full[positions] = rows[name].astype(object).where(rows[name].notna(), None).to_numpy()
             columns[name] = pa.array(full, pa.string())
         for t, task in enumerate(self.fit_tasks):
             columns[task] = pa.array(self.train[t], pa.float32())
@@ -237,12 +261,19 @@ class ForecastMap:
         if missing:
             raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
         known = np.flatnonzero(frame["probe"].to_numpy())
-        probes = frame.iloc[known].reset_index(drop=True)
-        blank = probes["kind"].isna() | (probes["text"].isna() & probes["prompt"].isna())
-        if blank.any():
-            raise DataError(f"{path}: probe example(s) {probes['example_id'][blank].tolist()[:5]} have no text to score")
+        audit = np.flatnonzero(frame["audit"].to_numpy()) if "audit" in frame else np.zeros(0, dtype=np.int64)
+        if np.intersect1d(known, audit).size:
+            raise DataError(f"{path}: example(s) {frame['example_id'].iloc[np.intersect1d(known, audit)].tolist()[:5]} "
+                            f"are marked both probe and audit: write the map again")
+        measured = {}
+        for role, positions in (("probe", known), ("audit", audit)):
+            rows = frame.iloc[positions].reset_index(drop=True)
+            blank = rows["kind"].isna() | (rows["text"].isna() & rows["prompt"].isna())
+            if blank.any():
+                raise DataError(f"{path}: {role} example(s) {rows['example_id'][blank].tolist()[:5]} have no text to score")
+            measured[role] = rows[["example_id", "source", *UPSTREAM_COLUMNS]]
         train = np.stack([frame[t].to_numpy(dtype=np.float32) for t in meta["fit_tasks"]])
         return cls(frame["example_id"].to_numpy().astype(str), frame["source"].to_numpy().astype(str),
                    frame["base_nll"].to_numpy(dtype=np.float32), train, list(meta["fit_tasks"]), known,
-                   probes[["example_id", "source", *UPSTREAM_COLUMNS]], meta["method"], meta["params"],
-                   meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path))
+                   measured["probe"], audit, measured["audit"] if len(audit) else None, meta["method"],
+                   meta["params"], meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path))

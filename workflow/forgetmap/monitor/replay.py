@@ -104,6 +104,7 @@ class ForecastReplay:
         rows = _upstream_rows(self.upstream, forecast_map)
         candidates = np.ones(len(forecast_map.example_ids), dtype=bool)
         candidates[forecast_map.known] = False  # never the probes
+        candidates[forecast_map.audit] = False  # nor the audit examples: replaying them would bias the bound
         candidates[np.isin(forecast_map.example_ids, list(self.exclude))] = False
         if not candidates.any():
             raise ValueError("ForecastReplay: every example of the map is a probe or excluded: nothing to replay")

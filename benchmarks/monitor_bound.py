@@ -1,0 +1,180 @@
+"""The bound a forgetting budget acts on, measured against the truth at every check (docs/monitor.md; BENCHMARKS.md).
+
+After the demo: each of its `check` tasks is fine-tuned as the demo fine-tunes it (a transformers `Trainer`, the
+demo's steps, batch and rate; `--seeds` seeds of the task's order), and at every `--every` steps the whole upstream
+set is scored, so the mean forgetting of the weights at that check is known. Then, at each check, for `--draws`
+draws of the `--audit` examples (uniform, without replacement, from the examples that are not probes: what a map's
+audit draw is), the bounds on that mean at `--level`:
+
+- the run's own (forgetmap.monitor.bound): the forecast from the map's k D-optimal probes, corrected by the audit
+  examples' residuals, Student's t on them;
+- the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
+  leave-one-fit-task-out folds, the same at every check;
+- the naive monitor's: the k probes' measured mean with a t-interval (not a random sample: the D-optimal probes);
+- a random sample's: the audit examples' own mean with a t-interval (no map).
+
+Printed: per bound, coverage (the interval holds the truth; its upper end at or above it) and mean half-width, over
+every task, seed, check and draw; then what a budget does at `--budgets` with `--patience`: runs stopped, runs
+stopped whose true mean never exceeded the budget `patience` checks in a row, runs let finish whose true mean did.
+
+    python benchmarks/monitor_bound.py --workdir .   # after the demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monitor import demo_setup, demo_trainer  # noqa: E402
+
+
+def truths(workdir: Path, model: str, task: str, seed: int, every: int) -> tuple[list[int], np.ndarray, object]:
+    """(the check steps, Z at each check over the map's usable examples (checks x U), the map): the whole upstream
+    set scored at every `every` steps of the check task's fine-tune."""
+    import torch
+    from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
+
+    from forgetmap.data.chat import encode_examples
+    from forgetmap.data.upstream import read_ids, read_rows
+    from forgetmap.nll import TorchScorer
+
+    hf_logging.set_verbosity_error()
+    spec, base, tokenizer, data, shards, forecast_map = demo_setup(workdir, model, task)
+    files = [str(s) for s in shards]
+    position = {e: i for i, e in enumerate(read_ids(files))}
+    rows = read_rows(files, np.array([position[e] for e in forecast_map.example_ids]))
+    encoded = encode_examples(tokenizer, rows, spec["chat_template"], spec["score"]["max_length"])
+
+    def scored(net) -> np.ndarray:
+        training = net.training
+        net.eval()
+        nll, _ = TorchScorer(net, tokenizer.pad_token_id, inference=False).score(encoded)
+        net.train(training)
+        return np.asarray(nll, np.float64)
+
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_pretrained(base)
+    before = scored(net)
+    steps, rows_at = [], []
+
+    class Truth(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every == 0:
+                steps.append(state.global_step)
+                rows_at.append(scored(net) - before)
+
+    with tempfile.TemporaryDirectory() as out:
+        trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
+        trainer.add_callback(Truth())
+        trainer.train()
+    return steps, np.stack(rows_at), forecast_map
+
+
+def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int, seed: int) -> dict:
+    """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}."""
+    from forgetmap.monitor.bound import mean_bound, sample_interval
+
+    known = forecast_map.known
+    row, _ = forecast_map.forecast(truth[known])
+    constant = forecast_map.mean_halfwidth(level)
+    rest = np.setdiff1d(np.arange(len(truth)), known)
+    rng = np.random.default_rng(seed)
+    out = {"run's own": [], "a random sample's": []}
+    for _ in range(draws):
+        drawn = np.sort(rng.choice(rest, audit, replace=False))
+        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
+        sample = sample_interval(truth[drawn], level)
+        out["run's own"].append((own.lower, own.upper))
+        out["a random sample's"].append((sample.lower, sample.upper))
+    naive = sample_interval(truth[known], level)
+    mean = float(np.mean(row))
+    out["the map's constant"] = [(mean - constant, mean + constant)] * draws
+    out["the naive monitor's"] = [(naive.lower, naive.upper)] * draws
+    return {name: np.asarray(v) for name, v in out.items()}
+
+
+def stop_step(over: list[bool], steps: list[int], patience: int) -> int | None:
+    run = 0
+    for step, flag in zip(steps, over):
+        run = run + 1 if flag else 0
+        if run >= patience:
+            return step
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("."))
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--level", type=float, default=0.9)
+    parser.add_argument("--audit", type=int, default=30)
+    parser.add_argument("--draws", type=int, default=200)
+    parser.add_argument("--budgets", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    parser.add_argument("--patience", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+    import yaml
+
+    from forgetmap.config import forecast_modes, resolve
+
+    torch.set_num_threads(1)
+    cfg = resolve(yaml.safe_load((args.workdir / "config/config.yaml").read_text()))
+    tasks = sorted(t for t, mode in forecast_modes(cfg, args.model).items() if mode == "check")
+    runs = []
+    for task in tasks:
+        for seed in range(args.seeds):
+            steps, truth, forecast_map = truths(args.workdir, args.model, task, seed, args.every)
+            runs.append({"task": task, "seed": seed, "steps": steps, "truth": truth})
+            print(f"{task} seed {seed}: true mean at steps {steps}: {np.round(truth.mean(axis=1), 4).tolist()}",
+                  flush=True)
+    records, decisions = [], []
+    for run in runs:
+        per_check = [bounds(z, forecast_map, args.level, args.audit, args.draws, 1000 * run["seed"] + c)
+                     for c, z in enumerate(run["truth"])]
+        means = run["truth"].mean(axis=1)
+        for c, found in enumerate(per_check):
+            for name, intervals in found.items():
+                records.append({"bound": name, "task": run["task"], "seed": run["seed"], "step": run["steps"][c],
+                                "covered": float(np.mean((intervals[:, 0] <= means[c]) & (means[c] <= intervals[:, 1]))),
+                                "upper_holds": float(np.mean(means[c] <= intervals[:, 1])),
+                                "halfwidth": float(np.mean(intervals[:, 1] - intervals[:, 0]) / 2)})
+        for budget in args.budgets:
+            truly = stop_step([m > budget for m in means], run["steps"], args.patience)
+            for name in per_check[0]:
+                stops = [stop_step([found[name][d, 1] > budget for found in per_check], run["steps"], args.patience)
+                         for d in range(args.draws)]
+                decisions.append({"bound": name, "budget": budget, "task": run["task"], "seed": run["seed"],
+                                  "stopped": float(np.mean([s is not None for s in stops])),
+                                  "stopped_wrongly": float(np.mean([s is not None and truly is None for s in stops])),
+                                  "let_finish_wrongly": float(np.mean([s is None and truly is not None for s in stops])),
+                                  "truth_stops": truly is not None})
+    table = pd.DataFrame(records)
+    pd.set_option("display.width", 160)
+    print(f"\ncoverage at level {args.level} and half-width, over {len(tasks)} tasks x {args.seeds} seeds x "
+          f"{len(runs[0]['steps'])} checks x {args.draws} draws:")
+    print(table.groupby("bound")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
+    print("\nby check step (the run's own bound):")
+    own = table[table["bound"] == "run's own"]
+    print(own.groupby("step")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
+    print("\nby task (the run's own bound):")
+    print(own.groupby("task")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
+    decided = pd.DataFrame(decisions)
+    print(f"\na budget with patience {args.patience} (share of runs, each run averaged over the draws):")
+    print(decided.groupby(["budget", "bound"])[["stopped", "stopped_wrongly", "let_finish_wrongly", "truth_stops"]]
+          .mean().to_string(float_format=lambda v: f"{v:.3f}"))
+    print(json.dumps({"true_means": {f"{r['task']}/{r['seed']}": np.round(r["truth"].mean(axis=1), 4).tolist()
+                                     for r in runs}}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""A bound on the mean forgetting of the weights at a check, from what the run itself measured.
+
+The forecast row (the map's completion of the k probes' values) is a prediction of every usable example's
+forgetting; the audit examples, drawn uniformly at random from the examples that are not probes when the map
+was made (seeded and recorded), are measured at each check too. Their residuals (measured − forecast) come from
+a forecast that never saw their values, so they are honest errors of it, and their mean corrects the
+forecast's mean: prediction-powered inference (Angelopoulos et al., Science 2023) with the probes counted
+exactly,
+
+    estimate = (Σ_probes z + Σ_others ẑ + (N − k) · mean(residual_audit)) / N
+
+over the N usable examples. Its interval at `level` is Student's t on the m audit residuals, with the finite
+population's correction (the audit is drawn without replacement from the N − k others):
+
+    half-width = t_{m−1, (1+level)/2} · (N − k)/N · sd(residual) / √m · √(1 − m / (N − k)).
+
+It promises, over the draw of the audit examples (not over tasks or runs), that the interval covers the mean
+forgetting of the weights at that check with probability about `level`: t's approximation to the residuals'
+mean, which per-example forgetting's heavy tail strains at small m (BENCHMARKS.md measures the coverage). The
+narrower the forecast's errors, the narrower the interval: where the forecast is good the audit's residuals
+vary far less than the audit's own values, whose t-interval (`sample_interval`) is the valid bound a random
+sample gives without a map.
+
+Where fewer than two audit examples have a value, there is no bound (NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MeanBound:
+    estimate: float
+    lower: float
+    upper: float
+
+    @property
+    def halfwidth(self) -> float:
+        return (self.upper - self.lower) / 2
+
+
+def _t(level: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf((1 + level) / 2, df))
+
+
+def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
+               audit_values: np.ndarray, level: float) -> MeanBound:
+    """The mean of z over every usable example at a check, bounded at `level`: `forecast` the completed row (N,),
+    `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
+    of them probes) and `audit_values` their measured z."""
+    forecast = np.asarray(forecast, dtype=np.float64)
+    n, k = len(forecast), len(known)
+    residuals = np.asarray(audit_values, dtype=np.float64) - forecast[audit]
+    residuals = residuals[np.isfinite(residuals)]
+    m = len(residuals)
+    if m < 2:
+        return MeanBound(float("nan"), float("nan"), float("nan"))
+    others = np.ones(n, dtype=bool)
+    others[known] = False
+    estimate = (float(np.sum(probe_values)) + float(forecast[others].sum()) + (n - k) * float(residuals.mean())) / n
+    correction = np.sqrt(max(0.0, 1 - m / (n - k)))
+    half = _t(level, m - 1) * (n - k) / n * float(residuals.std(ddof=1)) / np.sqrt(m) * correction
+    return MeanBound(estimate, estimate - half, estimate + half)
+
+
+def sample_interval(values: np.ndarray, level: float) -> MeanBound:
+    """The t-interval of a sample's mean (no forecast): what a random sample alone bounds, and what the naive
+    monitor's probes give when read as one."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) < 2:
+        return MeanBound(float("nan"), float("nan"), float("nan"))
+    mean = float(values.mean())
+    half = _t(level, len(values) - 1) * float(values.std(ddof=1)) / np.sqrt(len(values))
+    return MeanBound(mean, mean - half, mean + half)
