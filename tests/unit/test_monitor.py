@@ -326,6 +326,17 @@ def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_
     with pytest.raises(DataError, match="nats per token .median. away from the map's base NLL"):
         make_trainer("hf", tmp_path / "other", tmp_path / "c", ForgettingMonitor(anonymous)).train()
     assert not (tmp_path / "c" / "checkpoint-2").exists()  # refused before a step
+    # a sibling (the same architecture and tokenizer, trained from other weights: 0.02 nats per token away at the
+    # median, within the 0.05 tolerance once used) and a descendant (the base trained a few steps further) are
+    # refused; a bf16 run of the base itself is not (test_an_sft_trainer_logs_forecasts_...: TRL's bf16 default)
+    sibling = save_standin(tmp_path / "sibling", "olmo2", TULU_TEMPLATE, seed=5, width=32)
+    with pytest.raises(DataError, match=r"0\.0[23]\d nats per token .median. away .*a sibling trained from other weights"):
+        make_trainer("hf", sibling, tmp_path / "d", ForgettingMonitor(str(map_path))).train()
+    parent = make_trainer("hf", base, tmp_path / "e", max_steps=2)
+    parent.train()
+    parent.save_model(str(tmp_path / "descendant"))
+    with pytest.raises(DataError, match="away from the map's base NLL"):
+        make_trainer("hf", tmp_path / "descendant", tmp_path / "f", ForgettingMonitor(str(map_path))).train()
     with pytest.raises(DataError, match=r"probe example\(s\) \['lm-5', 'nowhere'\] are not usable examples"):
         ForecastMap.from_matrix(matrix_path, upstream, probe_ids=["lm-1", "lm-5", "nowhere"])
     with pytest.raises(ValueError, match="a budget acts on the forecast's upper bound, and a forecast needs a map"):
