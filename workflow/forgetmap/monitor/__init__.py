@@ -3,7 +3,7 @@ scored on live weights (`ProbeMeter`), and the trainer callback that forecasts e
 forgetting at each check (`ForgettingMonitor`).
 
     from forgetmap.monitor import ForgettingMonitor
-    ForgettingMonitor("results/olmo/forecast/map.parquet", budget=0.3).attach(trainer)
+    ForgettingMonitor("results/olmo/forecast/map.parquet", budget=0.15).attach(trainer)
 
 With `replay=ForecastReplay(upstream)` the monitor also steers a replay of the examples forecast most
 forgotten, mixed into the trainer's training set. The callback and the replay are imported only when asked

@@ -10,14 +10,18 @@ half-widths. Each check:
   through the trainer it is attached to, logs them to every `report_to` backend;
 - writes its forecast row (example id, forecast, half-widths) as parquet under
   `output_dir/forgetmap-monitor/` (and a line of `trajectory.tsv`), on the main process;
-- at a `budget` (the forecast's mean upper bound above it for `patience` checks in a row) saves and stops
+- bounds the mean forgetting at that check from the run itself: the map's audit examples, drawn at random and
+  scored beside the probes, correct the forecast's mean and give its interval (forgetmap.monitor.bound);
+- at a `budget` (that interval's upper end above it for `patience` checks in a row) saves and stops
   training, as `EarlyStoppingCallback` does; with a `replay` (forgetmap.monitor.replay.ForecastReplay, mixed
   into the training set), each check points the replay's draw at the examples forecast most forgotten, a
   check over the budget raises the replayed share instead, and training stops only once the share is at its
   ceiling.
 
 Without a map it is the naive monitor: the probes' mean NLL change, no forecast, no budget. Its state (the
-baseline, the checks so far) is saved with each checkpoint and comes back on resume.
+baseline, the checks so far) is saved with each checkpoint and comes back on resume. Under DDP, FSDP or
+DeepSpeed ZeRO-3 every rank scores its share of the examples through the model as the trainer wrapped it, and
+every rank holds every value (forgetmap.meter).
 """
 
 from __future__ import annotations
@@ -38,19 +42,19 @@ from .map import ForecastMap, differences, identity
 log = logging.getLogger(__name__)
 
 OUTPUT = "forgetmap-monitor"
+PREFIX = "eval_forget_"
 # the median gap (nats per token) between the baseline and the map's base NLL at the measured examples beyond
 # which the map is another model's: bf16 against fp32 or a GPU against a CPU moves the median by 2e-4 to 3e-3
-# (the tests' stand-ins; an H200 at 1B), a sibling trained from other weights by 0.025-0.055 (the stand-ins)
-PREFIX = "eval_forget_"
+# (the tests' stand-ins; an H200 at 1B), a sibling trained from other weights by 0.02-0.055 (the stand-ins)
 BASE_TOLERANCE = 0.01
 _ATTACHED: dict[int, weakref.ref] = {}  # id(TrainingArguments) -> its trainer: survives a resume's new instance
 
 
 class ForgettingMonitor(TrainerCallback, ExportableState):
     """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
-    upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forecast
-    forgetting (nats per token) whose upper bound (the mean's conformal interval at `level`) may not be
-    exceeded for `patience` checks. `replay`: a `ForecastReplay` the monitor steers (needs a map).
+    upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forgetting
+    (nats per token) whose upper bound at `level` (monitor.bound, from the map's audit examples; a map without
+    them: the forecast's mean plus the map's constant half-width) may not be exceeded for `patience` checks. `replay`: a `ForecastReplay` the monitor steers (needs a map).
     `every`: check every N optimizer steps instead of at each evaluation. `token_budget`: padded tokens per
     scoring batch (the memory bound). `base_tolerance`: the largest median gap (nats per token) between the
     baseline and the map's base NLL at the probes before the map is judged another model's (None: unchecked)."""
