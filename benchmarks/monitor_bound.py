@@ -11,7 +11,9 @@ audit draw is), the bounds on that mean at `--level`:
 - the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
   leave-one-fit-task-out folds, the same at every check;
 - the naive monitor's: the k probes' measured mean with a t-interval (not a random sample: the D-optimal probes);
-- a random sample's: the audit examples' own mean with a t-interval (no map).
+- a random sample's: the audit examples' own mean with a t-interval (no map);
+
+and the run's own bound on the share of examples forgotten by more than each of `--shares` nats per token.
 
 Printed: per bound, coverage (the interval holds the truth; its upper end at or above it) and mean half-width, over
 every task, seed, check and draw; then what a budget does at `--budgets` with `--patience`: runs stopped, runs
@@ -78,9 +80,11 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int) -> tuple
     return steps, np.stack(rows_at), forecast_map
 
 
-def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int, seed: int) -> dict:
-    """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}."""
-    from forgetmap.monitor.bound import mean_bound, sample_interval
+def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int, seed: int,
+           shares: tuple = ()) -> dict:
+    """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}; `shares`: also the run's
+    own bound on the share of examples forgotten by more than each."""
+    from forgetmap.monitor.bound import mean_bound, sample_interval, share_bound
 
     known = forecast_map.known
     row, _ = forecast_map.forecast(truth[known])
@@ -94,6 +98,14 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
         sample = sample_interval(truth[drawn], level)
         out["run's own"].append((own.lower, own.upper))
         out["a random sample's"].append((sample.lower, sample.upper))
+    for over in shares:  # the share forgotten by more than `over`, bounded the same way
+        out[f"share over {over:g}"] = []
+    rng = np.random.default_rng(seed)  # the same draws again, for the shares
+    for _ in range(draws):
+        drawn = np.sort(rng.choice(rest, audit, replace=False))
+        for over in shares:
+            found = share_bound(row, known, truth[known], drawn, truth[drawn], over, level)
+            out[f"share over {over:g}"].append((found.lower, found.upper))
     naive = sample_interval(truth[known], level)
     mean = float(np.mean(row))
     out["the map's constant"] = [(mean - constant, mean + constant)] * draws
@@ -121,6 +133,8 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--budgets", type=float, nargs="+", default=[0.05, 0.1, 0.15, 0.2])
     parser.add_argument("--patience", type=int, default=2)
+    parser.add_argument("--shares", type=float, nargs="*", default=[0.2, 0.5],
+                        help="also bound the share of examples forgotten by more than each (nats per token)")
     parser.add_argument("--truths", type=Path, default=None,
                         help="an .npz of the truths at every check: read where it exists, else written after scoring")
     args = parser.parse_args()
@@ -149,15 +163,19 @@ def main() -> None:
                  steps=runs[0]["steps"], truths=np.stack([r["truth"] for r in runs]))
     records, decisions = [], []
     for run in runs:
-        per_check = [bounds(z, forecast_map, args.level, args.audit, args.draws, 1000 * run["seed"] + c)
-                     for c, z in enumerate(run["truth"])]
+        per_check = [bounds(z, forecast_map, args.level, args.audit, args.draws, 1000 * run["seed"] + c,
+                            tuple(args.shares)) for c, z in enumerate(run["truth"])]
         means = run["truth"].mean(axis=1)
         for c, found in enumerate(per_check):
             for name, intervals in found.items():
+                truth = float(np.mean(run["truth"][c] > float(name.split()[-1]))) if name.startswith("share") \
+                    else means[c]
                 records.append({"bound": name, "task": run["task"], "seed": run["seed"], "step": run["steps"][c],
-                                "covered": float(np.mean((intervals[:, 0] <= means[c]) & (means[c] <= intervals[:, 1]))),
-                                "upper_holds": float(np.mean(means[c] <= intervals[:, 1])),
+                                "truth": truth,
+                                "covered": float(np.mean((intervals[:, 0] <= truth) & (truth <= intervals[:, 1]))),
+                                "upper_holds": float(np.mean(truth <= intervals[:, 1])),
                                 "halfwidth": float(np.mean(intervals[:, 1] - intervals[:, 0]) / 2)})
+            per_check[c] = {k: v for k, v in found.items() if not k.startswith("share")}
         for budget in args.budgets:
             truly = stop_step([m > budget for m in means], run["steps"], args.patience)
             for name in per_check[0]:
@@ -170,9 +188,10 @@ def main() -> None:
                                   "truth_stops": truly is not None})
     table = pd.DataFrame(records)
     pd.set_option("display.width", 160)
-    print(f"\ncoverage at level {args.level} and half-width, over {len(tasks)} tasks x {args.seeds} seeds x "
-          f"{len(runs[0]['steps'])} checks x {args.draws} draws:")
-    print(table.groupby("bound")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"\ncoverage at level {args.level} and half-width, over {len(runs)} runs ({len(tasks)} tasks) x "
+          f"{len(runs[0]['steps'])} checks x {args.draws} draws (truth: the mean, or the share):")
+    print(table.groupby("bound")[["covered", "upper_holds", "halfwidth", "truth"]].mean()
+          .to_string(float_format=lambda v: f"{v:.3f}"))
     print("\nby check step (the run's own bound):")
     own = table[table["bound"] == "run's own"]
     print(own.groupby("step")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))

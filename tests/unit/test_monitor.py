@@ -81,7 +81,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     out = tmp_path / "run" / "forgetmap-monitor"
     import pyarrow.parquet as pq
     from forgetmap.io import read_metadata
-    from forgetmap.monitor.bound import mean_bound
+    from forgetmap.monitor.bound import mean_bound, share_bound
 
     for step, entry in zip((2, 4), logged):
         path = out / f"check-{step:08d}.parquet"
@@ -100,6 +100,9 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
                            np.asarray(meta["audit_values"]), 0.8)
         assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
             (bound.estimate, bound.upper), abs=1e-5)
+        share = share_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
+                            np.asarray(meta["audit_values"]), -10.0, 0.8)  # the budget: every example is over it
+        assert entry["eval_forget_over_budget_upper"] == pytest.approx(share.upper) == 1.0
     trajectory = pd.read_csv(out / "trajectory.tsv", sep="\t")
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
 

@@ -21,6 +21,9 @@ narrower the forecast's errors, the narrower the interval: where the forecast is
 vary far less than the audit's own values, whose t-interval (`sample_interval`) is the valid bound a random
 sample gives without a map.
 
+A share of examples forgotten by more than x nats (`share_bound`, what a user may mean by a budget) is the mean
+of indicators, bounded the same way (t on indicator residuals: rough where the share is near 0 or 1).
+
 Where fewer than two audit examples have a value, there is no bound (NaN).
 """
 
@@ -66,6 +69,18 @@ def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray
     correction = np.sqrt(max(0.0, 1 - m / (n - k)))
     half = _t(level, m - 1) * (n - k) / n * float(residuals.std(ddof=1)) / np.sqrt(m) * correction
     return MeanBound(estimate, estimate - half, estimate + half)
+
+
+def share_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
+                audit_values: np.ndarray, over: float, level: float) -> MeanBound:
+    """The share of usable examples forgotten by more than `over` nats per token at a check, bounded at `level`:
+    `mean_bound` on the indicators (the forecast's, the probes' and the audit examples' measured ones)."""
+    def above(z):
+        z = np.asarray(z, dtype=np.float64)
+        return np.where(np.isfinite(z), (z > over).astype(np.float64), np.nan)
+
+    bound = mean_bound(above(forecast), known, above(probe_values), audit, above(audit_values), level)
+    return MeanBound(bound.estimate, max(0.0, bound.lower), min(1.0, bound.upper))
 
 
 def sample_interval(values: np.ndarray, level: float) -> MeanBound:

@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..errors import DataError
-from .bound import mean_bound
+from .bound import mean_bound, share_bound
 from .map import ForecastMap, differences, identity
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,9 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                 scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
             if self.budget is not None:
                 scalars["over_budget"] = float(np.mean(row > self.budget))
+                if self.level is not None and len(audited):  # a bound on that share too, as on the mean
+                    share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level)
+                    scalars["over_budget_upper"] = share.upper
                 stop = self._over_budget(scalars["upper"], state.global_step)
             if self.replay is not None:
                 self.replay.follow(row)
