@@ -303,7 +303,7 @@ def test_the_explorer_opens_a_runs_checks_as_a_timeline(mapped, replayed, tmp_pa
         driver.quit()
 
 
-def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_path):
+def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_path, caplog):
     from forgetmap.errors import DataError
     from forgetmap.monitor import ForecastMap, ForgettingMonitor
 
@@ -340,6 +340,13 @@ def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_
     parent.save_model(str(tmp_path / "descendant"))
     with pytest.raises(DataError, match="away from the map's base NLL"):
         make_trainer("hf", tmp_path / "descendant", tmp_path / "f", ForgettingMonitor(str(map_path))).train()
+    # asked for on purpose: monitored, and the log says the forecast is through another model's map
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="forgetmap"):
+        make_trainer("hf", sibling, tmp_path / "g", ForgettingMonitor(str(map_path), base_tolerance=None),
+                     max_steps=2).train()
+    assert "the forecast is through another model's map" in caplog.text
     with pytest.raises(DataError, match=r"probe example\(s\) \['lm-5', 'nowhere'\] are not usable examples"):
         ForecastMap.from_matrix(matrix_path, upstream, probe_ids=["lm-1", "lm-5", "nowhere"])
     with pytest.raises(ValueError, match="a budget acts on the forecast's upper bound, and a forecast needs a map"):

@@ -290,7 +290,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     def _check_base(self, baseline: np.ndarray) -> None:
         """The baseline against the map's base NLL at the probes: another model (or another way of scoring)
         shows as a gap far above bf16's rounding."""
-        if self.map is None or self.base_tolerance is None:
+        if self.map is None:
             return
         recorded = self.map.base_nll[np.concatenate([self.map.known, self.map.audit])]
         if not np.isfinite(recorded).all():
@@ -298,6 +298,14 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                      "whether the model being trained is the map's base is not checked", self.map.path or "the map")
             return
         gap = float(np.median(np.abs(baseline - recorded)))
+        if self.base_tolerance is None:  # asked for on purpose: said, with what it cost where it was measured
+            if gap > BASE_TOLERANCE:
+                log.warning("forgetting monitor: the model being trained is %.3f nats per token (median) from %s's "
+                            "base: the forecast is through another model's map. On the demo that cost (BENCHMARKS.md): "
+                            "a sibling trained from other weights ranked its examples with Spearman 0.28 against 0.35 "
+                            "through its own map, a descendant 0.28 against 0.39; RMSE 5-12 %% higher", gap,
+                            self.map.path or "the map")
+            return
         if gap > self.base_tolerance:
             raise DataError(
                 f"{self.map.path or 'the forecast map'}: the model being trained scores the map's probes and audit "
