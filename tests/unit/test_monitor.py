@@ -509,7 +509,7 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
 @pytest.mark.parametrize("how", ["fsdp2", "fsdp1"])
 def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, tmp_path, how):
     """FSDP over two gloo ranks (fully_shard, or the FullyShardedDataParallel wrapper): each rank scores the length
-    batches dealt to it and runs as many forwards as the other (five batches: rank 1 repeats one; one batch: rank 1,
+    batches dealt to it and runs as many forwards as the other (an odd number: rank 1 repeats one; one batch: rank 1,
     dealt none, repeats it), so an uneven deal does not leave a rank in an all-gather; every rank holds every probe's
     value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on;
     ranks given other probes are refused with an error naming what differs."""

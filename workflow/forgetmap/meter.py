@@ -30,6 +30,9 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 
+SHARDED_PADDING = 0.5  # the share of a sharded model's batch that may be padding (TorchScorer's max_padding)
+
+
 def _ranks() -> tuple[int, int]:
     import torch.distributed as dist
 
@@ -139,7 +142,12 @@ class ProbeMeter:
         if self.world > 1:
             _same_on_every_rank(rows["example_id"].astype(str).tolist(), [len(e.ids) for e in encoded], self.world)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.scorer = TorchScorer(model, pad, token_budget, gathered=root_gathered(self.kind, root), inference=False)
+        local = self.kind == "local"
+        if not local:  # every forward gathers the weights: fewer, fuller batches, yet at least one per rank
+            lengths = [len(e.ids) for e in encoded if e.n_scored]
+            token_budget = min(token_budget, max(max(lengths, default=1), -(-sum(lengths) // self.world)))
+        self.scorer = TorchScorer(model, pad, token_budget, max_padding=None if local else SHARDED_PADDING,
+                                  gathered=root_gathered(self.kind, root), inference=False)
         scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty probe is refused by the caller
         plan = [np.asarray(scored)[b] for b in self.scorer.plan([encoded[i] for i in scored])]
         self.batches, self.repeats = deal(plan, self.rank, self.world, self.kind != "local")
