@@ -190,7 +190,8 @@ class TorchScorer:
                 argmax.append((rows_t, hits[0]))
             yield batch, rows_t[:n_span], token_nll[:n_span]
 
-    def _sums(self, encoded: list[Encoded], greedy: bool, batches: list | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    def _sums(self, encoded: list[Encoded], greedy: bool,
+              batches: list | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Summed NLL per example (float64; 0 where the span is empty) and, with `greedy`, whether every
         token of its scored span and the token after it are the model's argmax (the span, then that
         token, is what greedy decoding from the span's prefix writes)."""

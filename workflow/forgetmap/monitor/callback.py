@@ -54,10 +54,11 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
     upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forgetting
     (nats per token) whose upper bound at `level` (monitor.bound, from the map's audit examples; a map without
-    them: the forecast's mean plus the map's constant half-width) may not be exceeded for `patience` checks. `replay`: a `ForecastReplay` the monitor steers (needs a map).
-    `every`: check every N optimizer steps instead of at each evaluation. `token_budget`: padded tokens per
-    scoring batch (the memory bound). `base_tolerance`: the largest median gap (nats per token) between the
-    baseline and the map's base NLL at the probes before the map is judged another model's (None: unchecked)."""
+    them: the forecast's mean plus the map's constant half-width) may not be exceeded for `patience` checks.
+    `replay`: a `ForecastReplay` the monitor steers (needs a map). `every`: check every N optimizer steps instead
+    of at each evaluation. `token_budget`: padded tokens per scoring batch (the memory bound). `base_tolerance`:
+    the largest median gap (nats per token) between the baseline and the map's base NLL at the measured examples
+    before the map is judged another model's (None: monitored anyway, and the log says so)."""
 
     def __init__(self, map: str | ForecastMap | None = None, *, probes=None, budget: float | None = None,
                  patience: int = 1, level: float | None = None, every: int | None = None, token_budget: int = 4096,
@@ -309,7 +310,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         if gap > self.base_tolerance:
             raise DataError(
                 f"{self.map.path or 'the forecast map'}: the model being trained scores the map's probes and audit "
-                f"examples {gap:.3f} nats per token (median) away from the map's base NLL (tolerance {self.base_tolerance}): "
+                f"examples {gap:.3f} nats per token (median) away from the map's base NLL (tolerance "
+                f"{self.base_tolerance}): "
                 f"the map is of another model (a sibling trained from other weights, a descendant of the map's "
                 f"base), or was scored with another chat template or length ({self.map.scoring}); a change of "
                 f"precision or device moves it by far less. Pass base_tolerance=None to forecast through another "

@@ -121,8 +121,9 @@ class ForecastMap:
         tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
         `probes` as the workflow's forecast chooses them; `audit` further examples are drawn uniformly at random
         (`audit_seed`) from the rest, measured at each check to bound the mean forgetting (monitor.bound; None:
-        AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one). `chat_template`/`max_length`: how the matrix's scores were made (the
-        workflow's `models.NAME.score`); `model`/`tokenizer`: the base, to record what the map is of."""
+        AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one).
+        `chat_template`/`max_length`: how the matrix's scores were made (the workflow's `models.NAME.score`);
+        `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
         from ..matrix import ForgettingMatrix
         from ..predict.forecast import choose, fit_rows
