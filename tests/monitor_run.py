@@ -159,6 +159,11 @@ def main(argv: list[str]) -> None:
             "world": dist.get_world_size(), "wrapped": wrapped_in(trainer), "kind": monitor.meter.kind,
             "share": monitor.meter.share.tolist(), "repeats": monitor.meter.repeats, "baseline": monitor.baseline,
             "checks": monitor.checks, "global_step": trainer.state.global_step}))
+    # the process group torn down before the interpreter exits: left to exit, a communication thread still running
+    # (gloo's, DeepSpeed's) is destroyed unjoined and aborts the process ("terminate called without an active
+    # exception"), now and then, after a run that succeeded
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
