@@ -428,23 +428,12 @@ def test_a_map_of_an_imported_released_matrix_monitors_a_trainer(mapped, tmp_pat
 
 def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped, tmp_path):
     """torchrun, two gloo ranks: each scores half the probes; the gathered baseline is the one-process one."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forgetmap.monitor import ForecastMap, ProbeMeter
 
     base, _, _, map_path = mapped
-    tests = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(tests.parent / "workflow"), str(tests), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(tests / "monitor_run.py"), str(base), str(map_path), str(tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _torchrun("monitor_run.py", str(base), str(map_path), str(tmp_path))
     held = json.loads((tmp_path / "monitor.json").read_text())
     # rank 0 scored the plan's first, third, ... length batch, and no batch twice: DDP's forward runs no collective
     assert held["world"] == 2 and held["wrapped"] == "DistributedDataParallel" and held["kind"] == "local"

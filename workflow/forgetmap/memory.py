@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ForgetmapError
 
@@ -213,10 +213,12 @@ def _saved_bytes(base, hidden: int, intermediate: int, kv_ratio: int, layers: in
 
 @dataclass(frozen=True)
 class Need:
-    """A job's memory by term: bytes on each GPU (or, on a CPU, the process's) and on the host."""
+    """A job's memory by term: bytes on each GPU (or, on a CPU, the process's) and on the host; a fine-tune's
+    `phases`: its device bytes at each moment that can be its peak (`_phases`, what it holds throughout included)."""
 
     terms: dict
     host: dict
+    phases: dict = field(default_factory=dict)
 
     @property
     def device(self) -> float:
@@ -248,6 +250,7 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
         terms["l2_sp_anchor"] = 4 * trained / shards
     if arm.get("ema") is not None:
         terms["ema_weights"] = 4 * trained / shards
+    held = float(sum(terms.values()))
     phases = _phases(model, settings, cuda, lora, arm, shards)
     terms.update(max(phases.values(), key=lambda phase: sum(phase.values())))
     # the host: each process's own (Python, torch, the CUDA context); each loads one tensor (one slice under
@@ -256,7 +259,8 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
 
     host = {"processes": PROCESS_HOST * processes,
             "checkpoint_file": min(MAX_FILE_BYTES, 4 * model.parameters) if fsdp else 0}
-    return Need({k: float(v) for k, v in terms.items() if v}, {k: float(v) for k, v in host.items()})
+    return Need({k: float(v) for k, v in terms.items() if v}, {k: float(v) for k, v in host.items()},
+                {name: held + float(sum(phase.values())) for name, phase in phases.items()})
 
 
 def _phases(model: Shape, settings: dict, cuda: bool, lora: int, arm: dict, shards: int) -> dict[str, dict]:
@@ -317,16 +321,6 @@ def _phases(model: Shape, settings: dict, cuda: bool, lora: int, arm: dict, shar
     if monitor.get("token_budget"):  # between steps (gradients freed): the probes scored under autocast
         phases["check"] = {"autocast_copies": cast, "monitor_check": check_scoring(model, mixed, monitor)}
     return phases
-
-
-def check_need(model: Shape, settings: dict, cuda: bool, need: Need) -> float:
-    """A monitored fine-tune's device memory at one of its checks: what it holds throughout (the weights, Adam
-    states and arm copies of `need`, its estimate) and the check phase's own terms."""
-    held = sum(v for k, v in need.terms.items() if k in ("weights", "adam", "kl_reference", "l2_sp_anchor",
-                                                          "ema_weights"))
-    processes = settings.get("processes", 1)
-    shards = processes if settings.get("method", "full") == "full" and processes > 1 else 1
-    return float(held + sum(_phases(model, settings, cuda, 0, {}, shards)["check"].values()))
 
 
 def check_scoring(model: Shape, mixed: bool, monitor: dict) -> float:

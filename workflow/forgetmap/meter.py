@@ -150,7 +150,7 @@ class ProbeMeter:
                                   gathered=root_gathered(self.kind, root), inference=False)
         scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty probe is refused by the caller
         plan = [np.asarray(scored)[b] for b in self.scorer.plan([encoded[i] for i in scored])]
-        self.batches, self.repeats = deal(plan, self.rank, self.world, self.kind != "local")
+        self.batches, self.repeats = deal(plan, self.rank, self.world, not local)
         own = self.batches[:len(self.batches) - self.repeats]
         self.share = np.sort(np.concatenate([np.zeros(0, dtype=np.int64), *own]))
         self.encoded = encoded

@@ -72,7 +72,7 @@ def _refusal(row: dict) -> str:
 def memory_rows(plan, model: str) -> list[dict]:
     """The model's fine-tune jobs, one row per distinct kind (a task's settings, each arm): what one of its
     processes needs of its device (`cuda`: a GPU) and what the job needs of the host (forgetmap.memory)."""
-    from ..memory import check_need, fitted
+    from ..memory import fitted
 
     resources = plan.cfg["models"][model]["resources"]["finetune"]
     if not plan.finetuned[model]:
@@ -81,7 +81,7 @@ def memory_rows(plan, model: str) -> list[dict]:
     gpu = plan.gpu_memory(model, "finetune")
     kinds: dict[str, list] = {}  # one kind of fine-tune: [label, settings, arm, config key, tasks]
     for task in plan.finetuned[model]:
-        settings = {k: v for k, v in configured_finetune(plan, model, task).items() if k != "monitor"}
+        settings = configured_finetune(plan, model, task)
         monitor = plan.forecast.monitor_settings(model, task)  # a forecast task's checks, as the job runs them
         settings = {**settings, "monitor": monitor} if monitor else settings
         label = "finetune, monitored" if monitor else "finetune"
@@ -90,8 +90,8 @@ def memory_rows(plan, model: str) -> list[dict]:
         kind[4].append(task)
     arm_tasks = plan.mitigation.tasks(model)
     for name, arm in plan.cfg["mitigation"]["arms"].items() if arm_tasks else ():
-        settings = {k: v for k, v in configured_finetune(plan, model, arm_tasks[0]).items() if k != "monitor"}
-        kinds[f"arm {name}"] = [f"arm {name}", settings, arm, f"mitigation.arms.{name}", arm_tasks]
+        kinds[f"arm {name}"] = [f"arm {name}", configured_finetune(plan, model, arm_tasks[0]), arm,
+                                f"mitigation.arms.{name}", arm_tasks]
     rows = []
     shape = plan.base_shape(model)
     for label, settings, arm, key, tasks in kinds.values():
@@ -103,8 +103,8 @@ def memory_rows(plan, model: str) -> list[dict]:
         rows.append(_row(model, "finetune", job, key, need, gpu, cuda, processes=settings["processes"],
                          checkpointing="auto" if undecided else decided["gradient_checkpointing"],
                          mem_mb=resources["mem_mb"]))
-        if settings.get("monitor"):  # what its checks hold, said below its row
-            rows[-1]["check"] = check_need(shape, decided, cuda, need)
+        if "check" in need.phases:  # what its checks hold, said below its row
+            rows[-1]["check"] = need.phases["check"]
     return rows
 
 
@@ -176,10 +176,11 @@ def host_request(rows: list[dict]) -> int:
 
 
 def configured_finetune(plan, model: str, task: str) -> dict:
-    """A task's fine-tuning settings as configured (`gradient_checkpointing` not yet decided)."""
+    """A task's fine-tuning settings as configured (`gradient_checkpointing` not yet decided), without the
+    config's `monitor` key: where a fine-tune is monitored, `Plan.forecast.monitor_settings` says how."""
     from .views import finetune_settings
 
-    return finetune_settings(plan.cfg, model, task)
+    return {k: v for k, v in finetune_settings(plan.cfg, model, task).items() if k != "monitor"}
 
 
 def _engine_length(plan, model: str) -> int:
