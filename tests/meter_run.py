@@ -56,7 +56,7 @@ def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
     for probes in probe_files:
         probes = probes.format(rank=dist.get_rank())  # a file per rank: ranks that disagree
         model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
-        meter = ProbeMeter(model, tokenizer, pd.read_parquet(probes), "auto", 64, token_budget=64)
+        meter = ProbeMeter.for_rows(model, tokenizer, pd.read_parquet(probes), "auto", 64, token_budget=64)
         before = meter.measure()
         train_step(model, tokenizer, texts)
         after = meter.measure()

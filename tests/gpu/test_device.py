@@ -487,8 +487,8 @@ def test_the_monitor_inside_the_trainers_fsdp_measures_as_one_process(parallel, 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     held = json.loads((tmp_path / "run" / "monitor.json").read_text())
     forecast_map = ForecastMap.read(map_path)
-    alone = ProbeMeter(load_model(base, DEVICE, torch.float32), load_tokenizer(base), forecast_map.measured_rows(), "auto",
-                       64).measure()
+    alone = ProbeMeter.for_rows(load_model(base, DEVICE, torch.float32), load_tokenizer(base), forecast_map.measured_rows(), "auto",
+                                64).measure()
     report(f"the monitor under the Trainer's {parallel}", wrapped=held["wrapped"], kind=held["kind"],
            seconds=round(time.perf_counter() - started, 1),
            check_seconds=[round(c["eval_forget_seconds"], 3) for c in held["checks"]],

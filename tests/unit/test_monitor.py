@@ -64,10 +64,10 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     assert trainer.args.bf16 and monitor.meter.scorer.use_hidden
     model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
     rows = forecast_map.measured_rows()
-    autocast = ProbeMeter(model, tokenizer, rows, "auto", MAX_LENGTH,
-                          autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16)).measure()
+    autocast = ProbeMeter.for_rows(model, tokenizer, rows, "auto", MAX_LENGTH,
+                                   autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16)).measure()
     np.testing.assert_allclose(monitor.baseline, autocast, atol=1e-5)
-    assert 0 < np.abs(monitor.baseline - ProbeMeter(model, tokenizer, rows, "auto", MAX_LENGTH).measure()).max() < 5e-2
+    assert 0 < np.abs(monitor.baseline - ProbeMeter.for_rows(model, tokenizer, rows, "auto", MAX_LENGTH).measure()).max() < 5e-2
     assert (tmp_path / "run" / "checkpoint-4").is_dir()
     logged = [entry for entry in trainer.state.log_history if "eval_forget_mean" in entry]
     assert [entry["step"] for entry in logged] == [2, 4]
@@ -125,8 +125,8 @@ def test_an_sft_trainers_lora_adapters_with_checkpointing_and_packed_rows_are_mo
     trainer.train()
     assert isinstance(trainer.model, PeftModel) and trainer.model.base_model.model.is_activation_checkpointing
     rows = ForecastMap.read(map_path).measured_rows()
-    alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base), rows, "auto",
-                       MAX_LENGTH).measure()
+    alone = ProbeMeter.for_rows(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base), rows, "auto",
+                                MAX_LENGTH).measure()
     np.testing.assert_allclose(monitor.baseline, alone, atol=1e-5)
     assert [c["step"] for c in monitor.checks] == [2, 4] and monitor.meter.scorer.use_hidden
     assert abs(monitor.checks[-1]["eval_forget_probe_mean"]) > 1e-3
@@ -439,8 +439,8 @@ def test_two_data_parallel_ranks_each_score_a_share_and_hold_every_probe(mapped,
     assert held["world"] == 2 and held["wrapped"] == "DistributedDataParallel" and held["kind"] == "local"
     assert 0 < len(held["share"]) < len(held["baseline"]) and held["repeats"] == 0
     forecast_map = ForecastMap.read(map_path)
-    alone = ProbeMeter(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
-                       forecast_map.measured_rows(), "auto", MAX_LENGTH).measure()
+    alone = ProbeMeter.for_rows(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
+                                forecast_map.measured_rows(), "auto", MAX_LENGTH).measure()
     np.testing.assert_allclose(held["baseline"], alone, atol=1e-5)
     assert [c["step"] for c in held["checks"]] == [2]
     assert sorted((tmp_path / "forgetmap-monitor").glob("check-*.parquet")) == \
@@ -522,7 +522,7 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
         assert held["kind"] == how
         assert held["ranks"][0][0] == held["ranks"][1][0]  # the same number of forwards on both ranks
         alone_model = AutoModelForCausalLM.from_pretrained(base)
-        alone = ProbeMeter(alone_model, tokenizer, pd.read_parquet(path), "auto", 64, token_budget=64)
+        alone = ProbeMeter.for_rows(alone_model, tokenizer, pd.read_parquet(path), "auto", 64, token_budget=64)
         np.testing.assert_allclose(held["before"], alone.measure(), atol=1e-5)
         train_step(alone_model, tokenizer, sentences(4, seed=5))
         np.testing.assert_allclose(held["after"], alone.measure(), atol=1e-5)
@@ -575,7 +575,7 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
 
     def alone(directory):
         model = AutoModelForCausalLM.from_pretrained(directory)
-        return ProbeMeter(model, AutoTokenizer.from_pretrained(base), rows, "auto", MAX_LENGTH).measure()
+        return ProbeMeter.for_rows(model, AutoTokenizer.from_pretrained(base), rows, "auto", MAX_LENGTH).measure()
 
     baseline = alone(base)
     np.testing.assert_allclose(held["baseline"], baseline, atol=1e-5)

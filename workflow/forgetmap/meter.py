@@ -126,21 +126,31 @@ def deal(batches: list[np.ndarray], rank: int, world: int, in_step: bool) -> tup
 
 
 class ProbeMeter:
-    """`measure()`: the probes' mean NLL per scored token (float64, one per probe, in the given order; NaN
-    where a probe has nothing to score: `empty` names those). `kind`: the parallelism found (`parallelism`)."""
+    """`measure()`: each example's NLL under the live weights (float64, one per example, in the given order; NaN
+    where an example has nothing to score: `empty` names those), the mean per scored token, or with `total` the
+    sum over its scored span (a multiple-choice option's log-likelihood, negated). `kind`: the parallelism found
+    (`parallelism`). `for_rows` encodes upstream rows as scoring does; a benchmark's items come encoded."""
 
-    def __init__(self, model, tokenizer, rows, chat_template: str, max_length: int, token_budget: int = 4096,
-                 autocast=None, settle=None):
-        """`settle`: called after each measure (zero3_retrace)."""
+    @classmethod
+    def for_rows(cls, model, tokenizer, rows, chat_template: str, max_length: int, token_budget: int = 4096,
+                 autocast=None, settle=None) -> "ProbeMeter":
+        """The upstream `rows` (example_id and the upstream columns) encoded as the scoring job encodes them."""
         from .data.chat import encode_examples
-        from .nll import TorchScorer
 
         encoded = encode_examples(tokenizer, rows, chat_template, max_length)
-        self.empty = [str(rows["example_id"].iloc[i]) for i, e in enumerate(encoded) if e.n_scored == 0]
+        return cls(model, tokenizer, encoded, rows["example_id"].astype(str).tolist(), token_budget, autocast, settle)
+
+    def __init__(self, model, tokenizer, encoded: list, ids: list[str], token_budget: int = 4096, autocast=None,
+                 settle=None, total: bool = False):
+        """`encoded`: the examples (forgetmap.data.chat.Encoded), `ids` naming them; `settle`: called after each
+        measure (zero3_retrace)."""
+        from .nll import TorchScorer
+
+        self.empty = [ids[i] for i, e in enumerate(encoded) if e.n_scored == 0]
         self.kind, root = parallelism(model)
         self.rank, self.world = _ranks()
         if self.world > 1:
-            _same_on_every_rank(rows["example_id"].astype(str).tolist(), [len(e.ids) for e in encoded], self.world)
+            _same_on_every_rank(list(ids), [len(e.ids) for e in encoded], self.world)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         local = self.kind == "local"
         if not local:  # every forward gathers the weights: fewer, fuller batches, yet at least one per rank
@@ -148,7 +158,7 @@ class ProbeMeter:
             token_budget = min(token_budget, max(max(lengths, default=1), -(-sum(lengths) // self.world)))
         self.scorer = TorchScorer(model, pad, token_budget, max_padding=None if local else SHARDED_PADDING,
                                   gathered=root_gathered(self.kind, root), inference=False)
-        scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty probe is refused by the caller
+        scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty example is refused by the caller
         plan = [np.asarray(scored)[b] for b in self.scorer.plan([encoded[i] for i in scored])]
         self.batches, self.repeats = deal(plan, self.rank, self.world, not local)
         own = self.batches[:len(self.batches) - self.repeats]
@@ -159,6 +169,7 @@ class ProbeMeter:
         self.model = model
         self.autocast = autocast or nullcontext
         self.settle = settle
+        self.total = total
         self.seconds = 0.0  # the last measure's wall time
 
     def measure(self) -> np.ndarray:
@@ -167,12 +178,14 @@ class ProbeMeter:
         self.model.eval()
         try:
             with self.autocast():
-                nll, _ = self.scorer.score(self.encoded, self.batches)
+                sums = self.scorer.sums(self.encoded, self.batches)
         finally:
             self.model.train(training)
             if self.settle is not None:
                 self.settle()
-        mine = np.asarray(nll, np.float64)[self.share]
+        mine = sums[self.share]
+        if not self.total:
+            mine = mine / np.array([self.encoded[i].n_scored for i in self.share], dtype=np.float64)
         values = np.full(self.count, np.nan, dtype=np.float64)
         if self.world == 1:
             values[self.share] = mine

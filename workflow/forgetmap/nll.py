@@ -221,6 +221,17 @@ class TorchScorer:
         nll, n_tokens, _ = self._score(encoded, greedy=False, batches=batches)
         return nll, n_tokens
 
+    def sums(self, encoded: list[Encoded], batches: list | None = None) -> np.ndarray:
+        """Summed NLL over each example's scored span, float64 (as `score`: NaN where an example is in none of
+        `batches`, or its span is empty)."""
+        with self.grad_off():
+            sums, _ = self._sums(encoded, False, batches)
+        run = np.zeros(len(encoded), dtype=bool)
+        for batch in self.plan(encoded) if batches is None else batches:
+            run[batch] = True
+        n_tokens = np.array([e.n_scored for e in encoded])
+        return np.where(run & (n_tokens > 0), sums, np.nan)
+
     def score_greedy(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As `score`, and whether each span and the token after it are the greedy continuation (_sums)."""
         return self._score(encoded, greedy=True)

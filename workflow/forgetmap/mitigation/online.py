@@ -87,9 +87,9 @@ class OnlineReplay:
         # in training's precision (fp32 weights under bf16 autocast on a GPU: a flash-attention kernel
         # refuses fp32 outside it); under FSDP the ranks score their batches in step (forgetmap.meter)
         device = next(model.parameters()).device
-        self.meter = ProbeMeter(model, tokenizer, read_rows(self.shards, self.probes), settings["chat_template"],
-                                settings["max_length"], token_budget=16384,
-                                autocast=lambda: autocast_for(device, settings["bf16"]))
+        self.meter = ProbeMeter.for_rows(model, tokenizer, read_rows(self.shards, self.probes), settings["chat_template"],
+                                         settings["max_length"], token_budget=16384,
+                                         autocast=lambda: autocast_for(device, settings["bf16"]))
         self.base_probe_nll = self.meter.measure()
         self.n_replay = len(phase_a)
         self.facts["setup_seconds"] = round(time.perf_counter() - started, 3)

@@ -57,16 +57,34 @@ def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray
     `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
     of them probes) and `audit_values` their measured z."""
     forecast = np.asarray(forecast, dtype=np.float64)
+    return corrected_mean(forecast, known, probe_values, np.asarray(audit_values, dtype=np.float64) - forecast[audit],
+                          level)
+
+
+def crossfit_bound(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray,
+                   level: float) -> MeanBound:
+    """The same bound where the measured examples are both the forecast's input and its audit: `known` drawn at
+    random, `values` measured there, `held_out` each one's forecast from the others alone (cross-fitted: the
+    forecast that did not see its value), so its residual is an honest error of a forecast from k - 1 examples."""
+    return corrected_mean(forecast, known, values, np.asarray(values, dtype=np.float64) - held_out, level)
+
+
+def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, residuals: np.ndarray,
+                   level: float) -> MeanBound:
+    """The examples at `known` counted as measured, the rest as forecast, corrected by the mean of `residuals`
+    (measured - forecast at examples drawn at random), with Student's t on them and the finite population's
+    correction."""
+    forecast = np.asarray(forecast, dtype=np.float64)
     n, k = len(forecast), len(known)
-    residuals = np.asarray(audit_values, dtype=np.float64) - forecast[audit]
+    residuals = np.asarray(residuals, dtype=np.float64)
     residuals = residuals[np.isfinite(residuals)]
     m = len(residuals)
     if m < 2:
         return MeanBound(float("nan"), float("nan"), float("nan"))
     others = np.ones(n, dtype=bool)
     others[known] = False
-    estimate = (float(np.sum(probe_values)) + float(forecast[others].sum()) + (n - k) * float(residuals.mean())) / n
-    correction = np.sqrt(max(0.0, 1 - m / (n - k)))
+    estimate = (float(np.sum(values)) + float(forecast[others].sum()) + (n - k) * float(residuals.mean())) / n
+    correction = np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
     half = _t(level, m - 1) * (n - k) / n * float(residuals.std(ddof=1)) / np.sqrt(m) * correction
     return MeanBound(estimate, estimate - half, estimate + half)
 
@@ -93,3 +111,16 @@ def sample_interval(values: np.ndarray, level: float) -> MeanBound:
     mean = float(values.mean())
     half = _t(level, len(values) - 1) * float(values.std(ddof=1)) / np.sqrt(len(values))
     return MeanBound(mean, mean - half, mean + half)
+
+
+def binomial_interval(successes: int, n: int, level: float) -> MeanBound:
+    """A share's exact (Clopper-Pearson) interval from `successes` of `n` draws: what k items drawn at random
+    give by themselves (the naive monitor of a benchmark)."""
+    from scipy.stats import beta
+
+    if n == 0:
+        return MeanBound(float("nan"), float("nan"), float("nan"))
+    tail = (1 - level) / 2
+    lower = 0.0 if successes == 0 else float(beta.ppf(tail, successes, n - successes + 1))
+    upper = 1.0 if successes == n else float(beta.ppf(1 - tail, successes + 1, n - successes))
+    return MeanBound(successes / n, lower, upper)

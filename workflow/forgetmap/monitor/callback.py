@@ -18,6 +18,11 @@ half-widths. Each check:
   check over the budget raises the replayed share instead, and training stops only once the share is at its
   ceiling.
 
+With `items` (forgetmap.monitor.items.ItemWatch) it also watches a benchmark's items: every item scored at the
+baseline, k of them at each check, each item's chance of being right now forecast through a correctness map, and
+the benchmark's accuracy, F and BT logged with their intervals (`eval_forget_items_*`) beside the NLL's; each
+check's per-item forecast is written as `items-STEP.parquet`, and a budget may name an accuracy drop or an F rate.
+
 Without a map it is the naive monitor: the probes' mean NLL change, no forecast, no budget. Its state (the
 baseline, the checks so far) is saved with each checkpoint and comes back on resume. Under DDP, FSDP or
 DeepSpeed ZeRO-3 every rank scores its share of the examples through the model as the trainer wrapped it, and
@@ -58,14 +63,15 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     `replay`: a `ForecastReplay` the monitor steers (needs a map). `every`: check every N optimizer steps instead
     of at each evaluation. `token_budget`: padded tokens per scoring batch (the memory bound). `base_tolerance`:
     the largest median gap (nats per token) between the baseline and the map's base NLL at the measured examples
-    before the map is judged another model's (None: monitored anyway, and the log says so)."""
+    before the map is judged another model's (None: monitored anyway, and the log says so). `items`: a benchmark's
+    items to watch too (an `ItemWatch`), with or without a forecast map of the upstream examples."""
 
     def __init__(self, map: str | ForecastMap | None = None, *, probes=None, budget: float | None = None,
                  patience: int = 1, level: float | None = None, every: int | None = None, token_budget: int = 4096,
-                 base_tolerance: float | None = BASE_TOLERANCE, write_rows: bool = True, replay=None):
-        if map is None and probes is None:
+                 base_tolerance: float | None = BASE_TOLERANCE, write_rows: bool = True, replay=None, items=None):
+        if map is None and probes is None and items is None:
             raise ValueError("ForgettingMonitor: give a forecast map (map=) or, for the naive monitor, the probes "
-                              "to measure (probes=)")
+                              "to measure (probes=), or a benchmark's items to watch (items=ItemWatch(...))")
         if map is not None and probes is not None:
             raise ValueError("ForgettingMonitor: give map= or probes=, not both (a map carries its probes)")
         if budget is not None and map is None:
@@ -93,13 +99,17 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         self.budget, self.patience, self.level, self.every = budget, patience, level, every
         self.token_budget, self.base_tolerance, self.write_rows = token_budget, base_tolerance, write_rows
         self.replay = replay
+        self.items = items
         self.trainer = None
         # the state a resume brings back (ExportableState)
         self.baseline: list[float] | None = None
         self.checks: list[dict] = []
         self.over = 0
         self.replay_share: float | None = None
+        self.item_baseline: list[int] | None = None  # every item right (1) or wrong (0) at the baseline
+        self.item_known: list[int] | None = None     # the items scored at each check
         self.meter = None
+        self.item_meter = None
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -119,7 +129,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                          "token_budget": self.token_budget, "base_tolerance": self.base_tolerance,
                          "write_rows": self.write_rows},
                 "attributes": {"baseline": self.baseline, "checks": self.checks, "over": self.over,
-                               "replay_share": self.replay_share}}
+                               "replay_share": self.replay_share, "item_baseline": self.item_baseline,
+                               "item_known": self.item_known}}
 
     def _map_path(self) -> str | None:
         return None if self.map is None else self.map.path
@@ -148,21 +159,14 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             if self.map.path is None and state.is_world_process_zero:  # a resume rebuilds the monitor from a file
                 self.map.write(out / "map.parquet")
             self.map.path = str(out / "map.parquet") if self.map.path is None else self.map.path
-        elif self._probes_path() is None and state.is_world_process_zero:
+        elif self.probes is not None and self._probes_path() is None and state.is_world_process_zero:
             from ..io import write_table
             import pyarrow as pa
 
             self._probes_file = str(out / "probes.parquet")
             write_table(pa.Table.from_pandas(self.probes, preserve_index=False), self._probes_file)
         self._find_replay(args)
-        rows = self.map.measured_rows() if self.map is not None else self.probes
-        scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
-        device = next(model.parameters()).device
-        self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, device, optimizer)
-        if self.meter.empty:
-            raise DataError(f"probe example(s) {self.meter.empty[:5]} have nothing to score under this tokenizer "
-                            f"and max_length {scoring['max_length']}")
-        if self.baseline is None:
+        if self.baseline is None and self.item_baseline is None:
             stored = (state.stateful_callbacks or {}).get(type(self).__name__)
             if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
                 for key, value in (stored[0] if isinstance(stored, list) else stored)["attributes"].items():
@@ -171,6 +175,18 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             if self.replay_share is None:
                 self.replay_share = self.replay.share
             self.replay.share = self.replay_share  # a resume's share is the checkpoint's
+        if self.map is not None or self.probes is not None:
+            self._begin_probes(args, model, tokenizer, optimizer)
+        if self.items is not None:
+            self._begin_items(args, model, tokenizer, optimizer)
+
+    def _begin_probes(self, args, model, tokenizer, optimizer) -> None:
+        rows = self.map.measured_rows() if self.map is not None else self.probes
+        scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
+        self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, optimizer)
+        if self.meter.empty:
+            raise DataError(f"probe example(s) {self.meter.empty[:5]} have nothing to score under this tokenizer "
+                            f"and max_length {scoring['max_length']}")
         if self.map is not None and self.level is not None:
             self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
         if self.baseline is None:
@@ -178,6 +194,32 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             self._check_base(np.asarray(self.baseline))
             log.info("forgetting monitor: baseline of %d probes (%d tokens) in %.2f s", self.meter.count,
                      self.meter.tokens, self.meter.seconds)
+
+    def _begin_items(self, args, model, tokenizer, optimizer) -> None:
+        """The benchmark's items: tokenised, placed in the item map, every one scored at the baseline (a resume
+        keeps the checkpoint's baseline and items), the k a check scores chosen."""
+        watch = self.items
+        watch.prepare(tokenizer, self.item_level, self.item_known)
+        self.item_known = watch.known.tolist()
+        benchmark = watch.benchmark
+        if self.item_baseline is None:
+            encoded, _ = benchmark.pairs()
+            every = _meter(model, tokenizer, encoded, None, self.token_budget, args, optimizer, benchmark)
+            started = time.perf_counter()
+            before = benchmark.decide(-every.measure())
+            watch.check_base(before)
+            self.item_baseline = before.tolist()
+            log.info("forgetting monitor: baseline of %d items of %s (accuracy %.3f) in %.2f s; %d scored at each "
+                     "check%s", len(benchmark), benchmark.describe(), before.mean(), time.perf_counter() - started,
+                     len(watch.known), "" if watch.map is None else f", forecast through {watch.map.path or 'the item map'}")
+        encoded, _ = benchmark.pairs(watch.known)
+        self.item_meter = _meter(model, tokenizer, encoded, None, self.token_budget, args, optimizer, benchmark,
+                                 watch.known)
+
+    @property
+    def item_level(self) -> float:
+        """The level of the items' intervals: the monitor's, or 0.9 without a map's levels."""
+        return self.level if self.level is not None else 0.9
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.every is not None and state.global_step % self.every == 0:
@@ -190,41 +232,22 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
     # --- a check --------------------------------------------------------------------------------------
 
     def _check(self, args, state, control, metrics: dict | None) -> None:
-        if self.meter is None:
+        if self.meter is None and self.item_meter is None:
             return  # before training began
         if self.checks and self.checks[-1]["step"] == state.global_step:  # another evaluation set, same weights
             if metrics is not None:
                 metrics.update({k: v for k, v in self.checks[-1].items() if k.startswith(PREFIX)})
             return
-        measured = self.meter.measure() - np.asarray(self.baseline)
-        k = self.map.k if self.map is not None else len(measured)
-        values, audited = measured[:k], measured[k:]  # the probes, then the audit examples
-        scalars = {"probe_mean": float(np.mean(values)), "seconds": self.meter.seconds}
-        stop = False
-        if self.map is not None:
-            started = time.perf_counter()
-            row, widths = self.map.forecast(values)
-            scalars["mean"] = float(np.mean(row))
-            scalars["forgotten"] = float(np.mean(row > 0))
-            if len(audited):
-                scalars["audit_mean"] = float(np.nanmean(audited))
-            if self.level is not None and len(audited):  # the run's own bound (monitor.bound)
-                bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
-                scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
-            elif self.level is not None:  # a map without audit examples: its constant half-width
-                scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
-            if self.budget is not None:
-                scalars["over_budget"] = float(np.mean(row > self.budget))
-                if self.level is not None and len(audited):  # a bound on that share too, as on the mean
-                    share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level)
-                    scalars["over_budget_upper"] = share.upper
-                stop = self._over_budget(scalars["upper"], state.global_step)
-            if self.replay is not None:
-                self.replay.follow(row)
-                scalars["replay_share"] = self.replay_share = self.replay.share
-            scalars["seconds"] += time.perf_counter() - started
-            if self.write_rows and state.is_world_process_zero:
-                self._write_row(args, state, row, widths, values, audited, scalars)
+        scalars, over, forecast = {}, [], None
+        if self.meter is not None:
+            forecast = self._check_probes(scalars, over)
+        if self.item_meter is not None:
+            over += self._check_items(args, state, scalars)
+        stop = self._over_budget(over, state.global_step)
+        if self.replay is not None and forecast is not None:
+            scalars["replay_share"] = self.replay_share = self.replay.share
+        if forecast is not None and self.write_rows and state.is_world_process_zero:
+            self._write_row(args, state, *forecast, scalars)
         scalars = {PREFIX + name: value for name, value in scalars.items()}
         self.checks.append({"step": state.global_step, "epoch": state.epoch, **scalars})
         if state.is_world_process_zero:
@@ -238,23 +261,74 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             control.should_save = True
             control.should_training_stop = True
 
-    def _over_budget(self, upper: float, step: int) -> bool:
-        """Whether to stop: the upper bound over the budget for `patience` checks in a row, the replay (if any)
-        already at its ceiling; below it, a check over the budget raises the replayed share instead."""
-        if upper <= self.budget:
+    def _check_probes(self, scalars: dict, over: list[str]) -> tuple | None:
+        """The probes' check: their change, the forecast and its bound into `scalars`, the budget exceeded (in
+        words) into `over`; the forecast's row, half-widths and measured values for its file (None without a
+        map)."""
+        measured = self.meter.measure() - np.asarray(self.baseline)
+        k = self.map.k if self.map is not None else len(measured)
+        values, audited = measured[:k], measured[k:]  # the probes, then the audit examples
+        scalars.update(probe_mean=float(np.mean(values)), seconds=self.meter.seconds)
+        if self.map is None:
+            return None
+        started = time.perf_counter()
+        row, widths = self.map.forecast(values)
+        scalars["mean"] = float(np.mean(row))
+        scalars["forgotten"] = float(np.mean(row > 0))
+        if len(audited):
+            scalars["audit_mean"] = float(np.nanmean(audited))
+        if self.level is not None and len(audited):  # the run's own bound (monitor.bound)
+            bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
+            scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
+        elif self.level is not None:  # a map without audit examples: its constant half-width
+            scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
+        if self.budget is not None:
+            scalars["over_budget"] = float(np.mean(row > self.budget))
+            if self.level is not None and len(audited):  # a bound on that share too, as on the mean
+                share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level)
+                scalars["over_budget_upper"] = share.upper
+            if scalars["upper"] > self.budget:
+                over.append(f"forecast upper bound {scalars['upper']:.4f} above the budget {self.budget}")
+        if self.replay is not None:
+            self.replay.follow(row)
+        scalars["seconds"] += time.perf_counter() - started
+        return row, widths, values, audited
+
+    def _check_items(self, args, state, scalars: dict) -> list[str]:
+        """The items' check: k items scored, every item forecast, the rates bounded; the budgets exceeded."""
+        watch = self.items
+        started = time.perf_counter()
+        values = watch.benchmark.decide(-self.item_meter.measure(), watch.known)
+        before = np.asarray(self.item_baseline, dtype=np.float64)
+        row, rates = watch.rates(values, before, self.item_level)
+        found = watch.scalars(rates, before)
+        found["items_seconds"] = time.perf_counter() - started
+        scalars.update(found)
+        if self.write_rows and state.is_world_process_zero:
+            from ..io import write_table
+
+            write_table(watch.frame(row, values, before, self.item_level),
+                        Path(args.output_dir) / OUTPUT / f"items-{state.global_step:08d}.parquet",
+                        {"step": state.global_step, "epoch": state.epoch, "level": self.item_level, **watch.record(),
+                         "budget": watch.budget, "scalars": found})
+        return watch.over_budget(found)
+
+    def _over_budget(self, over: list[str], step: int) -> bool:
+        """Whether to stop: a budget exceeded (`over`: which, in words) for `patience` checks in a row, the replay
+        (if any) already at its ceiling; below it, a check over a budget raises the replayed share instead."""
+        if not over:
             self.over = 0
             return False
         if self.replay is not None and self.replay.raise_share():
             self.over = 0
-            log.info("forgetting monitor: forecast upper bound %.4f above the budget %.4f at step %d: replaying a "
-                     "share of %.3f from now on", upper, self.budget, step, self.replay.share)
+            log.info("forgetting monitor: %s at step %d: replaying a share of %.3f from now on", "; ".join(over),
+                     step, self.replay.share)
             return False
         self.over += 1
         if self.over < self.patience:
             return False
-        log.warning("forgetting monitor: forecast upper bound %.4f above the budget %.4f for %d check(s) at step %d%s: "
-                    "saving and stopping", upper, self.budget, self.over, step,
-                    "" if self.replay is None else f", replaying at the most ({self.replay.max_share})")
+        log.warning("forgetting monitor: %s for %d check(s) at step %d%s: saving and stopping", "; ".join(over),
+                    self.over, step, "" if self.replay is None else f", replaying at the most ({self.replay.max_share})")
         return True
 
     def _find_replay(self, args) -> None:
@@ -331,12 +405,17 @@ def _probe_rows(probes):
     return frame.reset_index(drop=True)
 
 
-def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, device, optimizer):
+def _meter(model, tokenizer, rows, scoring: dict | None, token_budget: int, args, optimizer, benchmark=None,
+           which=None):
+    """A ProbeMeter in training's precision on the model as the trainer wrapped it: of upstream `rows` (scored as
+    `scoring` says), or of a benchmark's (context, option) pairs (`rows` encoded; summed log-likelihoods) of the
+    items at `which` (default all)."""
     import torch
 
     from ..meter import ProbeMeter, zero3_retrace
 
     dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+    device = next(model.parameters()).device
 
     def autocast():  # as the trainer trains: accelerate autocasts the model's forward on a CPU too
         if dtype is None:
@@ -345,8 +424,14 @@ def _meter(model, tokenizer, rows, scoring: dict, token_budget: int, args, devic
             return nullcontext()
         return torch.autocast(device_type=device.type, dtype=dtype)
 
-    return ProbeMeter(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"], token_budget, autocast,
-                      settle=zero3_retrace(optimizer) if getattr(args, "deepspeed", None) else None)
+    settle = zero3_retrace(optimizer) if getattr(args, "deepspeed", None) else None
+    if benchmark is None:
+        return ProbeMeter.for_rows(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"],
+                                   token_budget, autocast, settle)
+    _, owner = benchmark.pairs(which)
+    ids = benchmark.ids if which is None else benchmark.ids[np.asarray(which)]
+    names = [f"{ids[o]}#{j}" for j, o in enumerate(owner)]
+    return ProbeMeter(model, tokenizer, rows, names, token_budget, autocast, settle, total=True)
 
 
 def _write_trajectory(path: Path, checks: list[dict]) -> None:

@@ -37,8 +37,8 @@ class ProbeChecks:
 
         rows = pd.read_parquet(probes)
         self.ids = rows["example_id"].astype(str).tolist()
-        self.meter = ProbeMeter(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
-                                monitor["token_budget"], autocast)
+        self.meter = ProbeMeter.for_rows(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
+                                         monitor["token_budget"], autocast)
         self.steps = check_steps(monitor, total)
         self.total = total
         self.nll = [self.meter.measure()]

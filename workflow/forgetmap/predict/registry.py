@@ -25,6 +25,9 @@ METHODS = {
     "surprise_knn": ("reference", "SurpriseKNN"),
     "surprise_svd": ("reference", "SurpriseSVD"),
 }
+# completion methods of correctness alone (values in [0, 1]): the forgetting monitor's item maps take them, the
+# workflow's prediction of Z (nats) does not
+ITEM_METHODS = {"irt": ("irt", "ItemResponse")}
 REFERENCE_METHODS = tuple(name for name, (module, _) in METHODS.items() if module == "reference")
 DEFAULT_METHODS = tuple(name for name in METHODS if name not in REFERENCE_METHODS)
 # set by the workflow from other inputs, never from `prediction.methods.<name>`
@@ -32,9 +35,10 @@ PROVIDED = ("similarity_train", "similarity_test")
 
 
 def method_class(name: str) -> type:
-    if name not in METHODS:
-        raise KeyError(f"unknown prediction method {name!r}; available: {', '.join(METHODS)}")
-    module, cls = METHODS[name]
+    if name not in METHODS and name not in ITEM_METHODS:
+        raise KeyError(f"unknown prediction method {name!r}; available: {', '.join(METHODS)} (for correctness "
+                       f"also {', '.join(ITEM_METHODS)})")
+    module, cls = METHODS.get(name) or ITEM_METHODS[name]
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 

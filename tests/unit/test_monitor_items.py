@@ -1,0 +1,289 @@
+"""A benchmark's items watched by the forgetting monitor: an lm-eval task defined here (offline), tokenised as
+lm-eval tokenises it and scored equal to lm-eval's own log-likelihoods; accuracy, F and BT with intervals logged at
+each evaluation inside TRL's `SFTTrainer` and transformers' `Trainer`; F and BT equal to Harmon's counting where
+every item is scored; a resume keeps the items' baseline; the refusals before training starts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor_run import make_trainer
+from standins import WORDS, save_standin, sentences
+
+N_ITEMS = 36
+TASK = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {items}
+test_split: test
+output_type: {output_type}
+doc_to_text: "{{{{prompt}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{{target}}}}}"
+target_delimiter: " "
+metric_list:
+  - metric: acc
+"""
+
+
+def items_frame(n: int = N_ITEMS, seed: int = 5) -> pd.DataFrame:
+    """Multiple-choice items with 2 to 4 options of English-looking words (not the demo's quiz)."""
+    rng = np.random.default_rng(seed)
+    texts = sentences(n, seed=seed)
+    rows = []
+    for i, text in enumerate(texts):
+        options = [str(w) for w in rng.choice(WORDS, size=int(rng.integers(2, 5)), replace=False)]
+        rows.append({"example_id": f"q{i}", "source": "bench", "prompt": f"{text} Answer:", "choices": options,
+                     "answer": options[int(rng.integers(len(options)))]})
+    return pd.DataFrame(rows)
+
+
+def write_task(directory, frame, name="bench_mc", output_type="multiple_choice", target="choices.index(answer)"):
+    directory.mkdir(parents=True, exist_ok=True)
+    data = directory / f"{name}.jsonl"
+    frame[["example_id", "prompt", "choices", "answer"]].to_json(data, orient="records", lines=True)
+    (directory / f"{name}.yaml").write_text(TASK.format(name=name, items=data, output_type=output_type, target=target))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """(the base's directory, the lm-eval task's directory, the item map's path, its rows' correctness): a Llama
+    stand-in (its tokenizer prepends BOS), and a map of six runs of the same base (its weights moved at random)."""
+    os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.monitor.items import ItemMap
+
+    root = tmp_path_factory.mktemp("items")
+    base = save_standin(root / "base", "llama", seed=3, width=32)
+    tasks = write_task(root / "tasks", items_frame())
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
+    rows = {}
+    for r in range(7):
+        model = AutoModelForCausalLM.from_pretrained(base)
+        if r:
+            generator = torch.Generator().manual_seed(r)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+        rows["base" if r == 0 else f"run{r}"] = correctness(model, tokenizer, benchmark)
+    frame = pd.DataFrame(rows).T
+    frame.columns = benchmark.ids
+    item_map = ItemMap.from_rows(frame.drop(index="base"), before=frame.loc["base"], sources=benchmark.sources)
+    item_map.write(root / "items.parquet")
+    return base, tasks, root / "items.parquet", frame
+
+
+def correctness(model, tokenizer, benchmark) -> np.ndarray:
+    from forgetmap.meter import ProbeMeter
+
+    encoded, _ = benchmark.pairs()
+    meter = ProbeMeter(model, tokenizer, encoded, [str(i) for i in range(len(encoded))], total=True)
+    return benchmark.decide(-meter.measure())
+
+
+def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> np.ndarray:
+    """lm-eval's own: its HF model's log-likelihood of each request of the task, in (document, option) order."""
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    task = TaskManager(include_path=str(tasks)).load(["bench_mc"])["tasks"]["bench_mc"]
+    if num_fewshot is not None:
+        task.set_config(key="num_fewshot", value=num_fewshot)
+    task.set_fewshot_seed(seed=1234)
+    task.build_all_requests(limit=None, rank=0, world_size=1)
+    requests = sorted(task.instances, key=lambda r: (r.doc_id, r.idx))
+    return np.array([value for value, _ in HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8).loglikelihood(
+        requests, disable_tqdm=True)])
+
+
+@pytest.mark.parametrize("shots", [None, 2])
+def test_an_lm_eval_tasks_items_score_as_lm_eval_scores_them(bench, shots):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.meter import ProbeMeter
+
+    base, tasks, _, _ = bench
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks, num_fewshot=shots)
+    assert len(benchmark) == N_ITEMS and benchmark.ids[0] == "bench_mc/0"
+    assert all(item.context[0] == tokenizer.bos_token_id for item in benchmark.items)  # lm-eval's encoding: BOS once
+    encoded, _ = benchmark.pairs()
+    ours = -ProbeMeter(model, tokenizer, encoded, [str(i) for i in range(len(encoded))], total=True).measure()
+    theirs = lm_eval_logliks(model, tokenizer, tasks, shots)
+    assert len(ours) == len(theirs) and np.abs(ours - theirs).max() < 1e-5
+    if shots:  # the solved examples lm-eval put before each question are in the context
+        assert min(len(it.context) for it in benchmark.items) > 2 * min(
+            len(it.context) for it in from_lm_eval("bench_mc", tokenizer, include_path=tasks).items)
+
+
+def test_a_trl_run_logs_accuracy_F_and_BT_with_intervals_and_writes_each_items_forecast(bench, tmp_path):
+    pytest.importorskip("trl")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.transitions import rates
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemWatch
+
+    base, tasks, map_path, frame = bench
+    watch = ItemWatch("bench_mc", str(map_path), k=12, lm_eval={"include_path": tasks})
+    monitor = ForgettingMonitor(items=watch)
+    trainer = make_trainer("trl", base, tmp_path / "run", monitor, max_steps=6, bf16=False)
+    trainer.train()
+    assert np.array_equal(monitor.item_baseline, frame.loc["base"].to_numpy())  # every item scored at the baseline
+    logged = [e for e in trainer.state.log_history if "eval_forget_items_acc" in e]
+    assert [e["step"] for e in logged] == [2, 4, 6]
+    for entry in logged:
+        for rate in ("acc", "F", "BT", "F_true", "BT_true", "naive_acc", "naive_F", "naive_BT"):
+            value = entry[f"eval_forget_items_{rate}"]
+            assert entry[f"eval_forget_items_{rate}_lower"] <= value <= entry[f"eval_forget_items_{rate}_upper"]
+        assert entry["eval_forget_items_acc_before"] == pytest.approx(frame.loc["base"].mean())
+    out = tmp_path / "run" / "forgetmap-monitor"
+    table = pd.read_parquet(out / "items-00000004.parquet")
+    assert len(table) == N_ITEMS and table["scored"].sum() == 12
+    assert set(table.columns) >= {"item_id", "right_at_baseline", "forecast", "lower_0.9", "upper_0.9", "correct"}
+    assert ((table["lower_0.9"] <= table["forecast"]) & (table["forecast"] <= table["upper_0.9"])).all()
+    # the scored items' values are lm-eval's decisions on the weights of that check (the checkpoint saved there)
+    checkpoint = tmp_path / "run" / "checkpoint-4"
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    logliks = lm_eval_logliks(model, tokenizer, tasks)
+    from forgetmap.correctness.benchmark import from_lm_eval
+
+    benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
+    truth = benchmark.decide(logliks)
+    scored = table["scored"].to_numpy()
+    assert np.array_equal(table["correct"][scored].to_numpy(), truth[scored])
+    # the naive estimate is Harmon's counting over the scored items
+    harmon = rates(frame.loc["base"].to_numpy()[scored], truth[scored], benchmark.options[scored])
+    entry = logged[1]
+    assert entry["eval_forget_items_naive_F"] == pytest.approx(harmon["F"])
+    assert entry["eval_forget_items_naive_BT"] == pytest.approx(harmon["BT"])
+    meta = json.loads(__import__("pyarrow.parquet", fromlist=["x"]).read_schema(
+        out / "items-00000004.parquet").metadata[b"forgetmap"])
+    assert meta["k"] == 12 and meta["method"] == "additive" and meta["benchmark"]["lm_eval"] == ["bench_mc"]
+
+
+def test_with_every_item_scored_F_and_BT_are_harmons_counting_and_a_resume_keeps_the_baseline(bench, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.correctness.transitions import rates
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemWatch
+
+    base, tasks, _, frame = bench
+    before = frame.loc["base"].to_numpy()
+
+    def watch():
+        return ItemWatch("bench_mc", k=N_ITEMS, lm_eval={"include_path": tasks})  # no map: every item scored
+
+    first = ForgettingMonitor(items=watch())
+    make_trainer("hf", base, tmp_path / "run", first, max_steps=4).train()
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
+    after = benchmark.decide(lm_eval_logliks(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-4"),
+                                             tokenizer, tasks))
+    harmon = rates(before, after, benchmark.options)
+    check = first.checks[-1]
+    assert check["step"] == 4
+    for rate in ("F", "BT", "F_true", "BT_true"):
+        assert check[f"eval_forget_items_{rate}"] == pytest.approx(harmon[rate], abs=1e-12)
+    assert check["eval_forget_items_acc"] == pytest.approx(harmon["acc_after"], abs=1e-12)
+    assert check["eval_forget_items_acc_drop_upper"] >= harmon["acc_before"] - harmon["acc_after"]
+    # resumed from step 2 by a new monitor and trainer: the checkpoint's baseline, not the resumed weights' scoring
+    resumed = ForgettingMonitor(items=watch())
+    trainer = make_trainer("hf", base, tmp_path / "run", resumed, max_steps=4)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    at_two = benchmark.decide(lm_eval_logliks(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2"),
+                                              tokenizer, tasks))
+    assert not np.array_equal(at_two, before)  # what a rescoring at the resume would have taken as its baseline
+    assert np.array_equal(resumed.item_baseline, before) and resumed.item_known == first.item_known
+    assert [c["step"] for c in resumed.checks] == [2, 4]
+    assert resumed.checks[-1]["eval_forget_items_F"] == pytest.approx(harmon["F"], abs=1e-12)
+
+
+def test_a_budget_on_the_accuracy_drop_stops_training(bench, tmp_path):
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemWatch
+
+    base, tasks, map_path, _ = bench
+    watch = ItemWatch("bench_mc", str(map_path), k=12, lm_eval={"include_path": tasks}, budget={"acc_drop": -1.0})
+    trainer = make_trainer("hf", base, tmp_path / "run", ForgettingMonitor(items=watch, patience=2), max_steps=10)
+    trainer.train()
+    assert trainer.state.global_step == 4  # over at steps 2 and 4: saved and stopped
+
+
+def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
+    from transformers import AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.errors import DataError
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemMap, ItemWatch
+
+    base, tasks, map_path, frame = bench
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    with pytest.raises(DataError, match=r"lm-eval task 'bench_mcq' does not exist \(did you mean bench_mc"):
+        from_lm_eval("bench_mcq", tokenizer, include_path=tasks)
+    generation = write_task(tmp_path / "gen", items_frame(4), "bench_gen", "generate_until", "answer")
+    with pytest.raises(DataError, match="no multiple-choice items .*bench_gen \\(generate_until\\)"):
+        from_lm_eval("bench_gen", tokenizer, include_path=generation)
+    bad = items_frame(4)
+    bad_dir = write_task(tmp_path / "bad", bad, "bench_bad", target="7 if example_id == 'q2' else choices.index(answer)")
+    with pytest.raises(DataError, match="'bench_bad', document 2: its answer index 7 is outside its"):
+        from_lm_eval("bench_bad", tokenizer, include_path=bad_dir)
+    # items the map does not hold
+    fewer = ItemMap.read(map_path)
+    fewer = ItemMap(fewer.item_ids[:-3], fewer.sources[:-3], fewer.train[:, :-3], fewer.rows, fewer.before[:-3])
+    fewer.write(tmp_path / "fewer.parquet")
+    trainer = make_trainer("hf", base, tmp_path / "run", ForgettingMonitor(
+        items=ItemWatch("bench_mc", str(tmp_path / "fewer.parquet"), lm_eval={"include_path": tasks})))
+    with pytest.raises(DataError, match=r"fewer.parquet: 3 of the 36 items of lm-eval task\(s\) bench_mc are not"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    # a map of another base: a sibling's correctness recorded as the map's base
+    sibling = save_standin(tmp_path / "sibling", "llama", seed=4, width=32)
+    trainer = make_trainer("hf", sibling, tmp_path / "run2", ForgettingMonitor(
+        items=ItemWatch("bench_mc", str(map_path), lm_eval={"include_path": tasks})))
+    with pytest.raises(DataError, match="right on other items than the map's base"):
+        trainer.train()
+    # a damaged map file
+    (tmp_path / "cut.parquet").write_bytes(map_path.read_bytes()[:200])
+    with pytest.raises(DataError, match="cut.parquet: not a readable item map"):
+        ItemMap.read(tmp_path / "cut.parquet")
+    with pytest.raises(ValueError, match="budget key"):
+        ItemWatch("bench_mc", budget={"accuracy": 0.1})
+
+
+def test_an_item_response_fit_and_the_cross_fitted_bound():
+    from forgetmap.monitor.bound import binomial_interval, crossfit_bound
+    from forgetmap.predict.registry import make_method
+
+    rng = np.random.default_rng(0)
+    ability, slope, easiness = rng.normal(size=(24, 1)), rng.gamma(4, 0.4, size=(300, 1)), rng.normal(0.3, 1, 300)
+    right = (rng.random((24, 300)) < 1 / (1 + np.exp(-(ability @ slope.T + easiness)))).astype(np.float32)
+    irt = make_method("irt", dims=1).fit(right[:20])
+    known = np.sort(rng.choice(300, 60, replace=False))
+    strong, weak = np.argmax(ability[20:, 0]) + 20, np.argmin(ability[20:, 0]) + 20
+    p_strong, p_weak = irt.predict(known[None], right[[strong], known][None])[0], \
+        irt.predict(known[None], right[[weak], known][None])[0]
+    assert p_strong.mean() > p_weak.mean()  # the row's ability is placed from its known items
+    assert np.corrcoef(irt.alpha_[:, 0] * np.sign(irt.alpha_[:, 0].sum()), slope[:, 0])[0, 1] > 0.3
+    # every item measured: the bound is the exact mean, of zero width
+    values = right[strong]
+    exact = crossfit_bound(values, np.arange(300), values, values, 0.9)
+    assert exact.estimate == pytest.approx(values.mean()) and exact.lower == pytest.approx(exact.upper)
+    interval = binomial_interval(3, 30, 0.9)
+    assert interval.lower < 0.1 < interval.upper and binomial_interval(0, 30, 0.9).lower == 0.0
