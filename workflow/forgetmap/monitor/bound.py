@@ -65,15 +65,20 @@ def crossfit_bound(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
                    level: float) -> MeanBound:
     """The same bound where the measured examples are both the forecast's input and its audit: `known` drawn at
     random, `values` measured there, `held_out` each one's forecast from the others alone (cross-fitted: the
-    forecast that did not see its value), so its residual is an honest error of a forecast from k - 1 examples."""
-    return corrected_mean(forecast, known, values, np.asarray(values, dtype=np.float64) - held_out, level)
+    forecast that did not see its value), so its residual is an honest error of a forecast from k - 1 examples.
+    The residuals' sample is drawn from all N and corrects the N - k others it is not part of: the error of their
+    mean against the others' is sd · √(N / (k (N - k))), so the half-width on the mean over N is
+    t · sd / √k · √((N - k) / N) (wider than an audit drawn from the others themselves)."""
+    return corrected_mean(forecast, known, values, np.asarray(values, dtype=np.float64) - held_out, level,
+                          disjoint=True)
 
 
 def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, residuals: np.ndarray,
-                   level: float) -> MeanBound:
+                   level: float, disjoint: bool = False) -> MeanBound:
     """The examples at `known` counted as measured, the rest as forecast, corrected by the mean of `residuals`
-    (measured - forecast at examples drawn at random), with Student's t on them and the finite population's
-    correction."""
+    (measured - forecast at examples drawn at random), with Student's t on them: drawn from the N - k others
+    themselves (an audit), with the finite population's correction; `disjoint`, drawn from all N as the measured
+    examples are (crossfit_bound)."""
     forecast = np.asarray(forecast, dtype=np.float64)
     n, k = len(forecast), len(known)
     residuals = np.asarray(residuals, dtype=np.float64)
@@ -84,8 +89,11 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     others = np.ones(n, dtype=bool)
     others[known] = False
     estimate = (float(np.sum(values)) + float(forecast[others].sum()) + (n - k) * float(residuals.mean())) / n
-    correction = np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
-    half = _t(level, m - 1) * (n - k) / n * float(residuals.std(ddof=1)) / np.sqrt(m) * correction
+    spread = float(residuals.std(ddof=1)) / np.sqrt(m)
+    if disjoint:
+        half = _t(level, m - 1) * spread * np.sqrt((n - k) / n)
+    else:
+        half = _t(level, m - 1) * (n - k) / n * spread * np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
     return MeanBound(estimate, estimate - half, estimate + half)
 
 

@@ -223,6 +223,22 @@ def _chance_adjusted(rates: dict[str, MeanBound], before: np.ndarray, now: np.nd
     return {"F_true": less(rates["F"]), "BT_true": less(rates["BT"])}
 
 
+def complete_items(model, known: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each of the n items' probability of being right now, the scored items kept as measured; each scored
+    item's forecast from the other k - 1 (cross-fitted), or None where there is no fitted map (`model` None))."""
+    row = np.full(n, np.nan)
+    row[known] = values
+    if model is None:
+        return row, None
+    values = np.asarray(values, dtype=np.float32)
+    row = np.clip(model.predict(known[None], values[None])[0], 0, 1).astype(np.float64)
+    row[known] = values
+    k = len(known)
+    others = np.array([np.delete(np.arange(k), j) for j in range(k)])
+    held = np.clip(model.predict(known[others], values[others]), 0, 1)
+    return row, held[np.arange(k), known].astype(np.float64)
+
+
 # --- the watch --------------------------------------------------------------------------------------------------
 
 class ItemWatch:
@@ -310,19 +326,7 @@ class ItemWatch:
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(every item's probability of being right now (N,), the scored items' cross-fitted forecasts (k,) or
         None without a map)."""
-        n = len(self.benchmark)
-        row = np.full(n, np.nan)
-        row[self.known] = values
-        if self.model is None:
-            return row, None
-        known, values = self.known, np.asarray(values, dtype=np.float32)
-        full = np.clip(self.model.predict(known[None], values[None])[0], 0, 1)
-        row = full.astype(np.float64)
-        row[known] = values
-        k = len(known)
-        others = np.array([np.delete(np.arange(k), j) for j in range(k)])
-        held = np.clip(self.model.predict(known[others], values[others]), 0, 1)
-        return row, held[np.arange(k), known].astype(np.float64)
+        return complete_items(self.model, self.known, values, len(self.benchmark))
 
     def rates(self, values: np.ndarray, before: np.ndarray, level: float) -> tuple[np.ndarray, dict]:
         """(the forecast row, {scope: {rate: MeanBound}}): `all` the items, each benchmark by name where there

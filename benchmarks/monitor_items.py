@@ -1,0 +1,207 @@
+"""A benchmark's accuracy, F and BT forecast in the loop from k scored items, against the truth at every check
+(docs/monitor.md; BENCHMARKS.md).
+
+After the demo: each of its `check` tasks is fine-tuned as the demo fine-tunes it (a transformers `Trainer`, the
+demo's steps, batch and rate; `--seeds` seeds of the task's order), and at every `--every` steps every
+multiple-choice quiz item is scored (asked as the demo's score jobs ask them), so accuracy, F (right at step 0,
+wrong now) and BT (the reverse) of the weights at each check are known. Then, at each check, for `--draws` draws
+of k items (uniform, without replacement: what the monitor's `choose="random"` draws):
+
+- the map's forecast (forgetmap.monitor.items: the correctness map of the demo's 12 fit tasks, from its
+  transitions file; the check tasks are never among its rows), from k = 30, by `--methods`;
+- the naive estimate from the same 30 (their own shares, exact binomial intervals);
+- an item-response estimate (tinyBenchmarks' p-IRT: a two-parameter logistic model fitted on the same rows, the
+  ability placed from the scored items) from 30 and from 100 items.
+
+Printed: per estimate and rate, the mean absolute error against the truth and its interval's coverage at
+`--level` (every task, seed, check and draw); the truth's typical size; and the trajectory of one task's F over
+its steps against the truth.
+
+    python benchmarks/monitor_items.py --workdir . --seeds 2 --truths item-truths.npz   # after the demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monitor import demo_setup, demo_trainer  # noqa: E402
+
+RATES = ("acc", "F", "BT")
+
+
+def quiz(workdir: Path, model: str, tokenizer):
+    """The demo's multiple-choice items, asked as its score jobs ask the base's (forgetmap.plan)."""
+    import yaml
+
+    from forgetmap.correctness.benchmark import from_frame
+    from forgetmap.plan import Plan
+
+    settings = Plan(yaml.safe_load((workdir / "config/config.yaml").read_text()), {}).score_settings(model)
+    asked = {**settings["correctness"], "chat_template": settings["chat_template"], "shots": settings.get("shots", 0),
+             "ask": settings.get("ask"), "row": settings.get("row"), "positions": None,
+             "token_budget": settings["token_budget"]}
+    shards = sorted((workdir / "results/data/upstream").glob("*/shard-*.parquet"))
+    frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
+    frame = frame[frame["answer"].notna()].reset_index(drop=True)
+    return from_frame(frame, tokenizer, asked, "the demo's quiz")
+
+
+def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmark):
+    """(the check steps, every item's 0/1 at step 0, and at each check (checks x N))."""
+    import torch
+    from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
+
+    from forgetmap.meter import ProbeMeter
+
+    hf_logging.set_verbosity_error()
+    spec, base, tokenizer, data, _, _ = demo_setup(workdir, model, task)
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_pretrained(base)
+    encoded, _ = benchmark.pairs()
+    meter = ProbeMeter(net, tokenizer, encoded, [str(i) for i in range(len(encoded))], token_budget=16384, total=True)
+
+    def scored():
+        return benchmark.decide(-meter.measure())
+
+    before = scored()
+    steps, rows_at = [], []
+
+    class Truth(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every == 0:
+                steps.append(state.global_step)
+                rows_at.append(scored())
+
+    with tempfile.TemporaryDirectory() as out:
+        trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
+        trainer.add_callback(Truth())
+        trainer.train()
+    return steps, before, np.stack(rows_at)
+
+
+def estimates(truth, before, options, models: dict, level: float, draws: int, seed: int) -> dict:
+    """{estimate: {rate: (estimates, lowers, uppers) over the draws}} at one check."""
+    from forgetmap.monitor.items import complete_items, forecast_rates, naive_rates
+
+    n = len(truth)
+    rng = np.random.default_rng(seed)
+    out: dict = {}
+
+    def add(name, found):
+        for rate in RATES:
+            out.setdefault(name, {}).setdefault(rate, []).append(
+                (found[rate].estimate, found[rate].lower, found[rate].upper))
+
+    for _ in range(draws):
+        for k in (30, 100):
+            known = np.sort(rng.choice(n, k, replace=False))
+            values = truth[known].astype(np.float64)
+            for name, model in models.items():
+                if k == 100 and name != "irt":
+                    continue
+                row, held = complete_items(model, known, values, n)
+                add(f"{name}, k={k}", forecast_rates(row, known, values, held, before, options, level))
+            if k == 30:
+                add("naive, k=30", naive_rates(values, before[known], options[known], level))
+    return {name: {rate: np.asarray(v) for rate, v in found.items()} for name, found in out.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("."))
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--every", type=int, default=10)
+    parser.add_argument("--level", type=float, default=0.9)
+    parser.add_argument("--draws", type=int, default=100)
+    parser.add_argument("--methods", nargs="+", default=["additive", "mf", "irt"])
+    parser.add_argument("--truths", type=Path, default=None,
+                        help="an .npz of the truths at every check: read where it exists, else written after scoring")
+    args = parser.parse_args()
+
+    import torch
+    import yaml
+
+    from forgetmap.config import fit_tasks, resolve
+    from forgetmap.config.views import forecast_modes
+    from forgetmap.models import load_tokenizer
+    from forgetmap.monitor.items import ItemMap
+    from forgetmap.predict.registry import make_method
+
+    torch.set_num_threads(2)
+    workdir = args.workdir.resolve()
+    cfg = resolve(yaml.safe_load((workdir / "config/config.yaml").read_text()))
+    tokenizer = load_tokenizer(workdir / f"results/{args.model}/base")
+    benchmark = quiz(workdir, args.model, tokenizer)
+    fits = fit_tasks(cfg, args.model)
+    item_map = ItemMap.from_transitions(workdir / f"results/{args.model}/correctness/transitions.parquet", fits)
+    train = item_map.train[:, item_map.columns_of(benchmark.ids, "the demo's quiz")]
+    models = {name: make_method(name).fit(train) for name in args.methods}
+    tasks = sorted(t for t, mode in forecast_modes(cfg, args.model).items() if mode == "check")
+    if args.truths is not None and args.truths.exists():
+        stored = np.load(args.truths, allow_pickle=True)
+        runs = stored["runs"].item()
+    else:
+        runs = {}
+        for task in tasks:
+            for seed in range(args.seeds):
+                runs[(task, seed)] = truths(workdir, args.model, task, seed, args.every, benchmark)
+                print(f"scored {task} seed {seed}", file=sys.stderr, flush=True)
+        if args.truths is not None:
+            np.savez(args.truths, runs=np.array(runs, dtype=object))
+    print(f"{len(benchmark)} multiple-choice quiz items ({len(item_map.rows)} map rows: the fit tasks), "
+          f"{len(runs)} runs, checks every {args.every} steps, {args.draws} draws per check, level {args.level}\n")
+    options = benchmark.options
+    errors: dict = {}
+    sizes = {rate: [] for rate in RATES}
+    trajectory = []
+    for (task, seed), (steps, before, after) in runs.items():
+        before = before.astype(np.float64)
+        for step, truth in zip(steps, after):
+            true = {"acc": truth.mean(), "F": np.mean(before * (1 - truth)), "BT": np.mean((1 - before) * truth)}
+            for rate in RATES:
+                sizes[rate].append(true[rate])
+            found = estimates(truth, before, options, models, args.level, args.draws, seed * 1000 + step)
+            for name, per_rate in found.items():
+                for rate, values in per_rate.items():
+                    error = np.abs(values[:, 0] - true[rate])
+                    covered = (values[:, 1] <= true[rate]) & (true[rate] <= values[:, 2])
+                    errors.setdefault(name, {}).setdefault(rate, []).append((error, covered))
+            if seed == 0:
+                main_method = f"{args.methods[0]}, k=30"
+                trajectory.append({"task": task, "step": step, "true F": true["F"],
+                                   "forecast F": float(np.mean(found[main_method]["F"][:, 0])),
+                                   "naive F": float(np.mean(found["naive, k=30"]["F"][:, 0])),
+                                   "true acc": true["acc"], "forecast acc": float(np.mean(found[main_method]["acc"][:, 0]))})
+    print("truth: mean accuracy {:.3f}, F {:.3f}, BT {:.3f} (over every check)\n".format(
+        *(np.mean(sizes[r]) for r in RATES)))
+    lines = []
+    for name, per_rate in errors.items():
+        line = {"estimate": name}
+        for rate in RATES:
+            error = np.concatenate([e for e, _ in per_rate[rate]])
+            covered = np.concatenate([c for _, c in per_rate[rate]])
+            line[f"{rate} error"] = error.mean()
+            line[f"{rate} coverage"] = covered.mean()
+        lines.append(line)
+    print(pd.DataFrame(lines).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"\nF error of the map's forecast over F's mean size: "
+          f"{lines[0]['F error'] / np.mean(sizes['F']):.3f} ({lines[0]['estimate']})\n")
+    frame = pd.DataFrame(trajectory)
+    print(frame.groupby("step")[["true F", "forecast F", "naive F", "true acc", "forecast acc"]].mean().to_string(
+        float_format=lambda v: f"{v:.4f}"))
+    one = frame[frame["task"] == frame["task"].iloc[0]]
+    print(f"\n{one['task'].iloc[0]}, seed 0:\n" + one.drop(columns="task").to_string(index=False,
+                                                                                    float_format=lambda v: f"{v:.4f}"))
+
+
+if __name__ == "__main__":
+    main()
