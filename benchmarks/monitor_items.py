@@ -59,17 +59,14 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmar
     import torch
     from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
 
-    from forgetmap.meter import ProbeMeter
-
     hf_logging.set_verbosity_error()
     spec, base, tokenizer, data, _, _ = demo_setup(workdir, model, task)
     torch.manual_seed(seed)
     net = AutoModelForCausalLM.from_pretrained(base)
-    encoded, _ = benchmark.pairs()
-    meter = ProbeMeter(net, tokenizer, encoded, [str(i) for i in range(len(encoded))], token_budget=16384, total=True)
+    meter = benchmark.meter(net, tokenizer, token_budget=16384)
 
     def scored():
-        return benchmark.decide(-meter.measure())
+        return benchmark.decide(meter.measure())
 
     before = scored()
     steps, rows_at = [], []

@@ -92,6 +92,7 @@ rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check
         model=COMPUTED,
     params:
         settings=settings(PLAN.forecast.trajectory_settings),
+        transitions=optional_inputs("transitions"),
     threads: resource("analysis", "threads")
     resources:
         mem_mb=resource("analysis", "mem_mb"),
@@ -105,4 +106,4 @@ rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check
     shell:
         "OMP_NUM_THREADS={threads} forgetmap forecast-trajectory --settings {params.settings:q} "
         "--matrix {input.matrix:q} --probes {input.probes:q} --checkpoints {input.checkpoints:q} "
-        "--out {output.table:q} --figure {output.figure:q} > {log:q} 2>&1"
+        "--out {output.table:q} --figure {output.figure:q} {params.transitions} > {log:q} 2>&1"

@@ -34,7 +34,7 @@ rule finetune:
         model=COMPUTED,
     params:
         settings=settings(PLAN.finetune_settings),
-        probes=optional_inputs("probes"),
+        probes=optional_inputs("probes", "shards"),
     threads: resource("finetune", "threads")
     resources:
         gpu=resource("finetune", "gpu"),

@@ -85,15 +85,11 @@ def bench(tmp_path_factory):
 
 
 def correctness(model, tokenizer, benchmark) -> np.ndarray:
-    from forgetmap.meter import ProbeMeter
-
-    encoded, _ = benchmark.pairs()
-    meter = ProbeMeter(model, tokenizer, encoded, [str(i) for i in range(len(encoded))], total=True)
-    return benchmark.decide(-meter.measure())
+    return benchmark.decide(benchmark.meter(model, tokenizer).measure())
 
 
-def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> np.ndarray:
-    """lm-eval's own: its HF model's log-likelihood of each request of the task, in (document, option) order."""
+def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> list[np.ndarray]:
+    """lm-eval's own: its HF model's log-likelihood of each request of the task, per document, in option order."""
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
@@ -103,8 +99,10 @@ def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> np.ndarray:
     task.set_fewshot_seed(seed=1234)
     task.build_all_requests(limit=None, rank=0, world_size=1)
     requests = sorted(task.instances, key=lambda r: (r.doc_id, r.idx))
-    return np.array([value for value, _ in HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8).loglikelihood(
-        requests, disable_tqdm=True)])
+    values = [value for value, _ in HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8).loglikelihood(
+        requests, disable_tqdm=True)]
+    documents = [r.doc_id for r in requests]
+    return [np.array([v for v, d in zip(values, documents) if d == doc]) for doc in sorted(set(documents))]
 
 
 @pytest.mark.parametrize("shots", [None, 2])
@@ -112,16 +110,16 @@ def test_an_lm_eval_tasks_items_score_as_lm_eval_scores_them(bench, shots):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forgetmap.correctness.benchmark import from_lm_eval
-    from forgetmap.meter import ProbeMeter
 
     base, tasks, _, _ = bench
     model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
     benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks, num_fewshot=shots)
     assert len(benchmark) == N_ITEMS and benchmark.ids[0] == "bench_mc/0"
     assert all(item.context[0] == tokenizer.bos_token_id for item in benchmark.items)  # lm-eval's encoding: BOS once
-    encoded, _ = benchmark.pairs()
-    ours = -ProbeMeter(model, tokenizer, encoded, [str(i) for i in range(len(encoded))], total=True).measure()
-    theirs = lm_eval_logliks(model, tokenizer, tasks, shots)
+    meter = benchmark.meter(model, tokenizer)
+    assert meter.options.packed  # each item's context once, its options behind a block-causal mask
+    ours = np.concatenate(meter.measure())  # (document, option) order
+    theirs = np.concatenate(lm_eval_logliks(model, tokenizer, tasks, shots))
     assert len(ours) == len(theirs) and np.abs(ours - theirs).max() < 1e-5
     if shots:  # the solved examples lm-eval put before each question are in the context
         assert min(len(it.context) for it in benchmark.items) > 2 * min(

@@ -396,6 +396,13 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     at_probes = base.base_nll[np.isin(base.example_ids, scored["example_id"])]
     np.testing.assert_allclose(scored["nll"] - at_probes, meta["probe_values"]["json_profile"], atol=1e-4)
     assert (workdir / "results/tiny/forecast/trajectory.png").stat().st_size > 10_000
+    # it also watched k of the corpus's multiple-choice items: their accuracy, F and BT at each check, forecast
+    # through the fit tasks' correctness (the transitions file) beside the k items' own estimate
+    trained = json.loads((workdir / "results/tiny/checkpoints/json_profile/train_summary.json").read_text())
+    assert trained["monitor_items"] == 8
+    for rate in ("acc", "F", "BT", "naive_acc", "naive_F", "naive_BT"):
+        assert (trajectory[f"items_{rate}_lower"] <= trajectory[f"items_{rate}"]).all()
+        assert (trajectory[f"items_{rate}"] <= trajectory[f"items_{rate}_upper"]).all()
     timeline = page_data(workdir / "results/tiny/explorer.html")["timelines"]["json_profile"]  # its task panel's
     assert timeline["steps"] == [2, 4] and timeline["mean"] == pytest.approx(trajectory["forecast_mean"].tolist(),
                                                                              abs=1e-4)

@@ -45,7 +45,8 @@ ARM_INPUTS = [arg("--replay", default=None, help="upstream examples to mix in (r
               arg("--token-losses", default=None, help="the base model's token losses on the task (token-losses)"),
               arg("--matrix", default=None, help="online replay: the forgetting matrix (train rows, base NLL)"),
               arg("--split", default=None, help="online replay: the split definition whose train rows complete the task"),
-              arg("--shards", nargs="+", default=None, help="online replay: the upstream shards (the replay pool)")]
+              arg("--shards", nargs="+", default=None, help="online replay: the upstream shards (the replay pool); a "
+                                                             "monitored fine-tune: the corpus whose items it watches")]
 ALPHAS = arg("--alphas", type=_json, default=[], help="JSON list: interpolation weights toward the fine-tune judged "
                                                      "besides the fine-tune itself (mitigation.interpolation)")
 TASKS = arg("--tasks", nargs="+", required=True, help="TASK=task.parquet ...")
@@ -136,7 +137,8 @@ COMMANDS = [
      "measured row where there is one", "monitor.trajectory:trajectory_command",
      [SETTINGS, MATRIX, arg("--probes", required=True, help="the probes (forecast-probes' output)"),
       arg("--checkpoints", nargs="+", required=True, help="each monitored task's fine-tune, in the settings' order"),
-      OUT, arg("--figure", required=True)], False),
+      OUT, arg("--figure", required=True),
+      arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)")], False),
     ("forecast", "complete each forecast task's row from its probe scores, with conformal half-widths",
      "predict.forecast:forecast_command",
      [SETTINGS, MATRIX, arg("--probes", required=True, help="the probes (forecast-probes' output)"),

@@ -128,8 +128,8 @@ def deal(batches: list[np.ndarray], rank: int, world: int, in_step: bool) -> tup
 class ProbeMeter:
     """`measure()`: each example's NLL under the live weights (float64, one per example, in the given order; NaN
     where an example has nothing to score: `empty` names those), the mean per scored token, or with `total` the
-    sum over its scored span (a multiple-choice option's log-likelihood, negated). `kind`: the parallelism found
-    (`parallelism`). `for_rows` encodes upstream rows as scoring does; a benchmark's items come encoded."""
+    sum over its scored span. `kind`: the parallelism found (`parallelism`). `for_rows` encodes upstream rows as
+    scoring does; `OptionMeter` scores a benchmark's items."""
 
     @classmethod
     def for_rows(cls, model, tokenizer, rows, chat_template: str, max_length: int, token_budget: int = 4096,
@@ -141,60 +141,120 @@ class ProbeMeter:
         return cls(model, tokenizer, encoded, rows["example_id"].astype(str).tolist(), token_budget, autocast, settle)
 
     def __init__(self, model, tokenizer, encoded: list, ids: list[str], token_budget: int = 4096, autocast=None,
-                 settle=None, total: bool = False):
+                 settle=None, total: bool = False, max_padding: float | None = None):
         """`encoded`: the examples (forgetmap.data.chat.Encoded), `ids` naming them; `settle`: called after each
-        measure (zero3_retrace)."""
-        from .nll import TorchScorer
-
+        measure (zero3_retrace); `max_padding`: the share of a batch that may be padding where each rank holds the
+        whole model (None: the scorer's default, equal lengths on a CPU; a sharded model's batches take up to
+        SHARDED_PADDING)."""
         self.empty = [ids[i] for i, e in enumerate(encoded) if e.n_scored == 0]
+        scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty example is refused by the caller
+        self._deal(model, tokenizer, ids, [len(e.ids) for e in encoded], scored, token_budget, autocast, settle,
+                   max_padding)
+        self.encoded = encoded
+        self.tokens = int(sum(e.n_scored for e in encoded))  # over every rank's share
+        self.total = total
+
+    def _deal(self, model, tokenizer, ids, lengths: list[int], scored: list[int], token_budget: int, autocast, settle,
+              max_padding) -> None:
+        """The scorer on the model as it is wrapped, the length batches of the `scored` units (their `lengths`), and
+        this rank's share of them (`deal`)."""
+        from .nll import TorchScorer, length_batches
+
         self.kind, root = parallelism(model)
         self.rank, self.world = _ranks()
         if self.world > 1:
-            _same_on_every_rank(list(ids), [len(e.ids) for e in encoded], self.world)
+            _same_on_every_rank(list(ids), list(lengths), self.world)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         local = self.kind == "local"
         if not local:  # every forward gathers the weights: fewer, fuller batches, yet at least one per rank
-            lengths = [len(e.ids) for e in encoded if e.n_scored]
-            token_budget = min(token_budget, max(max(lengths, default=1), -(-sum(lengths) // self.world)))
-        self.scorer = TorchScorer(model, pad, token_budget, max_padding=None if local else SHARDED_PADDING,
+            sizes = [lengths[i] for i in scored]
+            token_budget = min(token_budget, max(max(sizes, default=1), -(-sum(sizes) // self.world)))
+        self.scorer = TorchScorer(model, pad, token_budget, max_padding=max_padding if local else SHARDED_PADDING,
                                   gathered=root_gathered(self.kind, root), inference=False)
-        scored = [i for i, e in enumerate(encoded) if e.n_scored]  # an empty example is refused by the caller
-        plan = [np.asarray(scored)[b] for b in self.scorer.plan([encoded[i] for i in scored])]
+        sizes = np.array([lengths[i] for i in scored], dtype=np.int64)
+        plan = [np.asarray(scored, dtype=np.int64)[b] for b in length_batches(sizes, token_budget,
+                                                                              self.scorer.max_padding)]
         self.batches, self.repeats = deal(plan, self.rank, self.world, not local)
         own = self.batches[:len(self.batches) - self.repeats]
         self.share = np.sort(np.concatenate([np.zeros(0, dtype=np.int64), *own]))
-        self.encoded = encoded
-        self.count = len(encoded)
-        self.tokens = int(sum(e.n_scored for e in encoded))  # over every rank's share
+        self.count = len(lengths)
         self.model = model
         self.autocast = autocast or nullcontext
         self.settle = settle
-        self.total = total
         self.seconds = 0.0  # the last measure's wall time
 
-    def measure(self) -> np.ndarray:
+    def _run(self) -> list:
+        """Every unit's value from this rank's batches (the others' are filled by the gather)."""
+        sums = self.scorer.sums(self.encoded, self.batches)
+        if self.total:
+            return list(sums)
+        return list(sums / np.maximum([e.n_scored for e in self.encoded], 1))
+
+    def _gathered(self) -> list:
+        """Each unit's value on every rank: this rank's share run, the others' gathered."""
         started = time.perf_counter()
         training = self.model.training
         self.model.eval()
         try:
             with self.autocast():
-                sums = self.scorer.sums(self.encoded, self.batches)
+                found = self._run()
         finally:
             self.model.train(training)
             if self.settle is not None:
                 self.settle()
-        mine = sums[self.share]
-        if not self.total:
-            mine = mine / np.array([self.encoded[i].n_scored for i in self.share], dtype=np.float64)
-        values = np.full(self.count, np.nan, dtype=np.float64)
+        values: list = [None] * self.count
+        mine = [_plain(found[i]) for i in self.share]
         if self.world == 1:
-            values[self.share] = mine
+            for i, value in zip(self.share, mine):
+                values[i] = value
         else:
             import torch.distributed as dist
 
             shares: list = [None] * self.world
-            dist.all_gather_object(shares, (self.share.tolist(), mine.tolist()))
+            dist.all_gather_object(shares, (self.share.tolist(), mine))
             for positions, share_values in shares:
-                values[positions] = share_values
+                for i, value in zip(positions, share_values):
+                    values[i] = value
         self.seconds = time.perf_counter() - started
         return values
+
+    def measure(self) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in self._gathered()], dtype=np.float64)
+
+
+class OptionMeter(ProbeMeter):
+    """A benchmark's multiple-choice items under the live weights, options packed (forgetmap.correctness.items:
+    each item's context once, then every option behind a block-causal mask, as the score jobs score them; separate
+    sequences where the attention takes no such mask or packing does not reproduce them). `measure()`: each item's
+    options' summed log-likelihoods (a list of float64 arrays, the items' order)."""
+
+    def __init__(self, model, tokenizer, items: list, ids: list[str], token_budget: int = 4096, autocast=None,
+                 settle=None, max_padding: float = 0.1):
+        from .correctness.items import OptionScorer, packed_length
+
+        self._deal(model, tokenizer, ids, [packed_length(it) for it in items], list(range(len(items))), token_budget,
+                   autocast, settle, max_padding)
+        self.items = items
+        self.tokens = int(sum(packed_length(it) for it in items))
+        self.options = OptionScorer(self.scorer)
+        if self.options.packed is None and items:  # decided once, on the same item on every rank (in step)
+            training = self.model.training
+            self.model.eval()
+            try:
+                with self.autocast():
+                    self.options.decide(max(items, key=lambda it: len(it.options)))
+            finally:
+                self.model.train(training)
+                if self.settle is not None:
+                    self.settle()
+
+    def _run(self) -> list:
+        return self.options.loglik(self.items, self.batches)
+
+    def measure(self) -> list[np.ndarray]:
+        return [np.asarray(v, dtype=np.float64) for v in self._gathered()]
+
+
+def _plain(value):
+    """A value as all_gather_object carries it (floats and lists, no numpy scalars)."""
+    return value.tolist() if isinstance(value, np.ndarray) else float(value)

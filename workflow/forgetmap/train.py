@@ -263,7 +263,7 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
     with atomic_path(out, directory=True) as tmp:
         if processes == 1:
             online = {"matrix": matrix, "split": split, "heldout": heldout, "shards": shards} if matrix else None
-            return finetune_into(base, task, tmp, settings, threads, replay, token_losses, online, probes)
+            return finetune_into(base, task, tmp, settings, threads, replay, token_losses, online, probes, shards)
         import subprocess
         import sys
 
@@ -275,6 +275,8 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
                    "--into", str(tmp)]
         command += [a for flag, path in (("--replay", replay), ("--token-losses", token_losses), ("--probes", probes))
                     if path for a in (flag, str(path))]
+        if shards and settings.get("monitor", {}).get("items"):  # the corpus's items a monitored fine-tune watches
+            command += ["--shards", *map(str, shards)]
         log.info("launching %d FSDP training processes: %s", processes, " ".join(command[:6]))
         done = subprocess.run(command)
         if done.returncode != 0:
@@ -285,7 +287,7 @@ def finetune(base: str, task: str, settings: dict, threads: int, out: str, repla
 
 def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, threads: int,
                   replay: str | None = None, token_losses: str | None = None, online: dict | None = None,
-                  probes: str | None = None) -> dict:
+                  probes: str | None = None, shards: list[str] | None = None) -> dict:
     """The fine-tune itself, writing into `into`; under torch.distributed, one FSDP rank of it."""
     from .mitigation.arms import arm_batches
     from .mitigation.knobs import arm_hooks
@@ -321,19 +323,28 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
         parameters, architecture = n_parameters(model), type(model).__name__
     batches, steps, arm_summary = arm_batches(settings, tokenizer, examples, world, replay, token_losses, model,
                                               online, task_path)
-    checks = None
+    checks = []
     if settings.get("monitor") and probes:  # the probes on the live weights (under FSDP, every rank in step)
         from .models import autocast_for
-        from .monitor.trajectory import ProbeChecks
+        from .monitor.trajectory import ProbeChecks, check_steps
 
-        checks = ProbeChecks(model, tokenizer, probes, settings["monitor"], steps,
-                             lambda: autocast_for(device, settings["bf16"]))
+        checks.append(ProbeChecks(model, tokenizer, probes, settings["monitor"], steps,
+                                  lambda: autocast_for(device, settings["bf16"])))
+        if settings["monitor"].get("items") and shards:  # and k of the corpus's multiple-choice items
+            from .monitor.item_trajectory import ItemChecks
+
+            checks.append(ItemChecks(model, tokenizer, shards, settings["monitor"]["items"],
+                                     check_steps(settings["monitor"], steps), lambda: autocast_for(device, settings["bf16"])))
+
+    def on_step(step: int) -> dict:
+        return {key: value for check in checks for key, value in check.on_step(step).items()}
+
     summary = train(model, batches, steps, settings, tokenizer.pad_token_id,
                     into / "train_log.jsonl" if rank == 0 else None, hooks=arm_hooks(settings),
-                    on_step=checks.on_step if checks else None)
+                    on_step=on_step if checks else None)
     summary.update(arm_summary)
-    if checks is not None:
-        summary.update(checks.write(into if rank == 0 else None))
+    for check in checks:
+        summary.update(check.write(into if rank == 0 else None))
     if world > 1:  # every rank gathers each weight in turn; rank 0 writes them file by file
         from .sharded import save_sharded
 
@@ -367,6 +378,7 @@ def worker_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", default=None)
     parser.add_argument("--token-losses", default=None)
     parser.add_argument("--probes", default=None, help="a monitored fine-tune's probes (finetune.monitor)")
+    parser.add_argument("--shards", nargs="+", default=None, help="a monitored fine-tune's corpus, for its items")
     args = parser.parse_args(argv)
     from .errors import LOG_FORMAT
 
@@ -378,7 +390,7 @@ def worker_main(argv: list[str] | None = None) -> int:
                             timeout=timedelta(minutes=args.settings["process_group_timeout"]))
     try:
         summary = finetune_into(args.base, args.task, Path(args.into), args.settings, args.threads, args.replay,
-                                args.token_losses, probes=args.probes)
+                                args.token_losses, probes=args.probes, shards=args.shards)
         dist.barrier()  # rank 0 has written the checkpoint
         if dist.get_rank() == 0:
             print(json.dumps({"command": "finetune-worker", **summary}))

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.chat import Encoded
 from ..errors import DataError
 from .items import METRICS, Item, choose, option_scores
 
@@ -67,31 +66,18 @@ class Benchmark:
         """(N,) each item's number of options (k: the chance of a guess is 1/k)."""
         return np.array([len(it.options) for it in self.items], dtype=np.int16)
 
-    def pairs(self, which: np.ndarray | None = None) -> tuple[list[Encoded], np.ndarray]:
-        """Every (context, option) of the items at `which` (default: all) as one scored example (the option's
-        tokens the span), and each pair's item (its position in `which`)."""
-        which = np.arange(len(self.items)) if which is None else np.asarray(which)
-        encoded, owner = [], []
-        for j, i in enumerate(which):
-            item = self.items[i]
-            for option in item.options:
-                ids = np.concatenate([item.context, option])
-                encoded.append(Encoded(ids, len(item.context), len(ids)))
-                owner.append(j)
-        return encoded, np.asarray(owner, dtype=np.int64)
+    def meter(self, model, tokenizer, which: np.ndarray | None = None, **options):
+        """An `OptionMeter` (forgetmap.meter) of the items at `which` (default: all) on `model`."""
+        from ..meter import OptionMeter
 
-    def decide(self, loglik: np.ndarray, which: np.ndarray | None = None) -> np.ndarray:
-        """(len(which),) int8: whether each item's gold option wins, from every pair's summed log-likelihood
-        (`pairs`' order)."""
         which = np.arange(len(self.items)) if which is None else np.asarray(which)
-        out = np.zeros(len(which), dtype=np.int8)
-        start = 0
-        for j, i in enumerate(which):
-            item = self.items[i]
-            values = np.asarray(loglik[start:start + len(item.options)], dtype=np.float64)
-            start += len(item.options)
-            out[j] = choose(option_scores(values, item.texts, self.metric), item.gold)[1]
-        return out
+        return OptionMeter(model, tokenizer, [self.items[i] for i in which], self.ids[which].tolist(), **options)
+
+    def decide(self, logliks: list[np.ndarray], which: np.ndarray | None = None) -> np.ndarray:
+        """(len(which),) int8: whether each item's gold option wins, from its options' summed log-likelihoods."""
+        which = np.arange(len(self.items)) if which is None else np.asarray(which)
+        return np.array([choose(option_scores(np.asarray(values, dtype=np.float64), self.items[i].texts, self.metric),
+                                self.items[i].gold)[1] for i, values in zip(which, logliks)], dtype=np.int8)
 
     def record(self) -> dict:
         """What a map or a check file records of the items (their count, metric and origin)."""

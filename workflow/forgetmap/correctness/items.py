@@ -180,6 +180,11 @@ def _packed(item: Item) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     return ids, positions, mask, np.asarray(option_of), np.asarray(predict_at)
 
 
+def packed_length(item: Item) -> int:
+    """The tokens of an item packed: its context once, then every option."""
+    return len(item.context) + sum(len(o) for o in item.options)
+
+
 def packing_agrees(packed: np.ndarray, separate: np.ndarray, item: Item, dtype) -> bool:
     """Do packed options reproduce separate sequences' summed log-likelihoods? Each option's sum runs over
     its own tokens, so the tolerance grows with the option's length (a per-token bound), never with the
@@ -203,23 +208,30 @@ class OptionScorer:
                      scorer.model.config._attn_implementation)
             self.packed = False
 
-    def loglik(self, items: list[Item]) -> list[np.ndarray]:
+    def loglik(self, items: list[Item], batches: list | None = None) -> list[np.ndarray]:
+        """Each item's options' summed log-likelihoods; `batches`: the items to run, as lists of indices in packed
+        length batches (default: all, batched here); an item in none of them gets zeros."""
         out = [np.zeros(len(item.options)) for item in items]
         if not items:
             return out
         if self.packed is None:
-            probe = max(items, key=lambda it: len(it.options))
-            packed = self._packed_loglik([probe])[0]
-            separate = self._separate_loglik([probe])[0]
-            self.packed = packing_agrees(packed, separate, probe, self.scorer.dtype)
-            if not self.packed:
-                log.warning("packed option scoring does not reproduce separate sequences (%s vs %s): "
-                            "scoring options as separate sequences", packed, separate)
-        return self._packed_loglik(items) if self.packed else self._separate_loglik(items)
+            self.decide(max(items, key=lambda it: len(it.options)))
+        return self._packed_loglik(items, batches) if self.packed else self._separate_loglik(items, batches)
 
-    def _separate_loglik(self, items: list[Item]) -> list[np.ndarray]:
+    def decide(self, probe: Item) -> None:
+        """Pack the options where packing reproduces separate sequences on `probe`."""
+        packed = self._packed_loglik([probe])[0]
+        separate = self._separate_loglik([probe])[0]
+        self.packed = packing_agrees(packed, separate, probe, self.scorer.dtype)
+        if not self.packed:
+            log.warning("packed option scoring does not reproduce separate sequences (%s vs %s): "
+                        "scoring options as separate sequences", packed, separate)
+
+    def _separate_loglik(self, items: list[Item], batches: list | None = None) -> list[np.ndarray]:
         encoded, owner = [], []
-        for i, item in enumerate(items):
+        chosen = range(len(items)) if batches is None else sorted({int(i) for b in batches for i in b})
+        for i in chosen:
+            item = items[i]
             for j, option in enumerate(item.options):
                 ids = np.concatenate([item.context, option])
                 encoded.append(Encoded(ids, len(item.context), len(ids)))
@@ -230,13 +242,16 @@ class OptionScorer:
             out[i][j] = -value
         return out
 
-    @torch.inference_mode()
-    def _packed_loglik(self, items: list[Item]) -> list[np.ndarray]:
+    def _packed_loglik(self, items: list[Item], batches: list | None = None) -> list[np.ndarray]:
+        with self.scorer.grad_off():  # inference mode for a scoring job; no_grad for weights that train on
+            return self._packed(items, batches)
+
+    def _packed(self, items: list[Item], batches: list | None) -> list[np.ndarray]:
         packs = [_packed(item) for item in items]
         lengths = np.array([len(p[0]) for p in packs])
         out = [np.zeros(len(item.options)) for item in items]
         device = self.scorer.device
-        for batch in length_batches(lengths, self.scorer.token_budget, self.max_padding):
+        for batch in length_batches(lengths, self.scorer.token_budget, self.max_padding) if batches is None else batches:
             width = int(lengths[batch].max())
             ids = torch.full((len(batch), width), self.scorer.pad_id, dtype=torch.long)
             positions = torch.zeros((len(batch), width), dtype=torch.long)

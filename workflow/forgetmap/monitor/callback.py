@@ -203,17 +203,15 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         self.item_known = watch.known.tolist()
         benchmark = watch.benchmark
         if self.item_baseline is None:
-            encoded, _ = benchmark.pairs()
-            every = _meter(model, tokenizer, encoded, None, self.token_budget, args, optimizer, benchmark)
             started = time.perf_counter()
-            before = benchmark.decide(-every.measure())
+            every = _meter(model, tokenizer, None, None, self.token_budget, args, optimizer, benchmark)
+            before = benchmark.decide(every.measure())
             watch.check_base(before)
             self.item_baseline = before.tolist()
             log.info("forgetting monitor: baseline of %d items of %s (accuracy %.3f) in %.2f s; %d scored at each "
                      "check%s", len(benchmark), benchmark.describe(), before.mean(), time.perf_counter() - started,
                      len(watch.known), "" if watch.map is None else f", forecast through {watch.map.path or 'the item map'}")
-        encoded, _ = benchmark.pairs(watch.known)
-        self.item_meter = _meter(model, tokenizer, encoded, None, self.token_budget, args, optimizer, benchmark,
+        self.item_meter = _meter(model, tokenizer, None, None, self.token_budget, args, optimizer, benchmark,
                                  watch.known)
 
     @property
@@ -298,7 +296,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         """The items' check: k items scored, every item forecast, the rates bounded; the budgets exceeded."""
         watch = self.items
         started = time.perf_counter()
-        values = watch.benchmark.decide(-self.item_meter.measure(), watch.known)
+        values = watch.benchmark.decide(self.item_meter.measure(), watch.known)
         before = np.asarray(self.item_baseline, dtype=np.float64)
         row, rates = watch.rates(values, before, self.item_level)
         found = watch.scalars(rates, before)
@@ -407,9 +405,8 @@ def _probe_rows(probes):
 
 def _meter(model, tokenizer, rows, scoring: dict | None, token_budget: int, args, optimizer, benchmark=None,
            which=None):
-    """A ProbeMeter in training's precision on the model as the trainer wrapped it: of upstream `rows` (scored as
-    `scoring` says), or of a benchmark's (context, option) pairs (`rows` encoded; summed log-likelihoods) of the
-    items at `which` (default all)."""
+    """A meter in training's precision on the model as the trainer wrapped it: of upstream `rows` (scored as
+    `scoring` says), or the options of a benchmark's items at `which` (default all)."""
     import torch
 
     from ..meter import ProbeMeter, zero3_retrace
@@ -428,10 +425,7 @@ def _meter(model, tokenizer, rows, scoring: dict | None, token_budget: int, args
     if benchmark is None:
         return ProbeMeter.for_rows(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"],
                                    token_budget, autocast, settle)
-    _, owner = benchmark.pairs(which)
-    ids = benchmark.ids if which is None else benchmark.ids[np.asarray(which)]
-    names = [f"{ids[o]}#{j}" for j, o in enumerate(owner)]
-    return ProbeMeter(model, tokenizer, rows, names, token_budget, autocast, settle, total=True)
+    return benchmark.meter(model, tokenizer, which, token_budget=token_budget, autocast=autocast, settle=settle)
 
 
 def _write_trajectory(path: Path, checks: list[dict]) -> None:

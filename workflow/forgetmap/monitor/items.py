@@ -199,9 +199,10 @@ def forecast_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     if held_out is None:
         return naive_rates(values, before[known], options[known], level)
     out = {}
-    for rate in RATES:
-        out[rate] = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
-                                   per_item(rate, before[known], held_out), level)
+    for rate in RATES:  # shares: the interval clipped to [0, 1]
+        found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
+                               per_item(rate, before[known], held_out), level)
+        out[rate] = MeanBound(found.estimate, max(0.0, found.lower), min(1.0, found.upper))
     return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
 
 

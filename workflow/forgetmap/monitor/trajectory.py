@@ -69,8 +69,10 @@ class ProbeChecks:
 
 
 def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: list[str], out: str,
-                       figure: str) -> dict:
-    """`forgetmap forecast-trajectory`: one line per monitored task and check (`out`), and the figure."""
+                       figure: str, transitions: str | None = None) -> dict:
+    """`forgetmap forecast-trajectory`: one line per monitored task and check (`out`), and the figure. With the
+    transitions file of a corpus with items, each line also holds the watched items' accuracy, F and BT
+    (forgetmap.monitor.item_trajectory), and the figure their F."""
     import pandas as pd
 
     from ..io import atomic_path, read_metadata
@@ -92,6 +94,8 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}
+    items, items_drawn = ({}, {}) if transitions is None else \
+        _item_lines(transitions, settings, checkpoints, level if level is not None else 0.9)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
         steps, total, nll, _ = read_probe_record(checkpoint, forgetting.example_ids[index])
         values = nll[1:] - nll[0]
@@ -108,15 +112,22 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
                 _score_check(line, pred[c], values[c], truth, hidden & np.isfinite(truth), widths, settings, evaluate)
                 for lvl, width in mean_widths.items():
                     line[f"mean_covered_{lvl:g}"] = bool(line["mean_error"] <= width)
+            line.update(items.get((task, step), {}))
             lines.append(line)
     table = pd.DataFrame(lines)
     with atomic_path(out) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-    _figure(drawn, mean_widths, level, hidden, figure)
+    _figure(drawn, mean_widths, level, hidden, figure, items_drawn)
     final = table.groupby("task").tail(1)
     return {"tasks": len(settings["tasks"]), "checks": len(table),
             **({"final_rmse": float(final["rmse"].mean()), "final_naive_rmse": float(final["naive_rmse"].mean())}
                if "rmse" in table else {})}
+
+
+def _item_lines(transitions: str, settings: dict, checkpoints: list[str], level: float):
+    from .item_trajectory import item_lines
+
+    return item_lines(transitions, settings, checkpoints, level)
 
 
 def _score_check(line: dict, pred, values, truth, hidden, widths, settings, evaluate) -> None:
@@ -134,11 +145,12 @@ def _score_check(line: dict, pred, values, truth, hidden, widths, settings, eval
         line[f"coverage_{level:g}"] = float(np.mean(np.abs(truth[hidden] - pred[hidden]) <= width[hidden]))
 
 
-def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> None:
+def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str, items: dict | None = None) -> None:
     """Left: one task's mean forecast over training with the mean's interval (`widths`: level -> its
     half-width; the first measured task, else the first), the naive monitor's probe mean and, where
-    measured, the final row's mean. Right (measured tasks): RMSE against the final row at each check over
-    the examples that are not probes, forecast and naive monitor."""
+    measured, the final row's mean. Then (measured tasks): RMSE against the final row at each check over
+    the examples that are not probes, forecast and naive monitor. Last, where items are watched: one task's F
+    over its steps (forgetmap.monitor.item_trajectory.draw_items)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,7 +162,8 @@ def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> N
     task = (measured or list(drawn))[0]
     steps, total, pred, values, truth = drawn[task]
     fractions = np.asarray(steps) / total
-    fig, axes = plt.subplots(1, 2 if measured else 1, figsize=(10 if measured else 5.2, 3.8), squeeze=False)
+    panels = 1 + bool(measured) + bool(items)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 0.2, 3.8), squeeze=False)
     ax = axes[0][0]
     means = pred.mean(1)
     ax.plot(fractions, means, marker="o", color="tab:blue", label="forecast mean")
@@ -178,6 +191,11 @@ def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str) -> N
         ax.set_ylabel("RMSE against the final row")
         ax.set_title("every measured task", fontsize=9)
         ax.legend(fontsize=7)
+    if items:
+        from .item_trajectory import draw_items
+
+        draw_items(axes[0][-1], items, {t: d[1] for t, d in drawn.items()},
+                   level if level is not None else 0.9)
     fig.tight_layout()
     with atomic_path(out) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

@@ -235,6 +235,8 @@ class Plan:
         inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task)}
         if task in self.forecast.monitored(model):
             inputs["probes"] = FORECAST_PROBES.format(model=model)
+            if self.forecast.watches_items(model):
+                inputs["shards"] = self.shard_paths(model)
         return inputs
 
     def finetune_settings(self, model: str, task: str) -> dict:

@@ -9,7 +9,8 @@ of the matrix, and its monitored fine-tune needs the probes before it trains."""
 from __future__ import annotations
 
 from .. import config as fm_config
-from .paths import BASE_RUN, FORECAST, FORECAST_PROBES, FORECAST_SCORES, MATRIX
+from .paths import (BASE_RUN, CORRECTNESS, FORECAST, FORECAST_PROBES, FORECAST_SCORES, MATRIX,
+                    TRANSITION_OUTPUTS)
 
 
 class ForecastPlan:
@@ -71,7 +72,19 @@ class ForecastPlan:
         if monitor is None:
             return None
         score = self.plan.run_score_settings(model, task)
-        return {**monitor, **{key: score[key] for key in ("chat_template", "max_length", "token_budget")}}
+        settings = {**monitor, **{key: score[key] for key in ("chat_template", "max_length", "token_budget")}}
+        if self.watches_items(model):  # k of the corpus's multiple-choice items, asked as the score jobs ask them
+            settings["items"] = {"k": self.cfg["forecast"]["k"], "seed": self.cfg["forecast"]["seed"],
+                                 "asked": {**score["correctness"], "token_budget": score["token_budget"],
+                                           "chat_template": score["chat_template"], "shots": score.get("shots", 0),
+                                           "ask": score.get("ask"), "row": score.get("row")}}
+        return settings
+
+    def watches_items(self, model: str) -> bool:
+        """Whether the model's monitored fine-tunes also watch items: a corpus with items whose correctness is
+        decided by option log-likelihood (sampled answers are not forecast in the loop)."""
+        return model in self.plan.item_models and \
+            self.cfg["models"][model]["score"]["correctness"]["answers"] == "options"
 
     def score_settings(self, model: str, task: str) -> dict:
         """How a forecast row is scored on the probes: as it would be on every shard (a checkpoint's prompts)."""
@@ -106,8 +119,11 @@ class ForecastPlan:
     def trajectory_inputs(self, model: str) -> dict[str, str | list[str]]:
         """The matrix (the fit rows; a `check` task's measured row), the probes, and each monitored task's
         fine-tune, which holds its probe trajectory (`monitor.parquet`)."""
-        return {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
-                "checkpoints": [self.plan.checkpoint(model, t) for t in self.monitored(model)]}
+        inputs = {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
+                  "checkpoints": [self.plan.checkpoint(model, t) for t in self.monitored(model)]}
+        if self.watches_items(model):  # the items' map: the fit tasks' correctness, the base's, a check task's
+            inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
+        return inputs
 
     def trajectory_settings(self, model: str) -> dict:
         return {**self.forecast_settings(model), "tasks": list(self.monitored(model))}

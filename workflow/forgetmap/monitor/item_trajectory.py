@@ -1,0 +1,163 @@
+"""The items a monitored fine-tune watches in forgetmap's own workflow (`finetune.monitor` on a corpus with
+items): k multiple-choice items of the corpus, drawn at random, scored right or wrong at each check (`ItemChecks`,
+options packed as the score jobs pack them), left in the checkpoint (`monitor-items.parquet`); the
+trajectory job forecasts every multiple-choice item's chance of being right at each check through the correctness
+map of the fit tasks (their rows of the transitions file), and so the accuracy, F and BT with their intervals
+beside the NLL's forecast (`item_lines`), against a `check` task's measured final rates.
+
+The items are asked as the score jobs ask them (the model's correctness settings), and F and BT are counted
+against the base's correctness from its score jobs (the transitions file's before), as the transitions job counts
+them (so the items are not scored at step 0: the base's score jobs already did). Free-form items (generated
+answers) are not watched: the rates are over the multiple-choice items.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+ITEM_RECORD = "monitor-items.parquet"
+
+
+def item_frame(shards: list[str]):
+    """The corpus's items with options (multiple choice), in corpus order."""
+    import pandas as pd
+
+    frames = []
+    for shard in shards:
+        frame = pd.read_parquet(shard)
+        if "choices" in frame and "answer" in frame:
+            frames.append(frame[frame["answer"].notna() & frame["choices"].notna()])
+    if not frames or not sum(len(f) for f in frames):
+        raise DataError(f"the upstream shards {shards[:2]}... hold no multiple-choice item for the monitor to watch")
+    return pd.concat(frames, ignore_index=True)
+
+
+class ItemChecks:
+    """k multiple-choice items of the corpus scored right or wrong after each check step."""
+
+    def __init__(self, model, tokenizer, shards: list[str], items: dict, steps: list[int], autocast):
+        from ..correctness.benchmark import from_frame
+
+        self.benchmark = from_frame(item_frame(shards), tokenizer, items["asked"], "the corpus's items")
+        n = len(self.benchmark)
+        rng = np.random.default_rng(items["seed"])
+        self.known = np.arange(n) if items["k"] >= n else np.sort(rng.choice(n, items["k"], replace=False))
+        self.meter = self.benchmark.meter(model, tokenizer, self.known, token_budget=items["asked"]["token_budget"],
+                                          autocast=autocast)
+        self.steps = steps
+        self.values = []
+        self.seconds = 0.0
+
+    def _decide(self) -> np.ndarray:
+        return self.benchmark.decide(self.meter.measure(), self.known)
+
+    def on_step(self, step: int) -> dict:
+        if step not in self.steps:
+            return {}
+        self.values.append(self._decide())
+        self.seconds += self.meter.seconds
+        return {"items_accuracy": round(float(np.mean(self.values[-1])), 6)}
+
+    def write(self, into: Path | None) -> dict:
+        """The k items' 0/1 per check into `into` (None: another rank's), with the population they were drawn from
+        (every multiple-choice item and its number of options); the summary's lines."""
+        import pyarrow as pa
+
+        from ..io import write_table
+
+        if into is not None:
+            columns = {"item_id": pa.array(self.benchmark.ids[self.known].astype(str))}
+            for step, values in zip(self.steps, self.values):
+                columns[f"step_{step}"] = pa.array(values, pa.int8())
+            write_table(pa.table(columns), Path(into) / ITEM_RECORD,
+                        {"steps": self.steps, "population": self.benchmark.ids.astype(str).tolist(),
+                         "options": self.benchmark.options.tolist(), "metric": self.benchmark.metric})
+        return {"monitor_items": len(self.known), "monitor_items_seconds": round(self.seconds, 3)}
+
+
+def read_item_record(checkpoint: str) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the check steps, the scored items' ids, their 0/1 per step (steps x k), the population's ids, their options)
+    of a monitored fine-tune."""
+    import pyarrow.parquet as pq
+
+    from ..io import read_metadata
+
+    path = Path(checkpoint) / ITEM_RECORD
+    if not path.exists():
+        raise DataError(f"{checkpoint}: no {ITEM_RECORD}: the fine-tune watched no items; rerun it (finetune.monitor "
+                        f"on a corpus with multiple-choice items)")
+    meta = read_metadata(path)
+    table = pq.read_table(path)
+    values = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]]).astype(np.float64)
+    return (meta["steps"], table.column("item_id").to_numpy().astype(str), values,
+            np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
+
+
+def item_lines(transitions: str, settings: dict, checkpoints: list[str], level: float) -> tuple[dict, dict]:
+    """({(task, step): the check's item columns}, {task: what the figure draws}): each monitored fine-tune's item
+    checks forecast through the fit tasks' correctness map at `level`, a `check` task's last check beside its
+    measured rates."""
+    from ..matrix import ForgettingMatrix
+    from ..predict.registry import make_method
+    from .items import ItemMap, complete_items, forecast_rates, naive_rates
+
+    matrix = ForgettingMatrix.read(transitions)
+    item_map = ItemMap.from_transitions(transitions, [t for t in settings["fit_tasks"] if t in matrix.tasks])
+    lines, drawn, fitted = {}, {}, {}
+    for task, checkpoint in zip(settings["tasks"], checkpoints):
+        steps, scored, values, population, options = read_item_record(checkpoint)
+        columns = item_map.columns_of(population, f"{checkpoint}'s items")
+        key = tuple(columns)
+        if key not in fitted:  # one fit per population (every fine-tune of a model draws from the same)
+            fitted[key] = make_method("additive").fit(item_map.train[:, columns])
+        model = fitted[key]
+        before = item_map.before[columns].astype(np.float64)
+        if not np.isfinite(before).all():
+            raise DataError(f"{transitions}: its rows have other references than the base: F and BT of a monitored "
+                            f"fine-tune are counted against the base")
+        position = {e: i for i, e in enumerate(population)}
+        known = np.array([position[e] for e in scored], dtype=np.int64)
+        truth = None if task not in matrix.tasks else np.mod(matrix.row(task)[columns], 2).astype(np.float64)
+        series = []
+        for c, step in enumerate(steps):
+            row, held = complete_items(model, known, values[c], len(population))
+            rates = forecast_rates(row, known, values[c], held, before, options, level)
+            naive = naive_rates(values[c], before[known], options[known], level)
+            line = {}
+            for name, found in (("items_", rates), ("items_naive_", naive)):
+                for rate in ("acc", "F", "BT"):
+                    line[f"{name}{rate}"] = found[rate].estimate
+                    line[f"{name}{rate}_lower"] = found[rate].lower
+                    line[f"{name}{rate}_upper"] = found[rate].upper
+            if truth is not None and step == steps[-1]:  # the fine-tune's last check is the weights it saved
+                line.update(items_measured_acc=float(truth.mean()), items_measured_F=float(np.mean(before * (1 - truth))),
+                            items_measured_BT=float(np.mean((1 - before) * truth)))
+            lines[(task, step)] = line
+            series.append((step, rates["F"], naive["F"]))
+        drawn[task] = (series, None if truth is None else float(np.mean(before * (1 - truth))))
+    return lines, drawn
+
+
+def draw_items(ax, drawn: dict, total_of: dict, level: float) -> None:
+    """One task's F over its steps: the forecast with its interval, the naive estimate, the measured F at its end
+    (the first task with a measured row, else the first)."""
+    measured = [t for t, (_, truth) in drawn.items() if truth is not None]
+    task = (measured or list(drawn))[0]
+    series, truth = drawn[task]
+    fractions = np.array([s for s, _, _ in series]) / total_of[task]
+    estimate = np.array([f.estimate for _, f, _ in series])
+    ax.plot(fractions, estimate, marker="o", color="tab:blue", label="forecast F (the map, k items)")
+    ax.fill_between(fractions, [f.lower for _, f, _ in series], [f.upper for _, f, _ in series], color="tab:blue",
+                    alpha=0.15, label=f"its {level:g} interval")
+    ax.plot(fractions, [n.estimate for _, _, n in series], marker="s", color="tab:orange",
+            label="the k items' own (naive)")
+    if truth is not None:
+        ax.plot([fractions[-1]], [truth], marker="*", ms=12, color="black", ls="none", label="measured at the end")
+    ax.set_xlabel("share of training steps")
+    ax.set_ylabel("F (right at step 0, wrong now)")
+    ax.set_title(f"{task}: the items' forgetting while training", fontsize=9)
+    ax.legend(fontsize=7)
