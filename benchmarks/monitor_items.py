@@ -84,6 +84,33 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmar
     return steps, before, np.stack(rows_at)
 
 
+def check_cost(workdir: Path, model: str, task: str, benchmark, item_map, every: int = 5) -> dict:
+    """What watching the items costs inside a transformers Trainer (the demo's fine-tune of `task`, the monitor
+    checking every `every` steps, k = 30 through the map): the baseline's and each check's seconds."""
+    import time
+
+    import torch
+    from transformers import AutoModelForCausalLM, logging as hf_logging
+
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemWatch
+
+    hf_logging.set_verbosity_error()
+    spec, base, tokenizer, data, _, _ = demo_setup(workdir, model, task)
+    torch.manual_seed(0)
+    net = AutoModelForCausalLM.from_pretrained(base)
+    monitor = ForgettingMonitor(items=ItemWatch(benchmark, item_map), every=every)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = demo_trainer(net, data, tokenizer, spec, out, 0, eval_steps=None)
+        monitor.attach(trainer)
+        started = time.perf_counter()
+        trainer.train()
+        total = time.perf_counter() - started
+    seconds = [c["eval_forget_items_seconds"] for c in monitor.checks]
+    return {"checks": len(seconds), "check seconds (median)": float(np.median(seconds)),
+            "training seconds with the monitor": total}
+
+
 def estimates(truth, before, options, models: dict, level: float, draws: int, seed: int) -> dict:
     """{estimate: {rate: (estimates, lowers, uppers) over the draws}} at one check."""
     from forgetmap.monitor.items import complete_items, forecast_rates, naive_rates
@@ -120,6 +147,7 @@ def main() -> None:
     parser.add_argument("--level", type=float, default=0.9)
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--methods", nargs="+", default=["additive", "mf", "irt"])
+    parser.add_argument("--cost", action="store_true", help="also time the items' checks inside a Trainer")
     parser.add_argument("--truths", type=Path, default=None,
                         help="an .npz of the truths at every check: read where it exists, else written after scoring")
     args = parser.parse_args()
@@ -195,6 +223,8 @@ def main() -> None:
     frame = pd.DataFrame(trajectory)
     print(frame.groupby("step")[["true F", "forecast F", "naive F", "true acc", "forecast acc"]].mean().to_string(
         float_format=lambda v: f"{v:.4f}"))
+    if args.cost:
+        print(f"\nwatching the items inside a Trainer ({tasks[0]}): {check_cost(workdir, args.model, tasks[0], benchmark, item_map)}")
     one = frame[frame["task"] == frame["task"].iloc[0]]
     print(f"\n{one['task'].iloc[0]}, seed 0:\n" + one.drop(columns="task").to_string(index=False,
                                                                                     float_format=lambda v: f"{v:.4f}"))

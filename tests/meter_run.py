@@ -39,6 +39,23 @@ def train_step(model, tokenizer, texts):
     model.zero_grad(set_to_none=True)
 
 
+def option_items(tokenizer, n: int = 5):
+    """Multiple-choice items (2 or 3 options, contexts of different lengths) for the OptionMeter's sharded test."""
+    import numpy as np
+
+    from forgetmap.correctness.items import Item
+    from standins import sentences
+
+    texts = sentences(n + 3, seed=9)
+    items = []
+    for i in range(n):
+        options = [" " + w for w in texts[n + i % 3].split()[: 2 + i % 2]]
+        items.append(Item(np.asarray(tokenizer(texts[i])["input_ids"], dtype=np.int64),
+                          [np.asarray(tokenizer(o, add_special_tokens=False)["input_ids"], dtype=np.int64)
+                           for o in options], options, i % len(options), False))
+    return items
+
+
 def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
     import pandas as pd
     import torch
@@ -66,6 +83,18 @@ def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
         counts = [None] * dist.get_world_size()
         dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
         found[probes]["ranks"] = counts
+    if how == "fsdp2":  # a benchmark's items, options packed, through the same shards: in step, every value held
+        from forgetmap.meter import OptionMeter
+
+        items = option_items(tokenizer)
+        model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
+        meter = OptionMeter(model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48)
+        before = [v.tolist() for v in meter.measure()]
+        train_step(model, tokenizer, texts)
+        after = [v.tolist() for v in meter.measure()]
+        counts = [None] * dist.get_world_size()
+        dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
+        found["items"] = {"packed": meter.options.packed, "before": before, "after": after, "ranks": counts}
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(found))
     dist.destroy_process_group()

@@ -527,6 +527,18 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
         train_step(alone_model, tokenizer, sentences(4, seed=5))
         np.testing.assert_allclose(held["after"], alone.measure(), atol=1e-5)
     assert [found[path]["ranks"][1][1] for path in files] == [1, 1]  # rank 1 repeated a batch in each
+    if how == "fsdp2":  # a benchmark's items, options packed, in step on both ranks and equal to one process's
+        from forgetmap.meter import OptionMeter
+        from meter_run import option_items
+
+        held = found["items"]
+        assert held["packed"] and held["ranks"][0][0] == held["ranks"][1][0]  # as many forwards on both ranks
+        alone_model = AutoModelForCausalLM.from_pretrained(base)
+        items = option_items(tokenizer)
+        alone = OptionMeter(alone_model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48)
+        np.testing.assert_allclose(np.concatenate(held["before"]), np.concatenate(alone.measure()), atol=1e-5)
+        train_step(alone_model, tokenizer, sentences(4, seed=5))
+        np.testing.assert_allclose(np.concatenate(held["after"]), np.concatenate(alone.measure()), atol=1e-5)
     if how == "fsdp2":  # ranks given other probes are refused before any is scored, not left waiting
         rows.iloc[:2].to_parquet(tmp_path / "rank-1.parquet")
         rows.iloc[:3].to_parquet(tmp_path / "rank-0.parquet")

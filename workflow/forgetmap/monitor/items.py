@@ -199,10 +199,10 @@ def forecast_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     if held_out is None:
         return naive_rates(values, before[known], options[known], level)
     out = {}
-    for rate in RATES:  # shares: the interval clipped to [0, 1]
+    for rate in RATES:  # shares: the estimate and its interval clipped to [0, 1]
         found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
                                per_item(rate, before[known], held_out), level)
-        out[rate] = MeanBound(found.estimate, max(0.0, found.lower), min(1.0, found.upper))
+        out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist())
     return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
 
 
