@@ -59,11 +59,13 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmar
     import torch
     from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
 
+    from forgetmap.meter import OptionMeter
+
     hf_logging.set_verbosity_error()
     spec, base, tokenizer, data, _, _ = demo_setup(workdir, model, task)
     torch.manual_seed(seed)
     net = AutoModelForCausalLM.from_pretrained(base)
-    meter = benchmark.meter(net, tokenizer, token_budget=16384)
+    meter = OptionMeter.for_items(net, tokenizer, benchmark, token_budget=16384)
 
     def scored():
         return benchmark.decide(meter.measure())

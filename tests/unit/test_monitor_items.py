@@ -85,7 +85,9 @@ def bench(tmp_path_factory):
 
 
 def correctness(model, tokenizer, benchmark) -> np.ndarray:
-    return benchmark.decide(benchmark.meter(model, tokenizer).measure())
+    from forgetmap.meter import OptionMeter
+
+    return benchmark.decide(OptionMeter.for_items(model, tokenizer, benchmark).measure())
 
 
 def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> list[np.ndarray]:
@@ -116,7 +118,9 @@ def test_an_lm_eval_tasks_items_score_as_lm_eval_scores_them(bench, shots):
     benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks, num_fewshot=shots)
     assert len(benchmark) == N_ITEMS and benchmark.ids[0] == "bench_mc/0"
     assert all(item.context[0] == tokenizer.bos_token_id for item in benchmark.items)  # lm-eval's encoding: BOS once
-    meter = benchmark.meter(model, tokenizer)
+    from forgetmap.meter import OptionMeter
+
+    meter = OptionMeter.for_items(model, tokenizer, benchmark)
     assert meter.options.packed  # each item's context once, its options behind a block-causal mask
     ours = np.concatenate(meter.measure())  # (document, option) order
     theirs = np.concatenate(lm_eval_logliks(model, tokenizer, tasks, shots))

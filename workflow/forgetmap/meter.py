@@ -228,6 +228,12 @@ class OptionMeter(ProbeMeter):
     sequences where the attention takes no such mask or packing does not reproduce them). `measure()`: each item's
     options' summed log-likelihoods (a list of float64 arrays, the items' order)."""
 
+    @classmethod
+    def for_items(cls, model, tokenizer, benchmark, which=None, **options) -> "OptionMeter":
+        """The items of a `Benchmark` (forgetmap.correctness.benchmark) at `which` (default: all)."""
+        which = np.arange(len(benchmark.items)) if which is None else np.asarray(which)
+        return cls(model, tokenizer, [benchmark.items[i] for i in which], benchmark.ids[which].tolist(), **options)
+
     def __init__(self, model, tokenizer, items: list, ids: list[str], token_budget: int = 4096, autocast=None,
                  settle=None, max_padding: float = 0.1):
         from .correctness.items import OptionScorer, packed_length

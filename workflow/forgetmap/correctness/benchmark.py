@@ -66,13 +66,6 @@ class Benchmark:
         """(N,) each item's number of options (k: the chance of a guess is 1/k)."""
         return np.array([len(it.options) for it in self.items], dtype=np.int16)
 
-    def meter(self, model, tokenizer, which: np.ndarray | None = None, **options):
-        """An `OptionMeter` (forgetmap.meter) of the items at `which` (default: all) on `model`."""
-        from ..meter import OptionMeter
-
-        which = np.arange(len(self.items)) if which is None else np.asarray(which)
-        return OptionMeter(model, tokenizer, [self.items[i] for i in which], self.ids[which].tolist(), **options)
-
     def decide(self, logliks: list[np.ndarray], which: np.ndarray | None = None) -> np.ndarray:
         """(len(which),) int8: whether each item's gold option wins, from its options' summed log-likelihoods."""
         which = np.arange(len(self.items)) if which is None else np.asarray(which)

@@ -409,7 +409,7 @@ def _meter(model, tokenizer, rows, scoring: dict | None, token_budget: int, args
     `scoring` says), or the options of a benchmark's items at `which` (default all)."""
     import torch
 
-    from ..meter import ProbeMeter, zero3_retrace
+    from ..meter import OptionMeter, ProbeMeter, zero3_retrace
 
     dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
     device = next(model.parameters()).device
@@ -425,7 +425,8 @@ def _meter(model, tokenizer, rows, scoring: dict | None, token_budget: int, args
     if benchmark is None:
         return ProbeMeter.for_rows(model, tokenizer, rows, scoring["chat_template"], scoring["max_length"],
                                    token_budget, autocast, settle)
-    return benchmark.meter(model, tokenizer, which, token_budget=token_budget, autocast=autocast, settle=settle)
+    return OptionMeter.for_items(model, tokenizer, benchmark, which, token_budget=token_budget, autocast=autocast,
+                                 settle=settle)
 
 
 def _write_trajectory(path: Path, checks: list[dict]) -> None:

@@ -41,13 +41,14 @@ class ItemChecks:
 
     def __init__(self, model, tokenizer, shards: list[str], items: dict, steps: list[int], autocast):
         from ..correctness.benchmark import from_frame
+        from ..meter import OptionMeter
 
         self.benchmark = from_frame(item_frame(shards), tokenizer, items["asked"], "the corpus's items")
         n = len(self.benchmark)
         rng = np.random.default_rng(items["seed"])
         self.known = np.arange(n) if items["k"] >= n else np.sort(rng.choice(n, items["k"], replace=False))
-        self.meter = self.benchmark.meter(model, tokenizer, self.known, token_budget=items["asked"]["token_budget"],
-                                          autocast=autocast)
+        self.meter = OptionMeter.for_items(model, tokenizer, self.benchmark, self.known,
+                                           token_budget=items["asked"]["token_budget"], autocast=autocast)
         self.steps = steps
         self.values = []
         self.seconds = 0.0
