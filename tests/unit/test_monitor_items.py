@@ -289,3 +289,28 @@ def test_an_item_response_fit_and_the_cross_fitted_bound():
     assert exact.estimate == pytest.approx(values.mean()) and exact.lower == pytest.approx(exact.upper)
     interval = binomial_interval(3, 30, 0.9)
     assert interval.lower < 0.1 < interval.upper and binomial_interval(0, 30, 0.9).lower == 0.0
+
+
+def test_the_k_items_are_drawn_at_random_or_chosen_for_the_map_and_forecast_cross_fitted(bench):
+    from transformers import AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.monitor.items import ItemMap, ItemWatch
+    from forgetmap.predict.forecast import choose
+
+    base, tasks, map_path, frame = bench
+    benchmark = from_lm_eval("bench_mc", AutoTokenizer.from_pretrained(base), include_path=tasks)
+    item_map = ItemMap.read(map_path)
+    drawn = ItemWatch(benchmark, item_map, k=8, seed=3)
+    drawn.prepare(None, 0.9)
+    assert np.array_equal(drawn.known, np.sort(np.random.default_rng(3).choice(N_ITEMS, 8, replace=False)))
+    chosen = ItemWatch(benchmark, item_map, k=8, choose="dopt")
+    chosen.prepare(None, 0.9)
+    assert np.array_equal(chosen.known, np.sort(choose(item_map.train, 8, "dopt", 0, "m")))
+    values = frame.loc["run3"].to_numpy()[drawn.known].astype(float)
+    row, held = drawn.forecast(values)
+    assert np.array_equal(row[drawn.known], values) and ((row >= 0) & (row <= 1)).all() and held.shape == (8,)
+    # each scored item's held-out forecast is the map's completion from the other seven alone
+    others = np.delete(drawn.known, 2)
+    alone = np.clip(drawn.model.predict(others[None], np.delete(values, 2)[None].astype(np.float32))[0], 0, 1)
+    assert held[2] == pytest.approx(alone[drawn.known[2]], abs=1e-6)
