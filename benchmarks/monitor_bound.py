@@ -6,7 +6,7 @@ set is scored, so the mean forgetting of the weights at that check is known. The
 draws of the `--audit` examples (uniform, without replacement, from the examples that are not probes: what a map's
 audit draw is), the bounds on that mean at `--level`:
 
-- the run's own (forgetmap.monitor.bound): the forecast from the map's k D-optimal probes, corrected by the audit
+- the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, corrected by the audit
   examples' residuals, Student's t on them;
 - the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
   leave-one-fit-task-out folds, the same at every check;
@@ -84,7 +84,7 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
            shares: tuple = ()) -> dict:
     """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}; `shares`: also the run's
     own bound on the share of examples forgotten by more than each."""
-    from forgetmap.monitor.bound import mean_bound, sample_interval, share_bound
+    from forgetmap.predict.bound import mean_bound, sample_interval, share_bound
 
     known = forecast_map.known
     row, _ = forecast_map.forecast(truth[known])

@@ -115,7 +115,7 @@ def check_cost(workdir: Path, model: str, task: str, benchmark, item_map, every:
 
 def estimates(truth, before, options, models: dict, level: float, draws: int, seed: int) -> dict:
     """{estimate: {rate: (estimates, lowers, uppers) over the draws}} at one check."""
-    from forgetmap.monitor.items import complete_items, forecast_rates, naive_rates
+    from forgetmap.correctness.forecast import bounded_rates, complete_items, naive_rates
 
     n = len(truth)
     rng = np.random.default_rng(seed)
@@ -134,7 +134,7 @@ def estimates(truth, before, options, models: dict, level: float, draws: int, se
                 if k == 100 and name != "irt":
                     continue
                 row, held = complete_items(model, known, values, n)
-                add(f"{name}, k={k}", forecast_rates(row, known, values, held, before, options, level))
+                add(f"{name}, k={k}", bounded_rates(row, known, values, held, before, options, level))
             if k == 30:
                 add("naive, k=30", naive_rates(values, before[known], options[known], level))
     return {name: {rate: np.asarray(v) for rate, v in found.items()} for name, found in out.items()}

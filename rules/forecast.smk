@@ -66,6 +66,7 @@ rule forecast:
         model=COMPUTED,
     params:
         settings=settings(PLAN.forecast.forecast_settings),
+        transitions=optional_inputs("transitions"),
     threads: resource("analysis", "threads")
     resources:
         mem_mb=resource("analysis", "mem_mb"),
@@ -79,7 +80,8 @@ rule forecast:
     shell:
         "OMP_NUM_THREADS={threads} forgetmap forecast --settings {params.settings:q} --matrix {input.matrix:q} "
         "--probes {input.probes:q} --scores {input.scores:q} --base-scores {input.base_scores:q} "
-        "--out {output.rows:q} --summary {output.summary:q} --figure {output.figure:q} > {log:q} 2>&1"
+        "--out {output.rows:q} --summary {output.summary:q} --figure {output.figure:q} {params.transitions} "
+        "> {log:q} 2>&1"
 
 
 rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check's probes completed into a row

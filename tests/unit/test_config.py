@@ -319,7 +319,12 @@ def test_only_a_forecast_tasks_fine_tune_is_monitored_and_waits_for_the_probes()
     assert plan.finetune_inputs("m", "mul_qa")["probes"] == "results/m/forecast/probes.parquet"
     assert "probes" not in plan.finetune_inputs("m", "city_qa")
     monitor = plan.finetune_settings("m", "mul_qa")["monitor"]
+    items = monitor.pop("items")  # the corpus has items decided by their options: k of them watched too
     assert monitor == {"every": 10, "at": [0.25], "chat_template": "auto", "max_length": 2048, "token_budget": 16384}
+    assert items["k"] == 30 and items["asked"]["metric"] == "acc" and items["asked"]["chat_template"] == "auto"
+    assert plan.finetune_inputs("m", "mul_qa")["shards"] == plan.shard_paths("m")  # where they are drawn from
+    assert plan.forecast.trajectory_inputs("m")["transitions"] == "results/m/correctness/transitions.parquet"
+    assert plan.forecast.probes_settings("m")["items"] == {"k": 30, "seed": 0}
     # a measured task's settings carry no monitor key: turning the monitor on reruns no measured fine-tune
     assert "monitor" not in plan.finetune_settings("m", "city_qa")
     assert "monitor" not in Plan(minimal()).finetune_settings("m", "city_qa")

@@ -81,7 +81,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     out = tmp_path / "run" / "forgetmap-monitor"
     import pyarrow.parquet as pq
     from forgetmap.io import read_metadata
-    from forgetmap.monitor.bound import mean_bound, share_bound
+    from forgetmap.predict.bound import mean_bound, share_bound
 
     for step, entry in zip((2, 4), logged):
         path = out / f"check-{step:08d}.parquet"
@@ -93,7 +93,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         np.testing.assert_allclose(rows["halfwidth_0.9"], widths[0.9])
         assert math.isclose(float(rows["forecast"].mean()), entry["eval_forget_mean"], rel_tol=1e-4)
         assert math.isclose(float(np.mean(meta["probe_values"])), entry["eval_forget_probe_mean"], abs_tol=1e-5)
-        # the bound: the forecast corrected by the 30 audit examples' residuals (monitor.bound), at level 0.8
+        # the bound: the forecast corrected by the 30 audit examples' residuals (predict.bound), at level 0.8
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,

@@ -270,7 +270,7 @@ def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
 
 
 def test_an_item_response_fit_and_the_cross_fitted_bound():
-    from forgetmap.monitor.bound import binomial_interval, crossfit_bound
+    from forgetmap.predict.bound import binomial_interval, crossfit_bound
     from forgetmap.predict.registry import make_method
 
     rng = np.random.default_rng(0)

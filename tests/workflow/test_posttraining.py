@@ -425,7 +425,15 @@ def test_a_new_checkpoint_is_forecast_from_k_scored_probes(logged):
     meta = json.loads(pq.read_schema(logged / "results/chain/forecast/forecast.parquet").metadata[b"forgetmap"])
     assert meta["fit_tasks"] == ["sft", "dpo"] and len(meta["probe_ids"]) == 6
     probes = pd.read_parquet(logged / "results/chain/forecast/scores/rl.parquet")
-    assert len(probes) == 6 and not (logged / "results/chain/scores/rl").exists()  # no shard scored
+    items = json.loads(pq.read_schema(logged / "results/chain/forecast/probes.parquet").metadata[b"forgetmap"])["items"]
+    assert list(probes["example_id"][:6]) == meta["probe_ids"] and not (logged / "results/chain/scores/rl").exists()
+    # the probes' 6 items (those not already probes follow them) decided right or wrong by the same scoring job:
+    # the checkpoint's accuracy, F and BT against its reference (the base), through the measured rows' correctness
+    assert len(items["ids"]) == 6 and set(items["ids"]) <= set(probes["example_id"]) <= set(meta["probe_ids"]) | set(items["ids"])
+    line = summary.set_index("task").loc["rl"]
+    assert line["items_k"] == 6
+    for rate in ("acc", "F", "BT", "naive_acc", "naive_F", "naive_BT"):
+        assert 0 <= line[f"items_{rate}_lower"] <= line[f"items_{rate}"] <= line[f"items_{rate}_upper"] <= 1
     assert "rl" not in pq.read_schema(logged / "results/chain/forgetting.parquet").names
     assert (logged / "results/chain/posttrained/rl/base.json").exists()
 

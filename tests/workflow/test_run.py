@@ -392,6 +392,9 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     assert trajectory["probe_mean"].iloc[-1] == pytest.approx(np.mean(meta["probe_values"]["json_profile"]), abs=1e-6)
     snakemake(workdir, "results/tiny/forecast/scores/json_profile.parquet")  # the score job, asked for by name
     scored = pd.read_parquet(workdir / "results/tiny/forecast/scores/json_profile.parquet")
+    items = read_metadata(workdir / "results/tiny/forecast/probes.parquet")["items"]
+    assert len(scored) == 8 + len(set(items["ids"]) - set(meta["probe_ids"]))  # the k items follow the probes
+    scored = scored.iloc[:8]
     base = ForgettingMatrix.read(workdir / MATRIX)
     at_probes = base.base_nll[np.isin(base.example_ids, scored["example_id"])]
     np.testing.assert_allclose(scored["nll"] - at_probes, meta["probe_values"]["json_profile"], atol=1e-4)
@@ -399,7 +402,10 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     # it also watched k of the corpus's multiple-choice items: their accuracy, F and BT at each check, forecast
     # through the fit tasks' correctness (the transitions file) beside the k items' own estimate
     trained = json.loads((workdir / "results/tiny/checkpoints/json_profile/train_summary.json").read_text())
-    assert trained["monitor_items"] == 8
+    assert trained["monitor_items"] == len(items["ids"]) == min(8, len(items["population"]))
+    # the forecast job's line for the task: the same rates at its last check (the weights it saved)
+    line = summary.loc["json_profile"]
+    assert line["items_F"] == pytest.approx(trajectory["items_F"].iloc[-1]) and line["items_k"] == len(items["ids"])
     for rate in ("acc", "F", "BT", "naive_acc", "naive_F", "naive_BT"):
         assert (trajectory[f"items_{rate}_lower"] <= trajectory[f"items_{rate}"]).all()
         assert (trajectory[f"items_{rate}"] <= trajectory[f"items_{rate}_upper"]).all()

@@ -139,13 +139,15 @@ COMMANDS = [
       arg("--checkpoints", nargs="+", required=True, help="each monitored task's fine-tune, in the settings' order"),
       OUT, arg("--figure", required=True),
       arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)")], False),
-    ("forecast", "complete each forecast task's row from its probe scores, with conformal half-widths",
-     "predict.forecast:forecast_command",
+    ("forecast", "complete each forecast task's row from its probe scores, with conformal half-widths (and its "
+                 "items' correctness rates where the corpus has items)",
+     "correctness.forecast:forecast_with_items",
      [SETTINGS, MATRIX, arg("--probes", required=True, help="the probes (forecast-probes' output)"),
       arg("--scores", nargs="+", required=True, help="each forecast task's probe scores (a monitored fine-tune's "
                                                       "checkpoint instead), in the settings' order"),
       arg("--base-scores", nargs="+", required=True, help="the base's score files (the tokens of a full scoring)"),
-      OUT, arg("--summary", required=True), arg("--figure", required=True)], False),
+      OUT, arg("--summary", required=True), arg("--figure", required=True),
+      arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)")], False),
     ("explorer", "the offline HTML page linking a model's matrix to its examples, tasks and components",
      "explorer:explorer_command",
      [arg("--settings", type=_json, default=None, help="a model's page: its settings from forgetmap.plan (JSON)"),

@@ -9,13 +9,26 @@ F = mean_i before_i (1 - after_i), BT = mean_i (1 - before_i) after_i (the expec
 per-seed counts with independently sampled seeds), per source and overall.
 
 `direct` is what k items give without the map: the same rates over the k scored items alone.
+
+With intervals (the forgetting monitor's items, a forecast checkpoint's rates in the workflow): `bounded_rates`
+corrects the completed row's rates by the k items' cross-fitted residuals (each scored item's forecast from the
+other k - 1: `complete_items`) and bounds them with Student's t (forgetmap.predict.bound.crossfit_bound), valid
+over a random draw of the k items; `naive_rates` are the k items' own shares with exact binomial intervals.
+Chance-adjusted rates (Harmon et al.): F_true = max(0, F - s), BT_true = max(0, BT - s), s the expected share
+of spurious flips at the estimated accuracies (`spurious`), whose own uncertainty is not carried into their
+interval.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from ..predict.bound import MeanBound, binomial_interval, crossfit_bound
 from ..predict.registry import method_class
+
+RATES = ("acc", "F", "BT")
 
 
 def rates(before: np.ndarray, after: np.ndarray) -> tuple[float, float]:
@@ -47,3 +60,183 @@ def direct_rates(before: np.ndarray, after: np.ndarray, known_columns: np.ndarra
     """(T, 2) the rates over the known items alone (no map): the estimate k scored items give by themselves."""
     before = np.broadcast_to(np.atleast_2d(before), after.shape)
     return np.array([rates(b[c], a[c]) for b, a, c in zip(before, after, known_columns)])
+
+
+def spurious(before: np.ndarray, now: np.ndarray, options: np.ndarray) -> float:
+    """The expected share of flips of items unknown at both times (Harmon et al.), per group of items with the
+    same number of options, weighted by its size: (1 - acc_before)(1 - acc_now) / (options - 1)."""
+    total = 0.0
+    for k in np.unique(options):
+        group = options == k
+        if k >= 2:
+            total += group.mean() * (1 - np.mean(before[group])) * (1 - np.mean(now[group])) / (k - 1)
+    return float(total)
+
+
+def per_item(rate: str, before: np.ndarray, now: np.ndarray) -> np.ndarray:
+    """Each item's share of a rate: acc the chance it is right now; F right before and wrong now; BT the reverse."""
+    if rate == "acc":
+        return now
+    if rate == "F":
+        return before * (1 - now)
+    return (1 - before) * now
+
+
+def bounded_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray | None,
+                   before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
+    """acc, F, BT and their chance-adjusted forms over the items, each bounded at `level`: `forecast` each item's
+    probability of being right now (N,), `known` the scored items and `values` their 0/1, `held_out` their
+    cross-fitted forecasts (None: no map, the rates are the k items' own)."""
+    if held_out is None:
+        return naive_rates(values, before[known], options[known], level)
+    out = {}
+    for rate in RATES:  # shares: the estimate and its interval clipped to [0, 1]
+        found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
+                               per_item(rate, before[known], held_out), level)
+        out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist())
+    return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
+
+
+def naive_rates(values: np.ndarray, before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
+    """The rates over the scored items alone, each with an exact binomial interval (items drawn at random)."""
+    values = np.asarray(values, dtype=np.float64)
+    before = np.asarray(before, dtype=np.float64)
+    out = {rate: binomial_interval(int(round(per_item(rate, before, values).sum())), len(values), level)
+           for rate in RATES}
+    return {**out, **_chance_adjusted(out, before, values, options)}
+
+
+def _chance_adjusted(rates: dict[str, MeanBound], before: np.ndarray, now: np.ndarray,
+                     options: np.ndarray) -> dict[str, MeanBound]:
+    s = spurious(before, now, options)
+
+    def less(bound):
+        return MeanBound(max(0.0, bound.estimate - s), max(0.0, bound.lower - s), max(0.0, bound.upper - s))
+    return {"F_true": less(rates["F"]), "BT_true": less(rates["BT"])}
+
+
+def complete_items(model, known: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each of the n items' probability of being right now, the scored items kept as measured; each scored
+    item's forecast from the other k - 1 (cross-fitted), or None where there is no fitted map (`model` None))."""
+    row = np.full(n, np.nan)
+    row[known] = values
+    if model is None:
+        return row, None
+    values = np.asarray(values, dtype=np.float32)
+    row = np.clip(model.predict(known[None], values[None])[0], 0, 1).astype(np.float64)
+    row[known] = values
+    k = len(known)
+    others = np.array([np.delete(np.arange(k), j) for j in range(k)])
+    held = np.clip(model.predict(known[others], values[others]), 0, 1)
+    return row, held[np.arange(k), known].astype(np.float64)
+
+
+def rate_columns(rates: dict[str, MeanBound], naive: dict[str, MeanBound]) -> dict[str, float]:
+    """A line's item columns: each rate's estimate and interval (`items_*`), and the k items' own (`items_naive_*`)."""
+    line = {}
+    for prefix, found in (("items_", rates), ("items_naive_", naive)):
+        for rate in RATES:
+            line[f"{prefix}{rate}"] = found[rate].estimate
+            line[f"{prefix}{rate}_lower"] = found[rate].lower
+            line[f"{prefix}{rate}_upper"] = found[rate].upper
+    return line
+
+
+def measured_columns(before: np.ndarray, after: np.ndarray) -> dict[str, float]:
+    """A measured row's rates over the same items: what the forecast is scored against."""
+    return {"items_measured_acc": float(np.mean(after)), "items_measured_F": float(np.mean(before * (1 - after))),
+            "items_measured_BT": float(np.mean((1 - before) * after))}
+
+
+def scored_correctness(path: str, ids: list[str]) -> np.ndarray:
+    """Each of `ids` right (1) or wrong (0) in a score file (seed 0's where answers were sampled, as the transitions
+    file holds), NaN where it was not scored."""
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    table = pq.read_table(path, columns=["example_id", *(["correct_seeds"] if "correct_seeds" in names else []),
+                                         "correct"])
+    if "correct_seeds" in names:
+        values = [np.nan if v is None or not len(v) else float(v[0]) for v in table.column("correct_seeds").to_pylist()]
+    else:
+        values = [np.nan if v is None else float(v) for v in table.column("correct").to_pylist()]
+    found = dict(zip(table.column("example_id").to_numpy().astype(str), values))
+    return np.array([found.get(e, np.nan) for e in ids], dtype=np.float64)
+
+
+def item_forecasts(transitions: str, probes: str, settings: dict, scores: list[str],
+                   base_scores: list[str]) -> dict[str, dict]:
+    """{forecast task: its correctness rates' columns}: the items that follow the probes (forgetmap.predict.
+    forecast.probes_command), decided by each task's probe scoring (or its monitored fine-tune's last check),
+    completed through the fit rows of the transitions file (`additive`), against the task's reference (the
+    base's score files, or a measured reference's row); a task measured in full also gets its measured rates."""
+    from ..errors import DataError
+    from ..io import read_metadata
+    from ..matrix import ForgettingMatrix
+    from ..predict.forecast import read_item_record
+    from ..predict.registry import make_method
+
+    record = read_metadata(probes).get("items")
+    if not record:
+        return {}
+    matrix = ForgettingMatrix.read(transitions)
+    population = np.asarray(record["population"])
+    options = np.asarray(record["options"], dtype=np.int16)
+    position = {e: i for i, e in enumerate(matrix.example_ids.astype(str))}
+    missing = [e for e in population if e not in position]
+    if missing:
+        raise DataError(f"{transitions}: item(s) {missing[:3]} of the probes' population are not among its items: "
+                        f"rebuild the probes")
+    columns = np.array([position[e] for e in population], dtype=np.int64)
+    fits = [t for t in settings["fit_tasks"] if t in matrix.tasks]
+    if len(fits) < 2:
+        return {}
+    model = make_method("additive").fit(np.mod(matrix.values[[matrix.tasks.index(t) for t in fits]][:, columns], 2))
+    index = {e: i for i, e in enumerate(population)}
+    chosen = list(record["ids"])
+    known = np.array([index[e] for e in chosen], dtype=np.int64)
+    base = _base_correctness(base_scores, population.tolist())
+    level = max(settings["intervals"]) if settings["intervals"] else 0.9
+    out = {}
+    for task, path in zip(settings["tasks"], scores):
+        reference = settings.get("references", {}).get(task, "base")
+        before = base if reference == "base" else \
+            np.mod(matrix.row(reference)[columns], 2) if reference in matrix.tasks else None
+        if before is None or not np.isfinite(before).all():
+            continue  # a reference that is itself forecast, or items its scoring left out: no rates
+        if Path(path).is_dir():  # a monitored fine-tune: its last check, on the weights it saved
+            _, ids, values, _, _ = read_item_record(path)
+            last = dict(zip(ids, values[-1]))
+            values = np.array([last.get(e, np.nan) for e in chosen])
+        else:
+            values = scored_correctness(path, chosen)
+        scored = np.isfinite(values)
+        if scored.sum() < 2:
+            continue
+        row, held = complete_items(model, known[scored], values[scored], len(population))
+        line = rate_columns(bounded_rates(row, known[scored], values[scored], held, before, options, level),
+                            naive_rates(values[scored], before[known[scored]], options[known[scored]], level))
+        line["items_k"] = int(scored.sum())
+        if task in matrix.tasks:
+            line.update(measured_columns(before, np.mod(matrix.row(task)[columns], 2)))
+        out[task] = line
+    return out
+
+
+def _base_correctness(base_scores: list[str], ids: list[str]) -> np.ndarray:
+    found = np.full(len(ids), np.nan)
+    for path in base_scores:
+        values = scored_correctness(path, ids)
+        found = np.where(np.isfinite(values), values, found)
+    return found
+
+
+def forecast_with_items(settings: dict, matrix: str, probes: str, scores: list[str], base_scores: list[str], out: str,
+                        summary: str, figure: str, transitions: str | None = None) -> dict:
+    """`forgetmap forecast`: the forecast job (forgetmap.predict.forecast.forecast_command); with the transitions
+    file of a corpus with multiple-choice items, each forecast task's accuracy, F and BT too (`item_forecasts`),
+    in its summary line."""
+    from ..predict.forecast import forecast_command
+
+    columns = item_forecasts(transitions, probes, settings, scores, base_scores) if transitions else None
+    return forecast_command(settings, matrix, probes, scores, base_scores, out, summary, figure, columns)

@@ -11,7 +11,7 @@ half-widths. Each check:
 - writes its forecast row (example id, forecast, half-widths) as parquet under
   `output_dir/forgetmap-monitor/` (and a line of `trajectory.tsv`), on the main process;
 - bounds the mean forgetting at that check from the run itself: the map's audit examples, drawn at random and
-  scored beside the probes, correct the forecast's mean and give its interval (forgetmap.monitor.bound);
+  scored beside the probes, correct the forecast's mean and give its interval (forgetmap.predict.bound);
 - at a `budget` (that interval's upper end above it for `patience` checks in a row) saves and stops
   training, as `EarlyStoppingCallback` does; with a `replay` (forgetmap.monitor.replay.ForecastReplay, mixed
   into the training set), each check points the replay's draw at the examples forecast most forgotten, a
@@ -41,7 +41,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..errors import DataError
-from .bound import mean_bound, share_bound
+from ..predict.bound import mean_bound, share_bound
 from .map import ForecastMap, differences, identity
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ _ATTACHED: dict[int, weakref.ref] = {}  # id(TrainingArguments) -> its trainer: 
 class ForgettingMonitor(TrainerCallback, ExportableState):
     """`map`: a forecast map file (or a `ForecastMap`); `probes`: for the naive monitor without a map, the
     upstream rows to measure (a parquet file or a frame with the upstream columns). `budget`: mean forgetting
-    (nats per token) whose upper bound at `level` (monitor.bound, from the map's audit examples; a map without
+    (nats per token) whose upper bound at `level` (predict.bound, from the map's audit examples; a map without
     them: the forecast's mean plus the map's constant half-width) may not be exceeded for `patience` checks.
     `replay`: a `ForecastReplay` the monitor steers (needs a map). `every`: check every N optimizer steps instead
     of at each evaluation. `token_budget`: padded tokens per scoring batch (the memory bound). `base_tolerance`:
@@ -275,7 +275,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         scalars["forgotten"] = float(np.mean(row > 0))
         if len(audited):
             scalars["audit_mean"] = float(np.nanmean(audited))
-        if self.level is not None and len(audited):  # the run's own bound (monitor.bound)
+        if self.level is not None and len(audited):  # the run's own bound (predict.bound)
             bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
             scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
         elif self.level is not None:  # a map without audit examples: its constant half-width

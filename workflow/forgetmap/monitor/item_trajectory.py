@@ -18,22 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-
-ITEM_RECORD = "monitor-items.parquet"
-
-
-def item_frame(shards: list[str]):
-    """The corpus's items with options (multiple choice), in corpus order."""
-    import pandas as pd
-
-    frames = []
-    for shard in shards:
-        frame = pd.read_parquet(shard)
-        if "choices" in frame and "answer" in frame:
-            frames.append(frame[frame["answer"].notna() & frame["choices"].notna()])
-    if not frames or not sum(len(f) for f in frames):
-        raise DataError(f"the upstream shards {shards[:2]}... hold no multiple-choice item for the monitor to watch")
-    return pd.concat(frames, ignore_index=True)
+from ..predict.forecast import ITEM_RECORD, chosen_items, read_item_record
 
 
 class ItemChecks:
@@ -43,21 +28,23 @@ class ItemChecks:
         from ..correctness.benchmark import from_frame
         from ..meter import OptionMeter
 
-        self.benchmark = from_frame(item_frame(shards), tokenizer, items["asked"], "the corpus's items")
-        n = len(self.benchmark)
-        rng = np.random.default_rng(items["seed"])
-        self.known = np.arange(n) if items["k"] >= n else np.sort(rng.choice(n, items["k"], replace=False))
+        population, self.known = chosen_items(shards, items["k"], items["seed"])  # the forecast probes' items too
+        self.steps, self.values, self.seconds = steps, [], 0.0
+        self.benchmark = None
+        if not len(population):  # a corpus whose items all have free-form answers: nothing to watch
+            return
+        self.benchmark = from_frame(population, tokenizer, items["asked"], "the corpus's items")
+        if len(self.benchmark) != len(population):
+            raise DataError(f"{len(population) - len(self.benchmark)} of the corpus's multiple-choice items cannot be "
+                            f"asked as the score jobs ask them")
         self.meter = OptionMeter.for_items(model, tokenizer, self.benchmark, self.known,
                                            token_budget=items["asked"]["token_budget"], autocast=autocast)
-        self.steps = steps
-        self.values = []
-        self.seconds = 0.0
 
     def _decide(self) -> np.ndarray:
         return self.benchmark.decide(self.meter.measure(), self.known)
 
     def on_step(self, step: int) -> dict:
-        if step not in self.steps:
+        if self.benchmark is None or step not in self.steps:
             return {}
         self.values.append(self._decide())
         self.seconds += self.meter.seconds
@@ -70,6 +57,8 @@ class ItemChecks:
 
         from ..io import write_table
 
+        if self.benchmark is None:
+            return {}
         if into is not None:
             columns = {"item_id": pa.array(self.benchmark.ids[self.known].astype(str))}
             for step, values in zip(self.steps, self.values):
@@ -80,31 +69,19 @@ class ItemChecks:
         return {"monitor_items": len(self.known), "monitor_items_seconds": round(self.seconds, 3)}
 
 
-def read_item_record(checkpoint: str) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(the check steps, the scored items' ids, their 0/1 per step (steps x k), the population's ids, their options)
-    of a monitored fine-tune."""
-    import pyarrow.parquet as pq
-
-    from ..io import read_metadata
-
-    path = Path(checkpoint) / ITEM_RECORD
-    if not path.exists():
-        raise DataError(f"{checkpoint}: no {ITEM_RECORD}: the fine-tune watched no items; rerun it (finetune.monitor "
-                        f"on a corpus with multiple-choice items)")
-    meta = read_metadata(path)
-    table = pq.read_table(path)
-    values = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]]).astype(np.float64)
-    return (meta["steps"], table.column("item_id").to_numpy().astype(str), values,
-            np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
-
-
-def item_lines(transitions: str, settings: dict, checkpoints: list[str], level: float) -> tuple[dict, dict]:
+def item_lines(transitions: str, probes: str, settings: dict, checkpoints: list[str],
+               level: float) -> tuple[dict, dict]:
     """({(task, step): the check's item columns}, {task: what the figure draws}): each monitored fine-tune's item
     checks forecast through the fit tasks' correctness map at `level`, a `check` task's last check beside its
-    measured rates."""
+    measured rates; none where the corpus has no multiple-choice item (the probes file records none)."""
+    from ..io import read_metadata
     from ..matrix import ForgettingMatrix
+
+    if "items" not in read_metadata(probes):
+        return {}, {}
     from ..predict.registry import make_method
-    from .items import ItemMap, complete_items, forecast_rates, naive_rates
+    from ..correctness.forecast import bounded_rates, complete_items, measured_columns, naive_rates, rate_columns
+    from .items import ItemMap
 
     matrix = ForgettingMatrix.read(transitions)
     item_map = ItemMap.from_transitions(transitions, [t for t in settings["fit_tasks"] if t in matrix.tasks])
@@ -126,17 +103,11 @@ def item_lines(transitions: str, settings: dict, checkpoints: list[str], level: 
         series = []
         for c, step in enumerate(steps):
             row, held = complete_items(model, known, values[c], len(population))
-            rates = forecast_rates(row, known, values[c], held, before, options, level)
+            rates = bounded_rates(row, known, values[c], held, before, options, level)
             naive = naive_rates(values[c], before[known], options[known], level)
-            line = {}
-            for name, found in (("items_", rates), ("items_naive_", naive)):
-                for rate in ("acc", "F", "BT"):
-                    line[f"{name}{rate}"] = found[rate].estimate
-                    line[f"{name}{rate}_lower"] = found[rate].lower
-                    line[f"{name}{rate}_upper"] = found[rate].upper
+            line = rate_columns(rates, naive)
             if truth is not None and step == steps[-1]:  # the fine-tune's last check is the weights it saved
-                line.update(items_measured_acc=float(truth.mean()), items_measured_F=float(np.mean(before * (1 - truth))),
-                            items_measured_BT=float(np.mean((1 - before) * truth)))
+                line.update(measured_columns(before, truth))
             lines[(task, step)] = line
             series.append((step, rates["F"], naive["F"]))
         drawn[task] = (series, None if truth is None else float(np.mean(before * (1 - truth))))

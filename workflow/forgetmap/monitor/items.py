@@ -15,7 +15,7 @@ The pieces:
   forecasts every other item's probability of being right (the k kept as measured); each rate is the mean over
   the N items of a per-item quantity (acc: right now; F: right at the baseline and wrong now; BT: wrong at the
   baseline and right now), estimated from the forecast and corrected by the k items' cross-fitted residuals
-  (each scored item's forecast from the other k - 1: monitor.bound.crossfit_bound), with Student's t interval.
+  (each scored item's forecast from the other k - 1: predict.bound.crossfit_bound), with Student's t interval.
   Over the draw of the k items that interval covers the rate of the weights at that check with probability
   about the level. The naive monitor's estimate from the same k items alone (the share among them, with an exact
   binomial interval) is logged beside it. Chance-adjusted rates (Harmon et al.): F_true = max(0, F - s),
@@ -34,15 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..correctness.forecast import bounded_rates, complete_items, naive_rates
 from ..errors import DataError
-from .bound import MeanBound, binomial_interval, crossfit_bound
 
 log = logging.getLogger(__name__)
 
 FORMAT = "item_map"
 FORMAT_VERSION = 1
 K = 30  # items scored at each check
-RATES = ("acc", "F", "BT")
 # the share of the items whose correctness at the baseline must agree with the map's record of its base: bf16
 # against fp32 flips items whose options are within rounding of each other; another model flips many more
 AGREEMENT = 0.9
@@ -169,77 +168,6 @@ class ItemMap:
                    meta.get("params", {}), meta.get("about", {}), str(path))
 
 
-# --- the rates --------------------------------------------------------------------------------------------------
-
-def spurious(before: np.ndarray, now: np.ndarray, options: np.ndarray) -> float:
-    """The expected share of flips of items unknown at both times (Harmon et al.), per group of items with the
-    same number of options, weighted by its size: (1 - acc_before)(1 - acc_now) / (options - 1)."""
-    total = 0.0
-    for k in np.unique(options):
-        group = options == k
-        if k >= 2:
-            total += group.mean() * (1 - np.mean(before[group])) * (1 - np.mean(now[group])) / (k - 1)
-    return float(total)
-
-
-def per_item(rate: str, before: np.ndarray, now: np.ndarray) -> np.ndarray:
-    """Each item's share of a rate: acc the chance it is right now; F right before and wrong now; BT the reverse."""
-    if rate == "acc":
-        return now
-    if rate == "F":
-        return before * (1 - now)
-    return (1 - before) * now
-
-
-def forecast_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray | None,
-                   before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
-    """acc, F, BT and their chance-adjusted forms over the items, each bounded at `level`: `forecast` each item's
-    probability of being right now (N,), `known` the scored items and `values` their 0/1, `held_out` their
-    cross-fitted forecasts (None: no map, the rates are the k items' own)."""
-    if held_out is None:
-        return naive_rates(values, before[known], options[known], level)
-    out = {}
-    for rate in RATES:  # shares: the estimate and its interval clipped to [0, 1]
-        found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
-                               per_item(rate, before[known], held_out), level)
-        out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist())
-    return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
-
-
-def naive_rates(values: np.ndarray, before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
-    """The rates over the scored items alone, each with an exact binomial interval (items drawn at random)."""
-    values = np.asarray(values, dtype=np.float64)
-    before = np.asarray(before, dtype=np.float64)
-    out = {rate: binomial_interval(int(round(per_item(rate, before, values).sum())), len(values), level)
-           for rate in RATES}
-    return {**out, **_chance_adjusted(out, before, values, options)}
-
-
-def _chance_adjusted(rates: dict[str, MeanBound], before: np.ndarray, now: np.ndarray,
-                     options: np.ndarray) -> dict[str, MeanBound]:
-    s = spurious(before, now, options)
-
-    def less(bound):
-        return MeanBound(max(0.0, bound.estimate - s), max(0.0, bound.lower - s), max(0.0, bound.upper - s))
-    return {"F_true": less(rates["F"]), "BT_true": less(rates["BT"])}
-
-
-def complete_items(model, known: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """(each of the n items' probability of being right now, the scored items kept as measured; each scored
-    item's forecast from the other k - 1 (cross-fitted), or None where there is no fitted map (`model` None))."""
-    row = np.full(n, np.nan)
-    row[known] = values
-    if model is None:
-        return row, None
-    values = np.asarray(values, dtype=np.float32)
-    row = np.clip(model.predict(known[None], values[None])[0], 0, 1).astype(np.float64)
-    row[known] = values
-    k = len(known)
-    others = np.array([np.delete(np.arange(k), j) for j in range(k)])
-    held = np.clip(model.predict(known[others], values[others]), 0, 1)
-    return row, held[np.arange(k), known].astype(np.float64)
-
-
 # --- the watch --------------------------------------------------------------------------------------------------
 
 class ItemWatch:
@@ -334,7 +262,7 @@ class ItemWatch:
         are several, and `naive` the k items' own estimate."""
         row, held = self.forecast(values)
         before = np.asarray(before, dtype=np.float64)
-        out = {"all": forecast_rates(row, self.known, values, held, before, self.options, level),
+        out = {"all": bounded_rates(row, self.known, values, held, before, self.options, level),
                "naive": naive_rates(values, before[self.known], self.options[self.known], level)}
         names = np.unique(self.benchmark.sources)
         if len(names) > 1:
@@ -343,7 +271,7 @@ class ItemWatch:
                 scored = np.isin(self.known, members)
                 position = {m: i for i, m in enumerate(members)}
                 known = np.array([position[i] for i in self.known[scored]], dtype=np.int64)
-                out[name] = forecast_rates(row[members], known, values[scored], None if held is None else held[scored],
+                out[name] = bounded_rates(row[members], known, values[scored], None if held is None else held[scored],
                                            before[members], self.options[members], level) if scored.sum() >= 2 else {}
         return row, out
 

@@ -26,7 +26,7 @@ from ..errors import DataError
 FORMAT = "forecast_map"
 FORMAT_VERSION = 1
 UPSTREAM_COLUMNS = ("kind", "text", "prompt", "response")
-AUDIT = 30  # examples drawn at random to bound the mean (monitor.bound): as many as the probes by default
+AUDIT = 30  # examples drawn at random to bound the mean (predict.bound): as many as the probes by default
 MAP_RECORD = ("fit_tasks", "method", "params", "levels", "scoring", "identity", "about")  # the metadata a map holds
 DEFAULT_LEVELS = (0.8, 0.9)  # as prediction.intervals
 
@@ -120,7 +120,7 @@ class ForecastMap:
         """A map from a forgetting matrix (a path or a `ForgettingMatrix`) and its upstream shards: the fit
         tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
         `probes` as the workflow's forecast chooses them; `audit` further examples are drawn uniformly at random
-        (`audit_seed`) from the rest, measured at each check to bound the mean forgetting (monitor.bound; None:
+        (`audit_seed`) from the rest, measured at each check to bound the mean forgetting (predict.bound; None:
         AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one).
         `chat_template`/`max_length`: how the matrix's scores were made (the workflow's `models.NAME.score`);
         `model`/`tokenizer`: the base, to record what the map is of."""

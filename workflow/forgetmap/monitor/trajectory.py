@@ -35,7 +35,9 @@ class ProbeChecks:
 
         from ..meter import ProbeMeter
 
-        rows = pd.read_parquet(probes)
+        from ..io import read_metadata
+
+        rows = pd.read_parquet(probes).iloc[:len(read_metadata(probes)["indices"])]  # the probes, not the items after
         self.ids = rows["example_id"].astype(str).tolist()
         self.meter = ProbeMeter.for_rows(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
                                          monitor["token_budget"], autocast)
@@ -95,7 +97,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     hidden[known] = False
     lines, drawn = [], {}
     items, items_drawn = ({}, {}) if transitions is None else \
-        _item_lines(transitions, settings, checkpoints, level if level is not None else 0.9)
+        _item_lines(transitions, probes, settings, checkpoints, level if level is not None else 0.9)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
         steps, total, nll, _ = read_probe_record(checkpoint, forgetting.example_ids[index])
         values = nll[1:] - nll[0]
@@ -124,10 +126,10 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
                if "rmse" in table else {})}
 
 
-def _item_lines(transitions: str, settings: dict, checkpoints: list[str], level: float):
+def _item_lines(transitions: str, probes: str, settings: dict, checkpoints: list[str], level: float):
     from .item_trajectory import item_lines
 
-    return item_lines(transitions, settings, checkpoints, level)
+    return item_lines(transitions, probes, settings, checkpoints, level)
 
 
 def _score_check(line: dict, pred, values, truth, hidden, widths, settings, evaluate) -> None:

@@ -62,8 +62,9 @@ class ForecastPlan:
         if "references" in rows:
             rows["references"] = {t: rows["references"][t] for t in runs}
             rows.pop("checkpoints")
+        items = {"items": {"k": forecast["k"], "seed": forecast["seed"]}} if model in self.plan.item_models else {}
         return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"],
-                "fit_tasks": self.fit_tasks(model), "rows": rows}
+                "fit_tasks": self.fit_tasks(model), "rows": rows, **items}
 
     def monitor_settings(self, model: str, task: str) -> dict | None:
         """A monitored fine-tune's checks, and how it encodes the probes: as the score job does (its NLL at the
@@ -104,9 +105,12 @@ class ForecastPlan:
     def forecast_inputs(self, model: str) -> dict[str, str | list[str]]:
         """The matrix (the fit tasks' rows, the base's NLL), the probes, each forecast task's probe values,
         and the base's scores of every shard (the tokens a full scoring of a checkpoint takes)."""
-        return {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
-                "scores": [self.probe_scores(model, t) for t in self.tasks(model)],
-                "base_scores": self.plan.scores(model, BASE_RUN)}
+        inputs = {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
+                  "scores": [self.probe_scores(model, t) for t in self.tasks(model)],
+                  "base_scores": self.plan.scores(model, BASE_RUN)}
+        if model in self.plan.item_models:  # the probes' items: their correctness rates, through the fit rows'
+            inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
+        return inputs
 
     def forecast_settings(self, model: str) -> dict:
         prediction, forecast = self.cfg["prediction"], self.cfg["forecast"]
@@ -114,6 +118,8 @@ class ForecastPlan:
                 "k": forecast["k"], "probes": forecast["probes"], "method": forecast["method"],
                 "params": prediction["methods"][forecast["method"]],
                 "intervals": prediction["intervals"],
+                "references": {t: (self.cfg["models"][model]["checkpoints"] or {}).get(t, {}).get("reference", BASE_RUN)
+                               for t in self.tasks(model)},
                 **{key: prediction[key] for key in ("threshold", "top_q", "budget")}}
 
     def trajectory_inputs(self, model: str) -> dict[str, str | list[str]]:

@@ -68,7 +68,10 @@ def choose(train: np.ndarray, k: int, strategy: str, seed: int, where: str) -> n
 def probes_command(settings: dict, shards: list[str], scores: list[str], out: str) -> dict:
     """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
     job, chosen from the fit rows assembled from their own score files (`settings["rows"]`, as the matrix
-    job assembles them); the metadata records their corpus indices, the strategy and the fit tasks."""
+    job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. Where the
+    corpus has multiple-choice items (`settings["items"]`), k of them drawn at random follow the probes (those not
+    already probes), so a forecast task's probe scoring also decides them right or wrong (the forecast job's
+    correctness rates); the metadata records which, and every multiple-choice item with its number of options."""
     import pyarrow as pa
 
     from ..data.upstream import read_rows
@@ -79,14 +82,70 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     forgetting = assemble_rows(settings["rows"], shards)
     train, usable = fit_rows(forgetting, settings["fit_tasks"], "the fit rows")
     index = usable[choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")]
-    table = pa.Table.from_pandas(read_rows(shards, index), preserve_index=False)
-    write_table(table, out, {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"],
-                             "seed": settings["seed"], "fit_tasks": settings["fit_tasks"], "usable": len(usable)})
+    rows = read_rows(shards, index)
+    record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
+              "fit_tasks": settings["fit_tasks"], "usable": len(usable)}
+    population, known = chosen_items(shards, settings["items"]["k"], settings["items"]["seed"]) \
+        if settings.get("items") else ([], [])
+    if len(population):
+        import pandas as pd
+
+        chosen = population.iloc[known]
+        extra = chosen[~chosen["index"].isin(index)]
+        rows = pd.concat([rows, read_rows(shards, extra["index"].to_numpy())], ignore_index=True)
+        record["items"] = {"ids": chosen["example_id"].astype(str).tolist(),
+                           "population": population["example_id"].astype(str).tolist(),
+                           "options": [len(c) for c in population["choices"]]}
+    write_table(pa.Table.from_pandas(rows, preserve_index=False), out, record)
     return {"probes": len(index), "strategy": settings["probes"], "fit_tasks": len(settings["fit_tasks"]),
-            "usable": len(usable)}
+            "usable": len(usable), "items": len(record.get("items", {}).get("ids", []))}
 
 
 PROBE_RECORD = "monitor.parquet"  # a monitored fine-tune's probes, in its checkpoint directory
+ITEM_RECORD = "monitor-items.parquet"  # and the items it watched (forgetmap.monitor.item_trajectory)
+
+
+def multiple_choice_items(shards: list[str]):
+    """The corpus's items with options (multiple choice), in corpus order, with their corpus index (`index`); none
+    where the corpus has none."""
+    import pandas as pd
+
+    frames, start = [], 0
+    for shard in shards:
+        frame = pd.read_parquet(shard)
+        frame["index"] = np.arange(start, start + len(frame))
+        start += len(frame)
+        if "choices" in frame and "answer" in frame:
+            frames.append(frame[frame["answer"].notna() & frame["choices"].notna()])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["example_id", "choices", "index"])
+
+
+def chosen_items(shards: list[str], k: int, seed: int):
+    """(the corpus's multiple-choice items, the positions of k of them drawn at random with `seed`, ascending):
+    the items a forecast task's probe scoring and a monitored fine-tune both score (all where there are k or
+    fewer)."""
+    population = multiple_choice_items(shards)
+    n = len(population)
+    known = np.arange(n) if k >= n else np.sort(np.random.default_rng(seed).choice(n, k, replace=False))
+    return population, known
+
+
+def read_item_record(checkpoint: str) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the check steps, the scored items' ids, their 0/1 per step (steps x k), the population's ids, their options)
+    of a monitored fine-tune that watched items."""
+    import pyarrow.parquet as pq
+
+    from ..io import read_metadata
+
+    path = Path(checkpoint) / ITEM_RECORD
+    if not path.exists():
+        raise DataError(f"{checkpoint}: no {ITEM_RECORD}: the fine-tune watched no items; rerun it (finetune.monitor "
+                        f"on a corpus with multiple-choice items)")
+    meta = read_metadata(path)
+    table = pq.read_table(path)
+    values = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]]).astype(np.float64)
+    return (meta["steps"], table.column("item_id").to_numpy().astype(str), values,
+            np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
 
 
 def read_probe_record(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray, int]:
@@ -118,13 +177,15 @@ def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tu
         _, _, nll, tokens = read_probe_record(scores, probe_ids)
         return nll[-1] - nll[0], tokens
     table = pq.read_table(scores, columns=["example_id", "nll", "n_tokens"])
+    tokens = int(table.column("n_tokens").to_numpy().sum())  # the items that follow the probes were scored too
+    table = table.slice(0, len(probe_ids))
     ids = table.column("example_id").to_numpy().astype(str)
     if not np.array_equal(ids, probe_ids):
         raise DataError(f"{scores}: its examples are not the probes' ({len(ids)} vs {len(probe_ids)}): rescore it")
     values = table.column("nll").to_numpy().astype(np.float64) - base_nll
     if not np.isfinite(values).all():
         raise DataError(f"{scores}: {int((~np.isfinite(values)).sum())} probe(s) without a score (an empty span)")
-    return values, int(table.column("n_tokens").to_numpy().sum())
+    return values, tokens
 
 
 def fit_completion(train: np.ndarray, known: np.ndarray, method: str, params: dict, levels: list[float]):
@@ -149,11 +210,12 @@ def complete(train: np.ndarray, known: np.ndarray, values: np.ndarray, method: s
 
 
 def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str], base_scores: list[str], out: str,
-                     summary: str, figure: str) -> dict:
+                     summary: str, figure: str, item_columns: dict | None = None) -> dict:
     """`forgetmap forecast`: every forecast task's completed row with its half-widths (`out`), and per task
     what it cost and, for a task also measured, how close the forecast came (`summary`, `figure`). The
     base's score files give the tokens a full scoring of one checkpoint takes (the same for every
-    checkpoint of the model: one tokenizer, one template)."""
+    checkpoint of the model: one tokenizer, one template). `item_columns`: per task, its correctness rates
+    forecast from the probes' items (forgetmap.correctness.forecast.forecast_with_items), added to its line."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -195,8 +257,8 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)}})
 
     upstream_tokens = sum(int(pq.read_table(p, columns=["n_tokens"]).column(0).to_numpy().sum()) for p in base_scores)
-    rows = [_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1], upstream_tokens,
-                          widths) for t, task in enumerate(tasks)]
+    rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
+                             upstream_tokens, widths), **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
     table = pd.DataFrame(rows)
     with atomic_path(summary) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")

@@ -1,4 +1,7 @@
-"""A bound on the mean forgetting of the weights at a check, from what the run itself measured.
+"""A bound on a mean over every example from a forecast of each and the measured values of a random few
+(prediction-powered inference): the forgetting monitor's bound on the mean forgetting of the weights at a check
+(`mean_bound`, `share_bound`), and on a benchmark's accuracy, F and BT from k scored items (`crossfit_bound`,
+`binomial_interval`: forgetmap.correctness.forecast).
 
 The forecast row (the map's completion of the k probes' values) is a prediction of every usable example's
 forgetting; the audit examples, drawn uniformly at random from the examples that are not probes when the map
