@@ -37,7 +37,9 @@ class ProbeChecks:
 
         from ..io import read_metadata
 
-        rows = pd.read_parquet(probes).iloc[:len(read_metadata(probes)["indices"])]  # the probes, not the items after
+        rows = pd.read_parquet(probes)
+        chosen = read_metadata(probes).get("indices")  # the forecast's probes, not the items that follow them
+        rows = rows if chosen is None else rows.iloc[:len(chosen)]
         self.ids = rows["example_id"].astype(str).tolist()
         self.meter = ProbeMeter.for_rows(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
                                          monitor["token_budget"], autocast)
