@@ -100,6 +100,22 @@ def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
 PARALLEL = ("ddp", "zero3", "fsdp1", "fsdp2")
 
 
+def watched_items(base):
+    """meter_run's multiple-choice items as a benchmark the monitor watches, 3 of them scored at each check (no
+    map: their own estimate)."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from forgetmap.correctness.benchmark import Benchmark
+    from forgetmap.monitor.items import ItemWatch
+    from meter_run import option_items
+
+    items = option_items(AutoTokenizer.from_pretrained(base))
+    benchmark = Benchmark(np.array([f"item{i}" for i in range(len(items))]), np.array(["bench"] * len(items)), items,
+                          "acc", {"where": "meter_run's items"})
+    return ItemWatch(benchmark, k=3)
+
+
 def parallel_arguments(parallel: str, model_type_block: str) -> dict:
     """TrainingArguments that shard the run as `parallel` says: DeepSpeed ZeRO-3 with every parameter partitioned
     (a tiny model's parameters are all below the default persistence threshold), or accelerate's FSDP (2: fully_shard,
@@ -145,9 +161,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--patience", type=int, default=1)
     parser.add_argument("--resume", default=None, help="a checkpoint of OUT to resume from")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--items", action="store_true", help="also watch meter_run's items (3 scored per check)")
     args = parser.parse_args(argv)
     monitor = ForgettingMonitor(args.map, budget=args.budget, patience=args.patience,
-                                level=0.8 if args.budget is not None else None)
+                                level=0.8 if args.budget is not None else None, items=watched_items(args.base) if args.items else None)
     from transformers import AutoConfig
 
     block = {"olmo2": "Olmo2DecoderLayer", "llama": "LlamaDecoderLayer"}[AutoConfig.from_pretrained(args.base).model_type]
@@ -158,7 +175,8 @@ def main(argv: list[str]) -> None:
         (Path(args.out) / "monitor.json").write_text(json.dumps({
             "world": dist.get_world_size(), "wrapped": wrapped_in(trainer), "kind": monitor.meter.kind,
             "share": monitor.meter.share.tolist(), "repeats": monitor.meter.repeats, "baseline": monitor.baseline,
-            "checks": monitor.checks, "global_step": trainer.state.global_step}))
+            "checks": monitor.checks, "global_step": trainer.state.global_step,
+            "item_baseline": monitor.item_baseline, "item_known": monitor.item_known}))
     # the process group torn down before the interpreter exits: left to exit, a communication thread still running
     # (gloo's, DeepSpeed's) is destroyed unjoined and aborts the process ("terminate called without an active
     # exception"), now and then, after a run that succeeded

@@ -580,9 +580,25 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
 
     base, _, _, map_path = mapped
     _torchrun("monitor_run.py", str(base), str(map_path), str(tmp_path), "--parallel", "zero3", "--trainer", "trl",
-              "--steps", "4")
+              "--steps", "4", "--items")
     held = json.loads((tmp_path / "monitor.json").read_text())
     assert (held["wrapped"], held["kind"], held["world"]) == ("DeepSpeedEngine(zero3)", "zero3", 2)
+    # a benchmark's items through the partitioned model too: every item at the baseline, 3 at each check, each
+    # decided as one process decides it on the same weights
+    from forgetmap.meter import OptionMeter
+    from monitor_run import watched_items
+
+    benchmark = watched_items(base).items
+
+    def decided(directory, which=None):
+        model = AutoModelForCausalLM.from_pretrained(directory)
+        meter = OptionMeter.for_items(model, AutoTokenizer.from_pretrained(base), benchmark, which)
+        return benchmark.decide(meter.measure(), which).tolist()
+
+    assert held["item_baseline"] == decided(base)
+    scored = pd.read_parquet(tmp_path / "forgetmap-monitor" / "items-00000004.parquet").query("scored")
+    assert scored.index.tolist() == held["item_known"]
+    assert scored["correct"].tolist() == decided(tmp_path / "checkpoint-4", np.array(held["item_known"]))
     rows = ForecastMap.read(map_path).measured_rows()
 
     def alone(directory):
