@@ -181,6 +181,32 @@ def demo_trainer(net, data, tokenizer, spec, out: str, seed: int, eval_steps: in
                    data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
 
 
+def along_training(spec, base, tokenizer, data, seed: int, every: int, measuring) -> tuple[list[int], object, list]:
+    """(the check steps, what `measuring(net)` measures at step 0, and at every `every` steps): the demo's fine-tune
+    of `base` on `data` (seed `seed`), measured by the callable `measuring(net)` returns, on the weights as they
+    train."""
+    import torch
+    from transformers import AutoModelForCausalLM, TrainerCallback
+
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_pretrained(base)
+    measure = measuring(net)
+    before = measure()
+    steps, values = [], []
+
+    class Along(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % every == 0:
+                steps.append(state.global_step)
+                values.append(measure())
+
+    with tempfile.TemporaryDirectory() as out:
+        trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
+        trainer.add_callback(Along())
+        trainer.train()
+    return steps, before, values
+
+
 def _written(forecast_map, out: str) -> str:
     path = Path(out) / "map.parquet"
     forecast_map.write(path)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +34,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monitor import demo_setup, demo_trainer  # noqa: E402
+from monitor import along_training, demo_setup  # noqa: E402
 
 
 def truths(workdir: Path, model: str, task: str, seed: int, every: int) -> tuple[list[int], np.ndarray, object]:
     """(the check steps, Z at each check over the map's usable examples (checks x U), the map): the whole upstream
     set scored at every `every` steps of the check task's fine-tune."""
-    import torch
-    from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
+    from transformers import logging as hf_logging
 
     from forgetmap.data.chat import encode_examples
     from forgetmap.data.upstream import read_ids, read_rows
@@ -55,29 +53,17 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int) -> tuple
     rows = read_rows(files, np.array([position[e] for e in forecast_map.example_ids]))
     encoded = encode_examples(tokenizer, rows, spec["chat_template"], spec["score"]["max_length"])
 
-    def scored(net) -> np.ndarray:
-        training = net.training
-        net.eval()
-        nll, _ = TorchScorer(net, tokenizer.pad_token_id, inference=False).score(encoded)
-        net.train(training)
-        return np.asarray(nll, np.float64)
+    def measuring(net):
+        def scored() -> np.ndarray:
+            training = net.training
+            net.eval()
+            nll, _ = TorchScorer(net, tokenizer.pad_token_id, inference=False).score(encoded)
+            net.train(training)
+            return np.asarray(nll, np.float64)
+        return scored
 
-    torch.manual_seed(seed)
-    net = AutoModelForCausalLM.from_pretrained(base)
-    before = scored(net)
-    steps, rows_at = [], []
-
-    class Truth(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % every == 0:
-                steps.append(state.global_step)
-                rows_at.append(scored(net) - before)
-
-    with tempfile.TemporaryDirectory() as out:
-        trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
-        trainer.add_callback(Truth())
-        trainer.train()
-    return steps, np.stack(rows_at), forecast_map
+    steps, before, rows_at = along_training(spec, base, tokenizer, data, seed, every, measuring)
+    return steps, np.stack(rows_at) - before, forecast_map
 
 
 def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int, seed: int,

@@ -32,7 +32,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from monitor import demo_setup, demo_trainer  # noqa: E402
+from monitor import along_training, demo_setup, demo_trainer  # noqa: E402
 
 RATES = ("acc", "F", "BT")
 
@@ -56,33 +56,18 @@ def quiz(workdir: Path, model: str, tokenizer):
 
 def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmark):
     """(the check steps, every item's 0/1 at step 0, and at each check (checks x N))."""
-    import torch
-    from transformers import AutoModelForCausalLM, TrainerCallback, logging as hf_logging
+    from transformers import logging as hf_logging
 
     from forgetmap.meter import OptionMeter
 
     hf_logging.set_verbosity_error()
     spec, base, tokenizer, data, _, _ = demo_setup(workdir, model, task)
-    torch.manual_seed(seed)
-    net = AutoModelForCausalLM.from_pretrained(base)
-    meter = OptionMeter.for_items(net, tokenizer, benchmark, token_budget=16384)
 
-    def scored():
-        return benchmark.decide(meter.measure())
+    def measuring(net):
+        meter = OptionMeter.for_items(net, tokenizer, benchmark, token_budget=16384)
+        return lambda: benchmark.decide(meter.measure())
 
-    before = scored()
-    steps, rows_at = [], []
-
-    class Truth(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % every == 0:
-                steps.append(state.global_step)
-                rows_at.append(scored())
-
-    with tempfile.TemporaryDirectory() as out:
-        trainer = demo_trainer(net, data, tokenizer, spec, out, seed, eval_steps=None)
-        trainer.add_callback(Truth())
-        trainer.train()
+    steps, before, rows_at = along_training(spec, base, tokenizer, data, seed, every, measuring)
     return steps, before, np.stack(rows_at)
 
 
