@@ -166,12 +166,11 @@ class ProbeMeter:
             _same_on_every_rank(list(ids), list(lengths), self.world)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         local = self.kind == "local"
+        sizes = np.array([lengths[i] for i in scored], dtype=np.int64)
         if not local:  # every forward gathers the weights: fewer, fuller batches, yet at least one per rank
-            sizes = [lengths[i] for i in scored]
-            token_budget = min(token_budget, max(max(sizes, default=1), -(-sum(sizes) // self.world)))
+            token_budget = min(token_budget, max(int(sizes.max(initial=1)), -(-int(sizes.sum()) // self.world)))
         self.scorer = TorchScorer(model, pad, token_budget, max_padding=max_padding if local else SHARDED_PADDING,
                                   gathered=root_gathered(self.kind, root), inference=False)
-        sizes = np.array([lengths[i] for i in scored], dtype=np.int64)
         plan = [np.asarray(scored, dtype=np.int64)[b] for b in length_batches(sizes, token_budget,
                                                                               self.scorer.max_padding)]
         self.batches, self.repeats = deal(plan, self.rank, self.world, not local)
@@ -190,18 +189,24 @@ class ProbeMeter:
             return list(sums)
         return list(sums / np.maximum([e.n_scored for e in self.encoded], 1))
 
-    def _gathered(self) -> list:
-        """Each unit's value on every rank: this rank's share run, the others' gathered."""
-        started = time.perf_counter()
+    @contextmanager
+    def _scoring(self):
+        """Forwards in eval mode and training's precision; the mode put back and `settle` called after."""
         training = self.model.training
         self.model.eval()
         try:
             with self.autocast():
-                found = self._run()
+                yield
         finally:
             self.model.train(training)
             if self.settle is not None:
                 self.settle()
+
+    def _gathered(self) -> list:
+        """Each unit's value on every rank: this rank's share run, the others' gathered."""
+        started = time.perf_counter()
+        with self._scoring():
+            found = self._run()
         values: list = [None] * self.count
         mine = [_plain(found[i]) for i in self.share]
         if self.world == 1:
@@ -244,15 +249,8 @@ class OptionMeter(ProbeMeter):
         self.tokens = int(sum(packed_length(it) for it in items))
         self.options = OptionScorer(self.scorer)
         if self.options.packed is None and items:  # decided once, on the same item on every rank (in step)
-            training = self.model.training
-            self.model.eval()
-            try:
-                with self.autocast():
-                    self.options.decide(max(items, key=lambda it: len(it.options)))
-            finally:
-                self.model.train(training)
-                if self.settle is not None:
-                    self.settle()
+            with self._scoring():
+                self.options.decide(max(items, key=lambda it: len(it.options)))
 
     def _run(self) -> list:
         return self.options.loglik(self.items, self.batches)

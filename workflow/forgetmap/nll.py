@@ -226,11 +226,8 @@ class TorchScorer:
         `batches`, or its span is empty)."""
         with self.grad_off():
             sums, _ = self._sums(encoded, False, batches)
-        run = np.zeros(len(encoded), dtype=bool)
-        for batch in self.plan(encoded) if batches is None else batches:
-            run[batch] = True
         n_tokens = np.array([e.n_scored for e in encoded])
-        return np.where(run & (n_tokens > 0), sums, np.nan)
+        return np.where(_in_batches(len(encoded), batches) & (n_tokens > 0), sums, np.nan)
 
     def score_greedy(self, encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """As `score`, and whether each span and the token after it are the greedy continuation (_sums)."""
@@ -241,10 +238,7 @@ class TorchScorer:
         with self.grad_off():
             sums, is_greedy = self._sums(encoded, greedy, batches)
         if batches is not None:  # only the examples of the batches run are scored
-            run = np.zeros(len(encoded), dtype=bool)
-            for batch in batches:
-                run[batch] = True
-            n_tokens = np.where(run, n_tokens, 0).astype(np.int32)
+            n_tokens = np.where(_in_batches(len(encoded), batches), n_tokens, 0).astype(np.int32)
         with np.errstate(invalid="ignore", divide="ignore"):
             nll = np.where(n_tokens > 0, sums / np.maximum(n_tokens, 1), np.nan).astype(np.float32)
         return nll, n_tokens, is_greedy
@@ -262,6 +256,16 @@ class TorchScorer:
             for j, i in enumerate(batch):
                 out[i] = values[bounds[j]:bounds[j + 1]]
         return out
+
+
+def _in_batches(n: int, batches: list | None) -> np.ndarray:
+    """Which of n examples the batches run (all where `batches` is None: the scorer's plan covers every one)."""
+    if batches is None:
+        return np.ones(n, dtype=bool)
+    run = np.zeros(n, dtype=bool)
+    for batch in batches:
+        run[batch] = True
+    return run
 
 
 @torch.inference_mode()

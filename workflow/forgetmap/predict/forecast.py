@@ -133,37 +133,34 @@ def chosen_items(shards: list[str], k: int, seed: int):
 def read_item_record(checkpoint: str) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(the check steps, the scored items' ids, their 0/1 per step (steps x k), the population's ids, their options)
     of a monitored fine-tune that watched items."""
+    meta, table, values = _step_record(Path(checkpoint) / ITEM_RECORD, "the fine-tune watched no items; rerun it "
+                                       "(finetune.monitor on a corpus with multiple-choice items)")
+    return (meta["steps"], table.column("item_id").to_numpy().astype(str), values.astype(np.float64),
+            np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
+
+
+def _step_record(path: Path, missing: str):
+    """(metadata, table, its values per recorded step (steps x rows)) of a monitored fine-tune's record; `missing`:
+    what to say where the fine-tune left none."""
     import pyarrow.parquet as pq
 
     from ..io import read_metadata
 
-    path = Path(checkpoint) / ITEM_RECORD
     if not path.exists():
-        raise DataError(f"{checkpoint}: no {ITEM_RECORD}: the fine-tune watched no items; rerun it (finetune.monitor "
-                        f"on a corpus with multiple-choice items)")
+        raise DataError(f"{path.parent}: no {path.name}: {missing}")
     meta = read_metadata(path)
     table = pq.read_table(path)
-    values = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]]).astype(np.float64)
-    return (meta["steps"], table.column("item_id").to_numpy().astype(str), values,
-            np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
+    return meta, table, np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
 
 
 def read_probe_record(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray, int]:
     """(the steps, the fine-tune's total steps, the probes' NLL (step 0 and each check, k), the tokens one
     check scores) of a monitored fine-tune (forgetmap.monitor.trajectory writes it)."""
-    import pyarrow.parquet as pq
-
-    from ..io import read_metadata
-
     path = Path(checkpoint) / PROBE_RECORD
-    if not path.exists():
-        raise DataError(f"{checkpoint}: no probe record ({PROBE_RECORD}): the fine-tune was not monitored; rerun it "
-                        f"(finetune.monitor)")
-    meta = read_metadata(path)
-    table = pq.read_table(path)
+    meta, table, nll = _step_record(path, "the fine-tune was not monitored (no probe record); rerun it "
+                                          "(finetune.monitor)")
     if not np.array_equal(table.column("example_id").to_numpy().astype(str), probe_ids):
         raise DataError(f"{path}: scored other probes than the forecast's: rerun the fine-tune")
-    nll = np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
     return meta["steps"], meta["total"], nll, int(meta.get("tokens", 0))
 
 
