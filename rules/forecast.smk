@@ -94,7 +94,7 @@ rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check
         model=COMPUTED,
     params:
         settings=settings(PLAN.forecast.trajectory_settings),
-        transitions=optional_inputs("transitions"),
+        transitions=optional_inputs("transitions", "base_scores"),
     threads: resource("analysis", "threads")
     resources:
         mem_mb=resource("analysis", "mem_mb"),

@@ -138,7 +138,9 @@ COMMANDS = [
      [SETTINGS, MATRIX, arg("--probes", required=True, help="the probes (forecast-probes' output)"),
       arg("--checkpoints", nargs="+", required=True, help="each monitored task's fine-tune, in the settings' order"),
       OUT, arg("--figure", required=True),
-      arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)")], False),
+      arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)"),
+      arg("--base-scores", nargs="+", default=None, help="a corpus with items: the base's score files (their F and "
+                                                         "BT are counted against it)")], False),
     ("forecast", "complete each forecast task's row from its probe scores, with conformal half-widths (and its "
                  "items' correctness rates where the corpus has items)",
      "correctness.forecast:forecast_with_items",

@@ -164,44 +164,69 @@ def scored_correctness(path: str, ids: list[str]) -> np.ndarray:
     return np.array([found.get(e, np.nan) for e in ids], dtype=np.float64)
 
 
+class ItemRates:
+    """Rows of correctness over a population of multiple-choice items (a corpus's, recorded with the k drawn from
+    it), each forecast from its k scored items through the fit rows of a transitions file (`additive`, one fit
+    for every row), and its rates read against a reference: what the forecast job writes per task and the
+    trajectory job per check. `model` is None where fewer than two fit rows are in the file: no forecast."""
+
+    def __init__(self, transitions: str, fit_tasks: list[str], population, options, where: str):
+        from ..errors import DataError
+        from ..matrix import ForgettingMatrix
+        from ..predict.registry import make_method
+
+        self.matrix = ForgettingMatrix.read(transitions)
+        self.population = np.asarray(population).astype(str)
+        self.options = np.asarray(options, dtype=np.int16)
+        position = {e: i for i, e in enumerate(self.matrix.example_ids.astype(str))}
+        missing = [e for e in self.population if e not in position]
+        if missing:
+            raise DataError(f"{transitions}: item(s) {missing[:3]} of {where} are not among its items: rebuild them")
+        self.columns = np.array([position[e] for e in self.population], dtype=np.int64)
+        fits = [t for t in fit_tasks if t in self.matrix.tasks]
+        self.model = make_method("additive").fit(np.stack([self.after(t) for t in fits])) if len(fits) >= 2 else None
+        self._index = {e: i for i, e in enumerate(self.population)}
+
+    def after(self, run: str) -> np.ndarray | None:
+        """A measured run's correctness at the population (its row of the transitions file), None where it is not
+        a row."""
+        return None if run not in self.matrix.tasks else np.mod(self.matrix.row(run)[self.columns], 2).astype(np.float64)
+
+    def positions(self, ids) -> np.ndarray:
+        return np.array([self._index[e] for e in ids], dtype=np.int64)
+
+    def line(self, known: np.ndarray, values: np.ndarray, before: np.ndarray, level: float) -> tuple[dict, dict, dict]:
+        """(the columns, the rates, the naive rates) of a row whose items at `known` scored `values`."""
+        row, held = complete_items(self.model, known, values, len(self.population))
+        rates = bounded_rates(row, known, values, held, before, self.options, level)
+        naive = naive_rates(values, before[known], self.options[known], level)
+        return rate_columns(rates, naive), rates, naive
+
+
 def item_forecasts(transitions: str, probes: str, settings: dict, scores: list[str],
                    base_scores: list[str]) -> dict[str, dict]:
     """{forecast task: its correctness rates' columns}: the items that follow the probes (forgetmap.predict.
     forecast.probes_command), decided by each task's probe scoring (or its monitored fine-tune's last check),
-    completed through the fit rows of the transitions file (`additive`), against the task's reference (the
+    completed through the fit rows of the transitions file (`ItemRates`), against the task's reference (the
     base's score files, or a measured reference's row); a task measured in full also gets its measured rates."""
-    from ..errors import DataError
     from ..io import read_metadata
-    from ..matrix import ForgettingMatrix
     from ..predict.forecast import read_item_record
-    from ..predict.registry import make_method
 
     record = read_metadata(probes).get("items")
     if not record:
         return {}
-    matrix = ForgettingMatrix.read(transitions)
-    population = np.asarray(record["population"])
-    options = np.asarray(record["options"], dtype=np.int16)
-    position = {e: i for i, e in enumerate(matrix.example_ids.astype(str))}
-    missing = [e for e in population if e not in position]
-    if missing:
-        raise DataError(f"{transitions}: item(s) {missing[:3]} of the probes' population are not among its items: "
-                        f"rebuild the probes")
-    columns = np.array([position[e] for e in population], dtype=np.int64)
-    fits = [t for t in settings["fit_tasks"] if t in matrix.tasks]
-    if len(fits) < 2:
+    rates = ItemRates(transitions, settings["fit_tasks"], record["population"], record["options"],
+                      "the probes' population")
+    if rates.model is None:
         return {}
-    model = make_method("additive").fit(np.mod(matrix.values[[matrix.tasks.index(t) for t in fits]][:, columns], 2))
-    index = {e: i for i, e in enumerate(population)}
     chosen = list(record["ids"])
-    known = np.array([index[e] for e in chosen], dtype=np.int64)
-    base = _base_correctness(base_scores, population.tolist())
+    known = rates.positions(chosen)
+    base = base_correctness(base_scores, rates.population.tolist())
     level = max(settings["intervals"]) if settings["intervals"] else 0.9
     out = {}
     for task, path in zip(settings["tasks"], scores):
         reference = settings.get("references", {}).get(task, "base")
-        before = base if reference == "base" else \
-            np.mod(matrix.row(reference)[columns], 2) if reference in matrix.tasks else None
+        before = base if reference == "base" else rates.after(reference)
         if before is None or not np.isfinite(before).all():
             continue  # a reference that is itself forecast, or items its scoring left out: no rates
         if Path(path).is_dir():  # a monitored fine-tune: its last check, on the weights it saved
@@ -213,17 +238,17 @@ def item_forecasts(transitions: str, probes: str, settings: dict, scores: list[s
         scored = np.isfinite(values)
         if scored.sum() < 2:
             continue
-        row, held = complete_items(model, known[scored], values[scored], len(population))
-        line = rate_columns(bounded_rates(row, known[scored], values[scored], held, before, options, level),
-                            naive_rates(values[scored], before[known[scored]], options[known[scored]], level))
+        line, _, _ = rates.line(known[scored], values[scored], before, level)
         line["items_k"] = int(scored.sum())
-        if task in matrix.tasks:
-            line.update(measured_columns(before, np.mod(matrix.row(task)[columns], 2)))
+        truth = rates.after(task)
+        if truth is not None:
+            line.update(measured_columns(before, truth))
         out[task] = line
     return out
 
 
-def _base_correctness(base_scores: list[str], ids: list[str]) -> np.ndarray:
+def base_correctness(base_scores: list[str], ids: list[str]) -> np.ndarray:
+    """The base's correctness at `ids` from its score files (NaN where none scored it)."""
     found = np.full(len(ids), np.nan)
     for path in base_scores:
         values = scored_correctness(path, ids)

@@ -69,47 +69,41 @@ class ItemChecks:
         return {"monitor_items": len(self.known), "monitor_items_seconds": round(self.seconds, 3)}
 
 
-def item_lines(transitions: str, probes: str, settings: dict, checkpoints: list[str],
+def item_lines(transitions: str, probes: str, base_scores: list[str], settings: dict, checkpoints: list[str],
                level: float) -> tuple[dict, dict]:
     """({(task, step): the check's item columns}, {task: what the figure draws}): each monitored fine-tune's item
-    checks forecast through the fit tasks' correctness map at `level`, a `check` task's last check beside its
-    measured rates; none where the corpus has no multiple-choice item (the probes file records none)."""
+    checks forecast through the fit tasks' correctness (forgetmap.correctness.forecast.ItemRates) at `level`,
+    against the base's correctness from its score files, a `check` task's last check beside its measured rates;
+    none where the corpus has no multiple-choice item (the probes file records none)."""
+    from ..correctness.forecast import ItemRates, base_correctness, measured_columns
     from ..io import read_metadata
-    from ..matrix import ForgettingMatrix
 
-    if "items" not in read_metadata(probes):
+    record = read_metadata(probes).get("items")
+    if not record:
         return {}, {}
-    from ..predict.registry import make_method
-    from ..correctness.forecast import bounded_rates, complete_items, measured_columns, naive_rates, rate_columns
-    from .items import ItemMap
-
-    matrix = ForgettingMatrix.read(transitions)
-    item_map = ItemMap.from_transitions(transitions, [t for t in settings["fit_tasks"] if t in matrix.tasks])
-    lines, drawn, fitted = {}, {}, {}
+    rates = ItemRates(transitions, settings["fit_tasks"], record["population"], record["options"],
+                      "the probes' population")
+    if rates.model is None:
+        return {}, {}
+    before = base_correctness(base_scores, rates.population.tolist())
+    if not np.isfinite(before).all():
+        raise DataError(f"the base's score files leave {int((~np.isfinite(before)).sum())} of the watched items' "
+                        f"population unscored: rescore the base")
+    lines, drawn = {}, {}
     for task, checkpoint in zip(settings["tasks"], checkpoints):
-        steps, scored, values, population, options = read_item_record(checkpoint)
-        columns = item_map.columns_of(population, f"{checkpoint}'s items")
-        key = tuple(columns)
-        if key not in fitted:  # one fit per population (every fine-tune of a model draws from the same)
-            fitted[key] = make_method("additive").fit(item_map.train[:, columns])
-        model = fitted[key]
-        before = item_map.before[columns].astype(np.float64)
-        if not np.isfinite(before).all():
-            raise DataError(f"{transitions}: its rows have other references than the base: F and BT of a monitored "
-                            f"fine-tune are counted against the base")
-        position = {e: i for i, e in enumerate(population)}
-        known = np.array([position[e] for e in scored], dtype=np.int64)
-        truth = None if task not in matrix.tasks else np.mod(matrix.row(task)[columns], 2).astype(np.float64)
+        steps, scored, values, population, _ = read_item_record(checkpoint)
+        if not np.array_equal(population, rates.population):
+            raise DataError(f"{checkpoint}: watched items drawn from another population than the probes' items: "
+                            f"rerun the fine-tune")
+        known = rates.positions(scored)
+        truth = rates.after(task)
         series = []
         for c, step in enumerate(steps):
-            row, held = complete_items(model, known, values[c], len(population))
-            rates = bounded_rates(row, known, values[c], held, before, options, level)
-            naive = naive_rates(values[c], before[known], options[known], level)
-            line = rate_columns(rates, naive)
+            line, found, naive = rates.line(known, values[c], before, level)
             if truth is not None and step == steps[-1]:  # the fine-tune's last check is the weights it saved
                 line.update(measured_columns(before, truth))
             lines[(task, step)] = line
-            series.append((step, rates["F"], naive["F"]))
+            series.append((step, found["F"], naive["F"]))
         drawn[task] = (series, None if truth is None else float(np.mean(before * (1 - truth))))
     return lines, drawn
 

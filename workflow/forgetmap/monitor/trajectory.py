@@ -73,10 +73,10 @@ class ProbeChecks:
 
 
 def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: list[str], out: str,
-                       figure: str, transitions: str | None = None) -> dict:
+                       figure: str, transitions: str | None = None, base_scores: list[str] | None = None) -> dict:
     """`forgetmap forecast-trajectory`: one line per monitored task and check (`out`), and the figure. With the
-    transitions file of a corpus with items, each line also holds the watched items' accuracy, F and BT
-    (forgetmap.monitor.item_trajectory), and the figure their F."""
+    transitions file of a corpus with items and the base's score files, each line also holds the watched items'
+    accuracy, F and BT (forgetmap.monitor.item_trajectory), and the figure their F."""
     import pandas as pd
 
     from ..io import atomic_path, read_metadata
@@ -99,7 +99,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     hidden[known] = False
     lines, drawn = [], {}
     items, items_drawn = ({}, {}) if transitions is None else \
-        _item_lines(transitions, probes, settings, checkpoints, level if level is not None else 0.9)
+        _item_lines(transitions, probes, base_scores or [], settings, checkpoints, level if level is not None else 0.9)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
         steps, total, nll, _ = read_probe_record(checkpoint, forgetting.example_ids[index])
         values = nll[1:] - nll[0]
@@ -128,10 +128,11 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
                if "rmse" in table else {})}
 
 
-def _item_lines(transitions: str, probes: str, settings: dict, checkpoints: list[str], level: float):
+def _item_lines(transitions: str, probes: str, base_scores: list[str], settings: dict, checkpoints: list[str],
+                level: float):
     from .item_trajectory import item_lines
 
-    return item_lines(transitions, probes, settings, checkpoints, level)
+    return item_lines(transitions, probes, base_scores, settings, checkpoints, level)
 
 
 def _score_check(line: dict, pred, values, truth, hidden, widths, settings, evaluate) -> None:

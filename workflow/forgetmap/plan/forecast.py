@@ -127,8 +127,9 @@ class ForecastPlan:
         fine-tune, which holds its probe trajectory (`monitor.parquet`)."""
         inputs = {"matrix": MATRIX.format(model=model), "probes": FORECAST_PROBES.format(model=model),
                   "checkpoints": [self.plan.checkpoint(model, t) for t in self.monitored(model)]}
-        if self.watches_items(model):  # the items' map: the fit tasks' correctness, the base's, a check task's
+        if self.watches_items(model):  # the items' map (the fit tasks', a check task's correctness) and the base's
             inputs["transitions"] = CORRECTNESS.format(model=model, name=TRANSITION_OUTPUTS["transitions"])
+            inputs["base_scores"] = self.plan.scores(model, BASE_RUN)
         return inputs
 
     def trajectory_settings(self, model: str) -> dict:
