@@ -1,8 +1,9 @@
 """One rank (torchrun, gloo) of a model sharded by FSDP, measuring probes through forgetmap's ProbeMeter:
 `python -m torch.distributed.run --nproc_per_node=2 meter_run.py BASE OUT fsdp2|fsdp1 PROBES...`. For each probes
 file it shards the model afresh, measures the probes, trains one step, measures again and trains another step (so
-a measure that left the shards unfit for training shows); rank 0 writes OUT (JSON). tests/unit/test_monitor.py
-runs two of it."""
+a measure that left the shards unfit for training shows); then a benchmark's items (options and generated answers)
+alike, and a generation whose rows end earlier on one rank than on the other (ranks in step); rank 0 writes OUT
+(JSON). tests/unit/test_monitor.py runs two of it."""
 
 from __future__ import annotations
 
@@ -56,6 +57,19 @@ def option_items(tokenizer, n: int = 5):
     return items
 
 
+def generated_items(tokenizer, n: int = 3):
+    """Free-form items (greedy answers ended at ".") and how each is generated, for the OptionMeter's sharded test."""
+    import numpy as np
+
+    from forgetmap.correctness.benchmark import Generated
+    from forgetmap.correctness.items import ExactMatch, Item
+    from standins import sentences
+
+    items = [Item(np.asarray(tokenizer(t)["input_ids"], dtype=np.int64), [], ["river"], 0, True)
+             for t in sentences(n, seed=21)]
+    return items, {i: Generated((".",), 8 + 2 * i, ExactMatch("river", (".",))) for i in range(n)}
+
+
 def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
     import pandas as pd
     import torch
@@ -83,18 +97,29 @@ def main(base: str, out: str, how: str, probe_files: list[str]) -> None:
         counts = [None] * dist.get_world_size()
         dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
         found[probes]["ranks"] = counts
-    if how == "fsdp2":  # a benchmark's items, options packed, through the same shards: in step, every value held
-        from forgetmap.meter import OptionMeter
+    # a benchmark's items, options packed and answers generated, through the same shards: in step, every value held
+    from forgetmap.generation import InStep, Sampling, generate_torch
+    from forgetmap.meter import OptionMeter
 
-        items = option_items(tokenizer)
-        model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
-        meter = OptionMeter(model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48)
-        before = [v.tolist() for v in meter.measure()]
-        train_step(model, tokenizer, texts)
-        after = [v.tolist() for v in meter.measure()]
-        counts = [None] * dist.get_world_size()
-        dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
-        found["items"] = {"packed": meter.options.packed, "before": before, "after": after, "ranks": counts}
+    free, generated = generated_items(tokenizer)
+    items = option_items(tokenizer) + free
+    model = sharded(AutoModelForCausalLM.from_pretrained(base), how)
+    meter = OptionMeter(model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48,
+                        generated={5 + i: g for i, g in generated.items()})
+    before = [v if isinstance(v, str) else v.tolist() for v in meter.measure()]
+    train_step(model, tokenizer, texts)
+    after = [v if isinstance(v, str) else v.tolist() for v in meter.measure()]
+    counts = [None] * dist.get_world_size()
+    dist.all_gather_object(counts, (len(meter.batches), meter.repeats))
+    found["items"] = {"packed": meter.options.packed, "before": before, "after": after, "ranks": counts}
+    # rank 1's rows end at the first space, rank 0's at ".": rank 1 runs on until rank 0's are done; rank 0's kept
+    stop = (".",) if dist.get_rank() == 0 else (" ",)
+    answers = generate_torch(model, tokenizer, [it.context for it in free], [12] * len(free), Sampling(stop=stop),
+                             token_budget=48, in_step=InStep(torch.device("cpu")), inference=False)
+    train_step(model, tokenizer, texts)  # the shards still train after generating
+    held = [None] * dist.get_world_size()
+    dist.all_gather_object(held, answers.texts)
+    found["in_step"] = held
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(found))
     dist.destroy_process_group()

@@ -101,19 +101,21 @@ PARALLEL = ("ddp", "zero3", "fsdp1", "fsdp2")
 
 
 def watched_items(base):
-    """meter_run's multiple-choice items as a benchmark the monitor watches, 3 of them scored at each check (no
-    map: their own estimate)."""
+    """meter_run's items as a benchmark the monitor watches: five multiple-choice and three generated answers, 6 of
+    them scored at each check (no map: their own estimate)."""
     import numpy as np
     from transformers import AutoTokenizer
 
     from forgetmap.correctness.benchmark import Benchmark
     from forgetmap.monitor.items import ItemWatch
-    from meter_run import option_items
+    from meter_run import generated_items, option_items
 
-    items = option_items(AutoTokenizer.from_pretrained(base))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    free, generated = generated_items(tokenizer)
+    items = option_items(tokenizer) + free
     benchmark = Benchmark(np.array([f"item{i}" for i in range(len(items))]), np.array(["bench"] * len(items)), items,
-                          "acc", {"where": "meter_run's items"})
-    return ItemWatch(benchmark, k=3)
+                          "acc", {"where": "meter_run's items"}, {5 + i: g for i, g in generated.items()})
+    return ItemWatch(benchmark, k=6)
 
 
 def parallel_arguments(parallel: str, model_type_block: str) -> dict:
@@ -161,7 +163,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--patience", type=int, default=1)
     parser.add_argument("--resume", default=None, help="a checkpoint of OUT to resume from")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--items", action="store_true", help="also watch meter_run's items (3 scored per check)")
+    parser.add_argument("--items", action="store_true", help="also watch meter_run's items (6 scored per check)")
     args = parser.parse_args(argv)
     monitor = ForgettingMonitor(args.map, budget=args.budget, patience=args.patience,
                                 level=0.8 if args.budget is not None else None, items=watched_items(args.base) if args.items else None)

@@ -500,8 +500,10 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
     """FSDP over two gloo ranks (fully_shard, or the FullyShardedDataParallel wrapper): each rank scores the length
     batches dealt to it and runs as many forwards as the other (an odd number: rank 1 repeats one; one batch: rank 1,
     dealt none, repeats it), so an uneven deal does not leave a rank in an all-gather; every rank holds every probe's
-    value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on;
-    ranks given other probes are refused with an error naming what differs."""
+    value, equal to one unsharded process's to 1e-5 before and after a training step, and the shards train on; a
+    benchmark's items alike, options scored and answers generated in step (a generation whose rows end earlier on
+    one rank runs on with the other, and both keep rank 0's answers); ranks given other probes are refused with an
+    error naming what differs."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from forgetmap.monitor import ForecastMap, ProbeMeter
@@ -527,18 +529,29 @@ def test_sharded_ranks_score_their_batches_in_step_and_hold_every_probe(mapped, 
         train_step(alone_model, tokenizer, sentences(4, seed=5))
         np.testing.assert_allclose(held["after"], alone.measure(), atol=1e-5)
     assert [found[path]["ranks"][1][1] for path in files] == [1, 1]  # rank 1 repeated a batch in each
-    if how == "fsdp2":  # a benchmark's items, options packed, in step on both ranks and equal to one process's
-        from forgetmap.meter import OptionMeter
-        from meter_run import option_items
+    # a benchmark's items, options packed and answers generated, in step on both ranks and equal to one process's
+    from forgetmap.generation import Sampling, generate_torch
+    from forgetmap.meter import OptionMeter
+    from meter_run import generated_items, option_items
 
-        held = found["items"]
-        assert held["packed"] and held["ranks"][0][0] == held["ranks"][1][0]  # as many forwards on both ranks
-        alone_model = AutoModelForCausalLM.from_pretrained(base)
-        items = option_items(tokenizer)
-        alone = OptionMeter(alone_model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48)
-        np.testing.assert_allclose(np.concatenate(held["before"]), np.concatenate(alone.measure()), atol=1e-5)
-        train_step(alone_model, tokenizer, sentences(4, seed=5))
-        np.testing.assert_allclose(np.concatenate(held["after"]), np.concatenate(alone.measure()), atol=1e-5)
+    held = found["items"]
+    assert held["packed"] and held["ranks"][0][0] == held["ranks"][1][0]  # as many forwards on both ranks
+    alone_model = AutoModelForCausalLM.from_pretrained(base)
+    free, generated = generated_items(tokenizer)
+    items = option_items(tokenizer) + free
+    alone = OptionMeter(alone_model, tokenizer, items, [f"item{i}" for i in range(len(items))], token_budget=48,
+                        generated={5 + i: g for i, g in generated.items()})
+    for step in ("before", "after"):
+        if step == "after":  # the training step each rank took between them
+            train_step(alone_model, tokenizer, sentences(4, seed=5))
+        values = alone.measure()
+        np.testing.assert_allclose(np.concatenate(held[step][:5]), np.concatenate(values[:5]), atol=1e-5)
+        assert held[step][5:] == values[5:] and all(isinstance(v, str) for v in values[5:])
+    # rank 1 stopped its rows at a space, yet ran on with rank 0 (no all-gather left waiting): both hold rank 0's
+    contexts = [it.context for it in free]
+    dot = generate_torch(alone_model, tokenizer, contexts, [12] * 3, Sampling(stop=(".",)), token_budget=48).texts
+    space = generate_torch(alone_model, tokenizer, contexts, [12] * 3, Sampling(stop=(" ",)), token_budget=48).texts
+    assert found["in_step"] == [dot, dot] and space != dot
     if how == "fsdp2":  # ranks given other probes are refused before any is scored, not left waiting
         rows.iloc[:2].to_parquet(tmp_path / "rank-1.parquet")
         rows.iloc[:3].to_parquet(tmp_path / "rank-0.parquet")
@@ -583,8 +596,9 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
               "--steps", "4", "--items")
     held = json.loads((tmp_path / "monitor.json").read_text())
     assert (held["wrapped"], held["kind"], held["world"]) == ("DeepSpeedEngine(zero3)", "zero3", 2)
-    # a benchmark's items through the partitioned model too: every item at the baseline, 3 at each check, each
-    # decided as one process decides it on the same weights
+    # a benchmark's items through the partitioned model too: every item at the baseline, 6 at each check (a
+    # generated answer among them, decoded in step on both ranks), each decided as one process decides it on the
+    # same weights
     from forgetmap.meter import OptionMeter
     from monitor_run import watched_items
 
@@ -597,7 +611,7 @@ def test_an_sft_trainer_under_deepspeed_zero3_monitors_as_one_process_would(mapp
 
     assert held["item_baseline"] == decided(base)
     scored = pd.read_parquet(tmp_path / "forgetmap-monitor" / "items-00000004.parquet").query("scored")
-    assert scored.index.tolist() == held["item_known"]
+    assert scored.index.tolist() == held["item_known"] and (scored["options"] == 0).any()
     assert scored["correct"].tolist() == decided(tmp_path / "checkpoint-4", np.array(held["item_known"]))
     rows = ForecastMap.read(map_path).measured_rows()
 

@@ -1,7 +1,9 @@
 """A benchmark's items watched by the forgetting monitor: an lm-eval task defined here (offline), tokenised as
-lm-eval tokenises it and scored equal to lm-eval's own log-likelihoods; accuracy, F and BT with intervals logged at
-each evaluation inside TRL's `SFTTrainer` and transformers' `Trainer`; F and BT equal to Harmon's counting where
-every item is scored; a resume keeps the items' baseline; the refusals before training starts."""
+lm-eval tokenises it and scored equal to lm-eval's own log-likelihoods; a generate_until task's greedy answers equal
+to lm-eval's own and judged by its filters and metric, and a corpus's free-form items judged as the score jobs judge
+them; accuracy, F and BT with intervals logged at each evaluation inside TRL's `SFTTrainer` and transformers'
+`Trainer`; F and BT equal to Harmon's counting where every item is scored; a resume keeps the items' baseline; the
+refusals before training starts."""
 
 from __future__ import annotations
 
@@ -30,6 +32,34 @@ target_delimiter: " "
 metric_list:
   - metric: acc
 """
+
+
+GENERATED = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {items}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: ["{stop}"]
+  max_gen_toks: 10
+  do_sample: {sample}
+filter_list:
+  - name: first-word
+    filter:
+      - function: regex
+        regex_pattern: "(\\\\w+)"
+      - function: take_first
+  - name: whole
+    filter:
+      - function: take_first
+metric_list:
+  - metric: exact_match
+"""
+N_GENERATED = 8
 
 
 def items_frame(n: int = N_ITEMS, seed: int = 5) -> pd.DataFrame:
@@ -93,9 +123,10 @@ def correctness(model, tokenizer, benchmark) -> np.ndarray:
 def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> list[np.ndarray]:
     """lm-eval's own: its HF model's log-likelihood of each request of the task, per document, in option order."""
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    task = TaskManager(include_path=str(tasks)).load(["bench_mc"])["tasks"]["bench_mc"]
+    from forgetmap.correctness.benchmark import task_manager
+
+    task = task_manager((str(tasks),)).load(["bench_mc"])["tasks"]["bench_mc"]
     if num_fewshot is not None:
         task.set_config(key="num_fewshot", value=num_fewshot)
     task.set_fewshot_seed(seed=1234)
@@ -105,6 +136,121 @@ def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> list[np.ndarra
         requests, disable_tqdm=True)]
     documents = [r.doc_id for r in requests]
     return [np.array([v for v, d in zip(values, documents) if d == doc]) for doc in sorted(set(documents))]
+
+
+def write_generated(directory, frame, name="bench_gen", stop=".", sample="false"):
+    directory.mkdir(parents=True, exist_ok=True)
+    data = directory / f"{name}.jsonl"
+    frame[["prompt", "answer"]].to_json(data, orient="records", lines=True)
+    (directory / f"{name}.yaml").write_text(GENERATED.format(name=name, items=data, stop=stop, sample=sample))
+    return directory
+
+
+def lm_eval_answers(model, tokenizer, tasks, name="bench_gen") -> tuple[list[str], dict[str, list[int]]]:
+    """lm-eval's own: its HF model's greedy answers to the task's documents (`generate_until`), and each filter's
+    exact_match per document from its evaluator's logged samples."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    from forgetmap.correctness.benchmark import task_manager
+
+    manager = task_manager((str(tasks),))
+    task = manager.load([name])["tasks"][name]
+    task.build_all_requests(limit=None, rank=0, world_size=1)
+    model_ = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4)
+    texts = model_.generate_until(sorted(task.instances, key=lambda r: r.doc_id), disable_tqdm=True)
+    samples = lm_eval.simple_evaluate(model=model_, tasks=[name], task_manager=manager, log_samples=True,
+                                      verbosity="ERROR")["samples"][name]
+    judged = {}
+    for sample in sorted(samples, key=lambda s: s["doc_id"]):
+        judged.setdefault(sample["filter"], []).append(int(sample["exact_match"]))
+    return texts, judged
+
+
+@pytest.fixture(scope="module")
+def generated(bench, tmp_path_factory):
+    """(the generate_until task's directory, lm-eval's exact_match per document under its first filter): the
+    gold answer of every other question is the first word of the base's own greedy answer (right at the
+    baseline), the others a word it does not write."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = bench[0]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    directory = tmp_path_factory.mktemp("generated")
+    frame = pd.DataFrame({"prompt": [f"{t} Answer:" for t in sentences(N_GENERATED, seed=11)], "answer": "river"})
+    texts, _ = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
+    frame["answer"] = [__import__("re").findall(r"\w+", t)[0] if i % 2 == 0 else "river" for i, t in enumerate(texts)]
+    _, judged = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
+    return directory, judged["first-word"]
+
+
+def test_a_generate_until_tasks_answers_are_lm_evals_and_judged_by_its_filters_and_metric(bench, generated,
+                                                                                            tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.errors import DataError
+    from forgetmap.meter import OptionMeter
+
+    base = bench[0]
+    directory, truth = generated
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval("bench_gen", tokenizer, include_path=directory, generate=True)
+    assert len(benchmark) == N_GENERATED and (benchmark.options == 0).all()
+    assert benchmark.generated[0].stop == (".", tokenizer.eos_token) and benchmark.generated[0].max_new_tokens == 10
+    texts = OptionMeter.for_items(model, tokenizer, benchmark).measure()
+    theirs, judged = lm_eval_answers(model, tokenizer, directory)
+    assert texts == theirs  # greedy, ended at the task's stop strings, as lm-eval's HFLM generates
+    right = benchmark.decide(texts)
+    assert right.tolist() == truth == judged["first-word"] and 0 < right.sum() < N_GENERATED
+    whole = from_lm_eval("bench_gen", tokenizer, include_path=directory, generate=True, filter="whole")
+    assert whole.decide(texts).tolist() == judged["whole"]  # another of the task's filter pipelines, by name
+    assert from_lm_eval("bench_gen", tokenizer, include_path=directory, generate=True,
+                        max_gen_toks=3).generated[0].max_new_tokens == 3
+    # asked only where the user asks; sampling, an unknown filter and a metric that is not right or wrong refused
+    with pytest.raises(DataError, match=r"no items to watch \(bench_gen \(generate_until\)\).*generate=True"):
+        from_lm_eval("bench_gen", tokenizer, include_path=directory)
+    frame = pd.DataFrame({"prompt": ["Say it:"], "answer": ["x"]})
+    odd = write_generated(tmp_path / "odd", frame, "bench_sampled", sample="true")  # one directory: one index
+    task = write_generated(odd, frame, "bench_bleu") / "bench_bleu.yaml"
+    task.write_text(task.read_text().replace("exact_match", "bleu"))
+    with pytest.raises(DataError, match="'bench_sampled', document 0: the task asks for sampled answers"):
+        from_lm_eval("bench_sampled", tokenizer, include_path=odd, generate=True)
+    with pytest.raises(DataError, match="has no filter pipeline 'strict' \\(it has first-word, whole\\)"):
+        from_lm_eval("bench_gen", tokenizer, include_path=directory, generate=True, filter="strict")
+    bleu = from_lm_eval("bench_bleu", tokenizer, include_path=odd, generate=True, filter="whole")
+    with pytest.raises(DataError, match="'bench_bleu', document 0: its metric 'bleu' gave .* right or wrong"):
+        bleu.decide(texts[:1])
+
+
+def test_a_corpus_free_form_items_are_judged_as_the_score_jobs_judge_them(bench):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_frame
+    from forgetmap.correctness.items import encode_items, evaluate_torch
+    from forgetmap.generation import Sampling, generate_torch
+    from forgetmap.meter import OptionMeter
+    from forgetmap.nll import TorchScorer
+
+    base = bench[0]
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
+    questions = sentences(10, seed=13)
+    frame = items_frame(4).assign(kind="lm")
+    free = pd.DataFrame({"example_id": [f"f{i}" for i in range(10)], "source": "free", "kind": "lm",
+                         "prompt": [f"{q} Answer:" for q in questions], "choices": None, "answer": "river"})
+    frame = pd.concat([frame, free], ignore_index=True)
+    settings = {"target_delimiter": " ", "chat_template": "auto", "shots": 0, "max_new_tokens": 6, "stop": [" "],
+                "metric": "acc", "token_budget": 4096}
+    _, encoded = encode_items(tokenizer, frame, settings)
+    own = generate_torch(model, tokenizer, [it.context for it in encoded[4:]], np.full(10, 6), Sampling(stop=(" ",)))
+    frame.loc[4::2, "answer"] = [t.strip() or "river" for t in own.texts[::2]]  # every other one the model's own
+    assert len(from_frame(frame, tokenizer, settings, "the corpus")) == 4  # free form only where asked
+    benchmark = from_frame(frame, tokenizer, settings, "the corpus", generate=True)
+    assert len(benchmark) == 14 and sorted(benchmark.generated) == list(range(4, 14))
+    ours = benchmark.decide(OptionMeter.for_items(model, tokenizer, benchmark).measure())
+    _, items = encode_items(tokenizer, frame, settings)
+    jobs = evaluate_torch(model, tokenizer, items, settings, TorchScorer(model, tokenizer.eos_token_id, 4096))
+    assert ours.tolist() == jobs["correct"].tolist() and 0 < ours[4:].sum() < 10
 
 
 @pytest.mark.parametrize("shots", [None, 2])
@@ -216,6 +362,41 @@ def test_with_every_item_scored_F_and_BT_are_harmons_counting_and_a_resume_keeps
     assert resumed.checks[-1]["eval_forget_items_F"] == pytest.approx(harmon["F"], abs=1e-12)
 
 
+def test_generated_answers_in_the_trainer_count_as_harmon_counts_them(bench, generated, tmp_path):
+    """A multiple-choice task and a generate_until task watched together (generate=True), every item scored: each
+    check's F and BT are Harmon's counting of the two tasks' items, each task's rates logged by name; the generated
+    items' baseline is lm-eval's judgement of the base's answers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.correctness.transitions import rates
+    from forgetmap.meter import OptionMeter
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemWatch
+
+    base, tasks, _, frame = bench
+    directory, truth = generated
+    everything = {"include_path": [tasks, directory], "generate": True}
+    monitor = ForgettingMonitor(items=ItemWatch(["bench_mc", "bench_gen"], k=N_ITEMS + N_GENERATED, lm_eval=everything))
+    make_trainer("hf", base, tmp_path / "run", monitor, max_steps=4).train()
+    before = np.asarray(monitor.item_baseline)
+    assert before[:N_ITEMS].tolist() == frame.loc["base"].tolist() and before[N_ITEMS:].tolist() == truth
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval(["bench_mc", "bench_gen"], tokenizer, **everything)
+    after = benchmark.decide(OptionMeter.for_items(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-4"),
+                                                   tokenizer, benchmark).measure())
+    check = monitor.checks[-1]
+    for scope, part in (("", slice(None)), ("bench_gen_", slice(N_ITEMS, None))):
+        harmon = rates(before[part], after[part], benchmark.options[part])
+        for rate in ("F", "BT", "F_true", "BT_true"):
+            assert check[f"eval_forget_items_{scope}{rate}"] == pytest.approx(harmon[rate], abs=1e-12)
+        assert check[f"eval_forget_items_{scope}acc"] == pytest.approx(harmon["acc_after"], abs=1e-12)
+    # a generated item has no chance to guess right: its chance-adjusted rates are its plain ones
+    assert check["eval_forget_items_bench_gen_F_true"] == check["eval_forget_items_bench_gen_F"]
+    table = pd.read_parquet(tmp_path / "run" / "forgetmap-monitor" / "items-00000004.parquet")
+    assert (table["options"][N_ITEMS:] == 0).all() and table["correct"].tolist() == after.tolist()
+
+
 def test_a_budget_on_the_accuracy_drop_stops_training(bench, tmp_path):
     from forgetmap.monitor import ForgettingMonitor
     from forgetmap.monitor.items import ItemWatch
@@ -239,11 +420,11 @@ def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(base)
     with pytest.raises(DataError, match=r"lm-eval task 'bench_mcq' does not exist \(did you mean bench_mc"):
         from_lm_eval("bench_mcq", tokenizer, include_path=tasks)
-    generation = write_task(tmp_path / "gen", items_frame(4), "bench_gen", "generate_until", "answer")
-    with pytest.raises(DataError, match="no multiple-choice items .*bench_gen \\(generate_until\\)"):
+    generation = write_task(tmp_path / "odd", items_frame(4), "bench_gen", "generate_until", "answer")
+    bad_dir = write_task(generation, items_frame(4), "bench_bad",  # one directory: one index of lm-eval's tasks
+                         target="7 if example_id == 'q2' else choices.index(answer)")
+    with pytest.raises(DataError, match="no items to watch .*bench_gen \\(generate_until\\)"):
         from_lm_eval("bench_gen", tokenizer, include_path=generation)
-    bad = items_frame(4)
-    bad_dir = write_task(tmp_path / "bad", bad, "bench_bad", target="7 if example_id == 'q2' else choices.index(answer)")
     with pytest.raises(DataError, match="'bench_bad', document 2: its answer index 7 is outside its"):
         from_lm_eval("bench_bad", tokenizer, include_path=bad_dir)
     # items the map does not hold

@@ -15,6 +15,9 @@ answer's budget and the stop strings.
   its free memory), the decode loop's state kept on the device, greedy at temperature 0, else nucleus
   sampling from a generator seeded per call (the same contexts and seed give the same texts); vLLM: one
   request per (prompt, seed), each with its own seed, in one call.
+- Ranks in step (`InStep`: a sharded model, whose every forward gathers weights across the ranks): every rank
+  generates the same contexts in the same batches (the least cache budget of any rank), and a batch's decode
+  loop ends when every rank's rows are done, so every rank runs the same forwards; the texts are rank 0's.
 """
 
 from __future__ import annotations
@@ -128,6 +131,37 @@ def cache_budget(model, token_budget: int) -> tuple[int, str]:
                     f"{per_token / 2**10:.0f} KiB of keys and values per token")
 
 
+class InStep:
+    """The ranks of a sharded model generating together: they agree on the batches' cache budget (the least of
+    any rank's free memory) and on when a batch's decode loop ends (when every rank's rows are done), so each
+    runs the same forwards (a rank one forward short would wait in an all-gather forever); `texts` hands every
+    rank rank 0's answers (greedy decoding on the same weights agrees across ranks up to the kernels' rounding,
+    and the ranks must decide alike)."""
+
+    def __init__(self, device):
+        import torch.distributed as dist
+
+        self.dist, self.device = dist, device
+
+    def _reduce(self, value: int) -> int:
+        import torch
+
+        tensor = torch.tensor([value], dtype=torch.long, device=self.device)
+        self.dist.all_reduce(tensor, op=self.dist.ReduceOp.MIN)
+        return int(tensor.item())
+
+    def least(self, value: int) -> int:
+        return self._reduce(int(value))
+
+    def all_done(self, done: bool) -> bool:
+        return bool(self._reduce(int(done)))
+
+    def texts(self, answers: "Answers") -> "Answers":
+        shared = [answers if self.dist.get_rank() == 0 else None]
+        self.dist.broadcast_object_list(shared, src=0)
+        return shared[0]
+
+
 def _prefill(model, keyword: str, ids, attention, chunk: int):
     """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache grows
     chunk by chunk): the cache and the last position's logits."""
@@ -159,13 +193,16 @@ def _to_host(tensor) -> np.ndarray:
 
 
 def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndarray, sampling: Sampling = Sampling(),
-                   seed: int = 0, token_budget: int = 8192) -> Answers:
+                   seed: int = 0, token_budget: int = 8192, in_step: InStep | None = None,
+                   inference: bool = True) -> Answers:
     """Each context's continuation (up to its budget in `limits`). Batches are sized by the key-value cache
     they will hold at their last step (`cache_budget`); prompts are read in chunks of `token_budget` padded
     tokens. The decode loop keeps its state on the device (tokens written into one buffer, positions counted
     up, the attention mask allocated whole) and reads back to the host once every `CHECK_EVERY` steps:
     whether every row is done, and the rows' new tokens for their stop strings (a row found stopped late is
-    cut where its stop string was completed; the steps it ran past it change nothing of the others)."""
+    cut where its stop string was completed; the steps it ran past it change nothing of the others). `in_step`:
+    the ranks of a sharded model, generating the same contexts together (`InStep`). `inference`: under
+    `inference_mode` (False: `no_grad`, for weights that train on afterwards, as the forgetting monitor's)."""
     import logging
 
     import torch
@@ -184,24 +221,29 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
     tokens: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(contexts)
     ended = np.zeros(len(contexts), dtype=bool)  # by EOS or a stop string, not by the budget
     budget, why = cache_budget(model, token_budget)
+    if in_step is not None:
+        budget = in_step.least(budget)
     batches = length_batches(lengths + limits, budget, 1.0)
     if len(contexts):
         logging.getLogger(__name__).info("generation: %d answers in %d batches of up to %d rows; key-value cache "
                                          "budget %s", len(contexts), len(batches), max(len(b) for b in batches), why)
-    with torch.inference_mode():
+    with torch.inference_mode() if inference else torch.no_grad():
         for batch in batches:
             written, ends = _decode_batch(model, keyword, [contexts[i] for i in batch], limits[batch], pad_id,
-                                          eos_id, sampling, generator, watch, max(1, token_budget // len(batch)))
+                                          eos_id, sampling, generator, watch, max(1, token_budget // len(batch)),
+                                          in_step)
             for r, i in enumerate(batch):
                 tokens[i], ended[i] = written[r], ends[r]
     texts = [until_stop(t, sampling.stop) for t in tokenizer.batch_decode([t.tolist() for t in tokens],
                                                                           skip_special_tokens=True)]
     capped = ~ended & (np.array([len(t) for t in tokens]) >= limits)
-    return Answers(tokens, texts, capped)
+    answers = Answers(tokens, texts, capped)
+    return answers if in_step is None else in_step.texts(answers)
 
 
-def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, generator, watch, chunk):
-    """One left-padded batch: each row's tokens (EOS left out) and whether EOS or a stop string ended it."""
+def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, generator, watch, chunk, in_step=None):
+    """One left-padded batch: each row's tokens (EOS left out) and whether EOS or a stop string ended it (with
+    `in_step`, the loop runs on until every rank's rows are done: the steps past a row's end change nothing)."""
     import torch
 
     device = next(model.parameters()).device
@@ -243,7 +285,10 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
         stopped = _ends(block, checked, eos_id, watch, history, last, ended)
         if stopped:
             done[torch.tensor(stopped, device=device)] = True
-        if (last <= step).all():
+        finished = bool((last <= step).all())
+        if in_step is not None:
+            finished = in_step.all_done(finished)
+        if finished:
             if generator is not None:  # the draws of the steps past the last row's end, taken back
                 generator.set_state(states[max(int(last.max()), checked) - checked])
             break

@@ -18,6 +18,9 @@ dealt to the ranks in turn and the values gathered, so every rank holds every pr
 Scoring runs under `no_grad`, not `inference_mode`: the weights train on afterwards, and a sharded model's
 gathered buffers made inside inference mode would be refused by the next training step.
 
+A benchmark's items (`OptionMeter`) are dealt and gathered alike where their options are scored; a generated
+answer runs a decode loop, which every rank runs in step on the same items (forgetmap.generation.InStep).
+
 Both forgetmap's own fine-tunes (online replay, `finetune.monitor`) and the trainer callback
 (forgetmap.monitor.callback) measure through it.
 """
@@ -228,35 +231,84 @@ class ProbeMeter:
 
 
 class OptionMeter(ProbeMeter):
-    """A benchmark's multiple-choice items under the live weights, options packed (forgetmap.correctness.items:
+    """A benchmark's items under the live weights. Multiple choice: options packed (forgetmap.correctness.items:
     each item's context once, then every option behind a block-causal mask, as the score jobs score them; separate
-    sequences where the attention takes no such mask or packing does not reproduce them). `measure()`: each item's
-    options' summed log-likelihoods (a list of float64 arrays, the items' order)."""
+    sequences where the attention takes no such mask or packing does not reproduce them), dealt to the ranks like
+    the probes. Free form (`generated`: an item's position -> forgetmap.correctness.benchmark.Generated): greedy
+    decoding to its budget, ended at its stop strings (forgetmap.generation); with several ranks every rank
+    generates every such item in step (`InStep`) and keeps rank 0's texts. `measure()`: each item's options'
+    summed log-likelihoods (a float64 array) or its generated text, in the items' order."""
 
     @classmethod
     def for_items(cls, model, tokenizer, benchmark, which=None, **options) -> "OptionMeter":
         """The items of a `Benchmark` (forgetmap.correctness.benchmark) at `which` (default: all)."""
         which = np.arange(len(benchmark.items)) if which is None else np.asarray(which)
-        return cls(model, tokenizer, [benchmark.items[i] for i in which], benchmark.ids[which].tolist(), **options)
+        generated = {n: benchmark.generated[int(i)] for n, i in enumerate(which) if int(i) in benchmark.generated}
+        return cls(model, tokenizer, [benchmark.items[i] for i in which], benchmark.ids[which].tolist(),
+                   generated=generated, **options)
 
     def __init__(self, model, tokenizer, items: list, ids: list[str], token_budget: int = 4096, autocast=None,
-                 settle=None, max_padding: float = 0.1):
+                 settle=None, max_padding: float = 0.1, generated: dict | None = None):
         from .correctness.items import OptionScorer, packed_length
 
-        self._deal(model, tokenizer, ids, [packed_length(it) for it in items], list(range(len(items))), token_budget,
-                   autocast, settle, max_padding)
-        self.items = items
+        choice = [i for i, it in enumerate(items) if not it.free_form]
+        self._deal(model, tokenizer, ids, [packed_length(it) for it in items], choice, token_budget, autocast,
+                   settle, max_padding)
+        self.items, self.tokenizer, self.token_budget = items, tokenizer, token_budget
         self.tokens = int(sum(packed_length(it) for it in items))
         self.options = OptionScorer(self.scorer)
-        if self.options.packed is None and items:  # decided once, on the same item on every rank (in step)
+        if self.options.packed is None and choice:  # decided once, on the same item on every rank (in step)
             with self._scoring():
-                self.options.decide(max(items, key=lambda it: len(it.options)))
+                self.options.decide(max((items[i] for i in choice), key=lambda it: len(it.options)))
+        self.generated = dict(generated or {})
+        self.limits = self._limits(ids)
+
+    def _limits(self, ids: list[str]) -> dict[int, int]:
+        """Each generated item's answer budget: its own, less where its context leaves fewer of the model's
+        positions; an item whose context leaves none is refused (a question is never cut)."""
+        from .errors import DataError
+        from .generation import budgets
+        from .nll import positions_of
+
+        module = getattr(self.model, "_fsdp_wrapped_module", self.model)
+        config = getattr(module, "config", None)
+        positions = positions_of(config.get_text_config().to_dict()) if config is not None else None
+        limits = {}
+        for i, how in self.generated.items():
+            limits[i] = int(budgets([len(self.items[i].context)], how.max_new_tokens, positions)[0])
+            if limits[i] < 1:
+                raise DataError(f"item {ids[i]!r}: its prompt takes {len(self.items[i].context)} tokens and the model "
+                                f"has {positions} positions: no room for an answer; the monitor never cuts a question")
+        return limits
 
     def _run(self) -> list:
         return self.options.loglik(self.items, self.batches)
 
-    def measure(self) -> list[np.ndarray]:
-        return [np.asarray(v, dtype=np.float64) for v in self._gathered()]
+    def measure(self) -> list:
+        values: list = [np.asarray(v, dtype=np.float64) for v in self._gathered()]
+        if self.generated:
+            started = time.perf_counter()
+            for i, text in self._generate().items():
+                values[i] = text
+            self.seconds += time.perf_counter() - started
+        return values
+
+    def _generate(self) -> dict[int, str]:
+        """The generated items' greedy texts, a decode loop per set of stop strings (every rank's the same)."""
+        from .generation import InStep, Sampling, generate_torch
+
+        in_step = InStep(next(self.model.parameters()).device) if self.world > 1 else None
+        groups: dict[tuple, list[int]] = {}
+        for i, how in sorted(self.generated.items()):
+            groups.setdefault(how.stop, []).append(i)
+        texts = {}
+        with self._scoring():
+            for stop, members in groups.items():
+                answers = generate_torch(self.model, self.tokenizer, [self.items[i].context for i in members],
+                                         np.array([self.limits[i] for i in members]), Sampling(stop=stop),
+                                         token_budget=self.token_budget, in_step=in_step, inference=False)
+                texts.update(zip(members, answers.texts))
+        return texts
 
 
 def _plain(value):

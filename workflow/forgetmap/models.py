@@ -231,7 +231,8 @@ def widths(config) -> tuple[int, int, int, int, int]:
 def cache_keyword(model) -> str:
     """The name of a model's key-value cache, as its `forward` takes it and its output returns it: `cache`
     from transformers 5.24 on (where `past_key_values` is deprecated), `past_key_values` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = getattr(model, "_fsdp_wrapped_module", model)  # FSDP1's wrapper forwards whatever it is given
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 

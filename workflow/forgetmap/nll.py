@@ -329,7 +329,11 @@ def model_positions(model_dir: str) -> int | None:
         directory = Path(pointer.get("local") or pointer["path"])
     if not (directory / "config.json").exists():
         return None
-    config = json.loads((directory / "config.json").read_text())
+    return positions_of(json.loads((directory / "config.json").read_text()))
+
+
+def positions_of(config: dict) -> int | None:
+    """The context length a model's configuration (its `config.json`, as a dict) states, or None."""
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         if isinstance(config.get(key), int):
             return config[key]

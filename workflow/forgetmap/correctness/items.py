@@ -83,6 +83,18 @@ def cut_at_stop(text: str, stop) -> str:
     return until_stop(text, stop).strip()
 
 
+@dataclass(frozen=True)
+class ExactMatch:
+    """The greedy measurement's rule for a free-form item: the generation cut at the first stop string, then
+    SQuAD-normalised exact match with the answer."""
+
+    answer: str
+    stop: tuple[str, ...] = ()
+
+    def __call__(self, text: str) -> bool:
+        return exact_match(cut_at_stop(text, self.stop), self.answer)
+
+
 def choose(scores: np.ndarray, gold: int) -> tuple[int, bool, float]:
     """(argmax with ties to the first, whether it is the gold option, gold minus best other)."""
     predicted = int(np.argmax(scores))
@@ -212,7 +224,7 @@ class OptionScorer:
         """Each item's options' summed log-likelihoods; `batches`: the items to run, as lists of indices in packed
         length batches (default: all, batched here); an item in none of them gets zeros."""
         out = [np.zeros(len(item.options)) for item in items]
-        if not items:
+        if not any(item.options for item in items):  # none (or free form only): nothing to score
             return out
         if self.packed is None:
             self.decide(max(items, key=lambda it: len(it.options)))
@@ -306,7 +318,7 @@ def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, 
         if item.free_form:
             text = generations[i]
             predicted.append(text)
-            correct.append(exact_match(text, item.texts[0]))
+            correct.append(ExactMatch(item.texts[0])(text))
             margin.append(np.nan)
         else:
             choice, right, gap = choose(option_scores(logliks[i], item.texts, metric), item.gold)

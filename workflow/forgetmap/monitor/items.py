@@ -172,8 +172,9 @@ class ItemMap:
 
 class ItemWatch:
     """`items`: a `Benchmark` (forgetmap.correctness.benchmark), an lm-eval task name or list of names (read with
-    `lm_eval`'s keywords: include_path, num_fewshot, limit, chat_template, metric), or a callable of the
-    tokenizer returning a `Benchmark`. `map`: an `ItemMap` or its file (None: the naive estimate from the k items
+    `lm_eval`'s keywords: include_path, num_fewshot, limit, chat_template, metric; `generate: True` watches a
+    generate_until task's greedy answers too, with max_gen_toks and filter), or a callable of the tokenizer
+    returning a `Benchmark`. `map`: an `ItemMap` or its file (None: the naive estimate from the k items
     alone). `k`: items scored at each check; `choose`: `random` (the interval's validity needs it) or `dopt`
     (the most informative for the map; its interval promises nothing). `budget`: {"acc_drop": x} (the accuracy's
     drop from the baseline) or {"F": x}, acting on the interval's upper end like the monitor's NLL budget."""
