@@ -3,8 +3,9 @@
 
 After the demo: each of its `check` tasks is fine-tuned as the demo fine-tunes it (a transformers `Trainer`, the
 demo's steps, batch and rate; `--seeds` seeds of the task's order), and at every `--every` steps every
-multiple-choice quiz item is scored (asked as the demo's score jobs ask them), so accuracy, F (right at step 0,
-wrong now) and BT (the reverse) of the weights at each check are known. Then, at each check, for `--draws` draws
+multiple-choice quiz item is scored (asked as the demo's score jobs ask them; with `--generated` the free-form
+ones too, answered greedily), so accuracy, F (right at step 0, wrong now) and BT (the reverse) of the weights at
+each check are known. Then, at each check, for `--draws` draws
 of k items (uniform, without replacement: what the monitor's `choose="random"` draws):
 
 - the map's forecast (forgetmap.monitor.items: the correctness map of the demo's 12 fit tasks, from its
@@ -37,8 +38,9 @@ from monitor import along_training, demo_setup, demo_trainer  # noqa: E402
 RATES = ("acc", "F", "BT")
 
 
-def quiz(workdir: Path, model: str, tokenizer):
-    """The demo's multiple-choice items, asked as its score jobs ask the base's (forgetmap.plan)."""
+def quiz(workdir: Path, model: str, tokenizer, generated: bool = False):
+    """The demo's multiple-choice items (with `generated`, its free-form items too), asked as its score jobs ask the
+    base's (forgetmap.plan)."""
     import yaml
 
     from forgetmap.correctness.benchmark import from_frame
@@ -51,7 +53,7 @@ def quiz(workdir: Path, model: str, tokenizer):
     shards = sorted((workdir / "results/data/upstream").glob("*/shard-*.parquet"))
     frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
     frame = frame[frame["answer"].notna()].reset_index(drop=True)
-    return from_frame(frame, tokenizer, asked, "the demo's quiz")
+    return from_frame(frame, tokenizer, asked, "the demo's quiz", generate=generated)
 
 
 def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmark):
@@ -135,6 +137,8 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--methods", nargs="+", default=["additive", "mf", "irt"])
     parser.add_argument("--cost", action="store_true", help="also time the items' checks inside a Trainer")
+    parser.add_argument("--generated", action="store_true",
+                        help="every quiz item, the free-form ones answered greedily too (default: multiple choice)")
     parser.add_argument("--truths", type=Path, default=None,
                         help="an .npz of the truths at every check: read where it exists, else written after scoring")
     args = parser.parse_args()
@@ -152,7 +156,7 @@ def main() -> None:
     workdir = args.workdir.resolve()
     cfg = resolve(yaml.safe_load((workdir / "config/config.yaml").read_text()))
     tokenizer = load_tokenizer(workdir / f"results/{args.model}/base")
-    benchmark = quiz(workdir, args.model, tokenizer)
+    benchmark = quiz(workdir, args.model, tokenizer, args.generated)
     fits = fit_tasks(cfg, args.model)
     item_map = ItemMap.from_transitions(workdir / f"results/{args.model}/correctness/transitions.parquet", fits)
     train = item_map.train[:, item_map.columns_of(benchmark.ids, "the demo's quiz")]
@@ -169,7 +173,7 @@ def main() -> None:
                 print(f"scored {task} seed {seed}", file=sys.stderr, flush=True)
         if args.truths is not None:
             np.savez(args.truths, runs=np.array(runs, dtype=object))
-    print(f"{len(benchmark)} multiple-choice quiz items ({len(item_map.rows)} map rows: the fit tasks), "
+    print(f"{len(benchmark)} quiz items, {len(benchmark.generated)} of them free form ({len(item_map.rows)} map rows: the fit tasks), "
           f"{len(runs)} runs, checks every {args.every} steps, {args.draws} draws per check, level {args.level}\n")
     options = benchmark.options
     errors: dict = {}
@@ -212,6 +216,9 @@ def main() -> None:
         float_format=lambda v: f"{v:.4f}"))
     if args.cost:
         print(f"\nwatching the items inside a Trainer ({tasks[0]}): {check_cost(workdir, args.model, tasks[0], benchmark, item_map)}")
+        if args.generated:  # side by side: the multiple-choice items alone
+            options_only = quiz(workdir, args.model, tokenizer)
+            print(f"the multiple-choice items alone: {check_cost(workdir, args.model, tasks[0], options_only, item_map)}")
     one = frame[frame["task"] == frame["task"].iloc[0]]
     print(f"\n{one['task'].iloc[0]}, seed 0:\n" + one.drop(columns="task").to_string(index=False,
                                                                                     float_format=lambda v: f"{v:.4f}"))

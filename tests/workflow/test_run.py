@@ -365,7 +365,7 @@ def forecast_config(mode=True, **forecast):
 
 def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, tmp_path):
     workdir = fresh_clone(finished, tmp_path)
-    write_config(workdir, forecast_config())
+    write_config(workdir, forecast_config(generated=True))  # free-form items among the k watched: decoded at checks
     jobs = planned_jobs(workdir)
     # no scoring of the upstream shards, no new matrix row: nothing downstream of the matrix reruns
     # (monitored, its fine-tune's last check scores the probes: no probe scoring job of its own)
@@ -403,6 +403,8 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     # through the fit tasks' correctness (the transitions file) beside the k items' own estimate
     trained = json.loads((workdir / "results/tiny/checkpoints/json_profile/train_summary.json").read_text())
     assert trained["monitor_items"] == len(items["ids"]) == min(8, len(items["population"]))
+    options = dict(zip(items["population"], items["options"]))
+    assert 0 < sum(options[i] == 0 for i in items["ids"]) < len(items["ids"])  # free-form items among them
     # the forecast job's line for the task: the same rates at its last check (the weights it saved)
     line = summary.loc["json_profile"]
     assert line["items_F"] == pytest.approx(trajectory["items_F"].iloc[-1]) and line["items_k"] == len(items["ids"])
@@ -412,17 +414,22 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     timeline = page_data(workdir / "results/tiny/explorer.html")["timelines"]["json_profile"]  # its task panel's
     assert timeline["steps"] == [2, 4] and timeline["mean"] == pytest.approx(trajectory["forecast_mean"].tolist(),
                                                                              abs=1e-4)
+    # the multiple-choice items alone (forecast.generated off): other items follow the probes, and the monitored
+    # fine-tune, which watched the old ones, trains again
+    write_config(workdir, forecast_config())
+    planned = by_rule(planned_jobs(workdir))
+    assert planned["forecast_probes"] == 1 and planned["finetune"] == 1
     # another k or strategy: the probes, their scoring and the forecast (and what reads the forecast); a
     # monitored fine-tune scored the old probes as it trained, so it trains again (and plain fine-tuning's
     # held-out scores, which read it)
-    write_config(workdir, forecast_config(probes="random"))
+    write_config(workdir, forecast_config(probes="random", generated=True))
     assert by_rule(planned_jobs(workdir)) == {"forecast_probes": 1, "finetune": 1, "forecast": 1,
                                               "forecast_trajectory": 1, "replay_selection": 1, "arm_run": 1,
                                               "plain_scores": 1, "mitigation_summary": 1, "explorer": 1, "all": 1}
     # measuring it in full later: its shards scored, the matrix grows a row, the forecast and the trajectory
     # scored against it (tests/unit/test_monitor.py); the probes come from the fit rows' own scores, so the
     # monitored fine-tune stays
-    write_config(workdir, forecast_config(mode="check"))
+    write_config(workdir, forecast_config(mode="check", generated=True))
     planned = by_rule(planned_jobs(workdir))
     assert planned["score"] == 2 and planned["forecast"] == 1 and planned["forecast_trajectory"] == 1
     assert "finetune" not in planned and "forecast_probes" not in planned

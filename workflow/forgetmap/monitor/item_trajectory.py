@@ -1,14 +1,15 @@
 """The items a monitored fine-tune watches in forgetmap's own workflow (`finetune.monitor` on a corpus with
-items): k multiple-choice items of the corpus, drawn at random, scored right or wrong at each check (`ItemChecks`,
-options packed as the score jobs pack them), left in the checkpoint (`monitor-items.parquet`); the
-trajectory job forecasts every multiple-choice item's chance of being right at each check through the correctness
-map of the fit tasks (their rows of the transitions file), and so the accuracy, F and BT with their intervals
-beside the NLL's forecast (`item_lines`), against a `check` task's measured final rates.
+items): k items of the corpus, drawn at random, scored right or wrong at each check (`ItemChecks`: options packed
+as the score jobs pack them; with `forecast.generated`, free-form items too, answered greedily as the score jobs
+answer them), left in the checkpoint (`monitor-items.parquet`); the trajectory job forecasts every item's chance of
+being right at each check through the correctness map of the fit tasks (their rows of the transitions file), and
+so the accuracy, F and BT with their intervals beside the NLL's forecast (`item_lines`), against a `check` task's
+measured final rates.
 
 The items are asked as the score jobs ask them (the model's correctness settings), and F and BT are counted
 against the base's correctness from its score jobs (the transitions file's before), as the transitions job counts
-them (so the items are not scored at step 0: the base's score jobs already did). Free-form items (generated
-answers) are not watched: the rates are over the multiple-choice items.
+them (so the items are not scored at step 0: the base's score jobs already did). Without `forecast.generated` the
+rates are over the multiple-choice items alone.
 """
 
 from __future__ import annotations
@@ -22,21 +23,22 @@ from ..predict.forecast import ITEM_RECORD, chosen_items, read_item_record
 
 
 class ItemChecks:
-    """k multiple-choice items of the corpus scored right or wrong after each check step."""
+    """k items of the corpus scored right or wrong after each check step."""
 
     def __init__(self, model, tokenizer, shards: list[str], items: dict, steps: list[int], autocast):
         from ..correctness.benchmark import from_frame
         from ..meter import OptionMeter
 
-        population, self.known = chosen_items(shards, items["k"], items["seed"])  # the forecast probes' items too
+        generated = items.get("generated", False)
+        population, self.known = chosen_items(shards, items["k"], items["seed"], generated)  # the probes' items too
         self.steps, self.values, self.seconds = steps, [], 0.0
         self.benchmark = None
-        if not len(population):  # a corpus whose items all have free-form answers: nothing to watch
+        if not len(population):  # a corpus whose items all have free-form answers, not watched: nothing to watch
             return
-        self.benchmark = from_frame(population, tokenizer, items["asked"], "the corpus's items")
+        self.benchmark = from_frame(population, tokenizer, items["asked"], "the corpus's items", generate=generated)
         if len(self.benchmark) != len(population):
-            raise DataError(f"{len(population) - len(self.benchmark)} of the corpus's multiple-choice items cannot be "
-                            f"asked as the score jobs ask them")
+            raise DataError(f"{len(population) - len(self.benchmark)} of the corpus's items cannot be asked as the "
+                            f"score jobs ask them")
         self.meter = OptionMeter.for_items(model, tokenizer, self.benchmark, self.known,
                                            token_budget=items["asked"]["token_budget"], autocast=autocast)
 
@@ -52,7 +54,7 @@ class ItemChecks:
 
     def write(self, into: Path | None) -> dict:
         """The k items' 0/1 per check into `into` (None: another rank's), with the population they were drawn from
-        (every multiple-choice item and its number of options); the summary's lines."""
+        (every item and its number of options, 0 for free form); the summary's lines."""
         import pyarrow as pa
 
         from ..io import write_table

@@ -62,7 +62,7 @@ class ForecastPlan:
         if "references" in rows:
             rows["references"] = {t: rows["references"][t] for t in runs}
             rows.pop("checkpoints")
-        items = {"items": {"k": forecast["k"], "seed": forecast["seed"]}} if model in self.plan.item_models else {}
+        items = {"items": self.item_draw()} if model in self.plan.item_models else {}
         return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"],
                 "fit_tasks": self.fit_tasks(model), "rows": rows, **items}
 
@@ -75,11 +75,17 @@ class ForecastPlan:
         score = self.plan.run_score_settings(model, task)
         settings = {**monitor, **{key: score[key] for key in ("chat_template", "max_length", "token_budget")}}
         if self.watches_items(model):  # k of the corpus's multiple-choice items, asked as the score jobs ask them
-            settings["items"] = {"k": self.cfg["forecast"]["k"], "seed": self.cfg["forecast"]["seed"],
+            settings["items"] = {**self.item_draw(),
                                  "asked": {**score["correctness"], "token_budget": score["token_budget"],
                                            "chat_template": score["chat_template"], "shots": score.get("shots", 0),
                                            "ask": score.get("ask"), "row": score.get("row")}}
         return settings
+
+    def item_draw(self) -> dict:
+        """Which k items follow the probes: drawn at random with the forecast's seed, among the multiple-choice
+        items, or every item with an answer (`forecast.generated`)."""
+        forecast = self.cfg["forecast"]
+        return {"k": forecast["k"], "seed": forecast["seed"], "generated": forecast["generated"]}
 
     def watches_items(self, model: str) -> bool:
         """Whether the model's monitored fine-tunes also watch items: a corpus with items whose correctness is

@@ -69,12 +69,13 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
     job, chosen from the fit rows assembled from their own score files (`settings["rows"]`, as the matrix
     job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. Where the
-    corpus has multiple-choice items (`settings["items"]`), k of them drawn at random follow the probes (those not
-    already probes), so a forecast task's probe scoring also decides them right or wrong (the forecast job's
-    correctness rates); the metadata records which, and every multiple-choice item with its number of options."""
+    corpus has items (`settings["items"]`), k of them drawn at random follow the probes (those not already
+    probes), so a forecast task's probe scoring also decides them right or wrong (the forecast job's correctness
+    rates); the metadata records which, and every item they were drawn from (multiple choice, or with
+    `generated` free form too) with its number of options (0: free form)."""
     import pyarrow as pa
 
-    from ..data.upstream import read_rows
+    from ..data.upstream import present, read_rows
     from ..io import write_table
     from ..matrix import assemble_rows
 
@@ -85,8 +86,9 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     rows = read_rows(shards, index)
     record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
               "fit_tasks": settings["fit_tasks"], "usable": len(usable)}
-    population, known = chosen_items(shards, settings["items"]["k"], settings["items"]["seed"]) \
-        if settings.get("items") else ([], [])
+    items = settings.get("items")
+    population, known = chosen_items(shards, items["k"], items["seed"], items.get("generated", False)) \
+        if items else ([], [])
     if len(population):
         import pandas as pd
 
@@ -95,7 +97,7 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
         rows = pd.concat([rows, read_rows(shards, extra["index"].to_numpy())], ignore_index=True)
         record["items"] = {"ids": chosen["example_id"].astype(str).tolist(),
                            "population": population["example_id"].astype(str).tolist(),
-                           "options": [len(c) for c in population["choices"]]}
+                           "options": [len(c) if present(c) else 0 for c in population["choices"]]}
     write_table(pa.Table.from_pandas(rows, preserve_index=False), out, record)
     return {"probes": len(index), "strategy": settings["probes"], "fit_tasks": len(settings["fit_tasks"]),
             "usable": len(usable), "items": len(record.get("items", {}).get("ids", []))}
@@ -105,10 +107,12 @@ PROBE_RECORD = "monitor.parquet"  # a monitored fine-tune's probes, in its check
 ITEM_RECORD = "monitor-items.parquet"  # and the items it watched (forgetmap.monitor.item_trajectory)
 
 
-def multiple_choice_items(shards: list[str]):
-    """The corpus's items with options (multiple choice), in corpus order, with their corpus index (`index`); none
-    where the corpus has none."""
+def answered_items(shards: list[str], generated: bool = False):
+    """The corpus's items, in corpus order, with their corpus index (`index`): those with options (multiple
+    choice), or with `generated` every item with an answer (free form too); none where the corpus has none."""
     import pandas as pd
+
+    from ..data.upstream import present
 
     frames, start = [], 0
     for shard in shards:
@@ -116,15 +120,16 @@ def multiple_choice_items(shards: list[str]):
         frame["index"] = np.arange(start, start + len(frame))
         start += len(frame)
         if "choices" in frame and "answer" in frame:
-            frames.append(frame[frame["answer"].notna() & frame["choices"].notna()])
+            answered = frame["answer"].notna()
+            frames.append(frame[answered if generated else answered & frame["choices"].map(present)])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["example_id", "choices", "index"])
 
 
-def chosen_items(shards: list[str], k: int, seed: int):
-    """(the corpus's multiple-choice items, the positions of k of them drawn at random with `seed`, ascending):
-    the items a forecast task's probe scoring and a monitored fine-tune both score (all where there are k or
-    fewer)."""
-    population = multiple_choice_items(shards)
+def chosen_items(shards: list[str], k: int, seed: int, generated: bool = False):
+    """(the corpus's items (multiple choice, or with `generated` every item with an answer), the positions of k of
+    them drawn at random with `seed`, ascending): the items a forecast task's probe scoring and a monitored fine-tune
+    both score (all where there are k or fewer)."""
+    population = answered_items(shards, generated)
     n = len(population)
     known = np.arange(n) if k >= n else np.sort(np.random.default_rng(seed).choice(n, k, replace=False))
     return population, known
@@ -134,7 +139,7 @@ def read_item_record(checkpoint: str) -> tuple[list[int], np.ndarray, np.ndarray
     """(the check steps, the scored items' ids, their 0/1 per step (steps x k), the population's ids, their options)
     of a monitored fine-tune that watched items."""
     meta, table, values = _step_record(Path(checkpoint) / ITEM_RECORD, "the fine-tune watched no items; rerun it "
-                                       "(finetune.monitor on a corpus with multiple-choice items)")
+                                       "(finetune.monitor on a corpus with items)")
     return (meta["steps"], table.column("item_id").to_numpy().astype(str), values.astype(np.float64),
             np.asarray(meta["population"]), np.asarray(meta["options"], dtype=np.int16))
 

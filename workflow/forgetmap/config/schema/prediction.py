@@ -66,5 +66,9 @@ FORECAST = obj({
                "description": "the completion method: a regression method of prediction.methods without side "
                               "information (mean, additive, knn, mf)"},
     "seed": integer(0, "seed of random and medoids probes", 0),
+    "generated": {"type": "boolean", "default": False,
+                  "description": "the k items forecast with the probes (a corpus with items) include free-form items, "
+                                 "answered greedily as the score jobs answer them: a monitored fine-tune decodes them "
+                                 "at each check (false: multiple-choice items alone, decided by options)"},
 }, description="forecasting a task's forgetting from k scored probes, by a method fitted on the measured tasks",
    default={})
