@@ -221,6 +221,14 @@ def test_a_generate_until_tasks_answers_are_lm_evals_and_judged_by_its_filters_a
     bleu = from_lm_eval("bench_bleu", tokenizer, include_path=odd, generate=True, filter="whole")
     with pytest.raises(DataError, match="'bench_bleu', document 0: its metric 'bleu' gave .* right or wrong"):
         bleu.decide(texts[:1])
+    # a question is never cut: a prompt that fills the model's 128 positions leaves no room for an answer
+    from forgetmap.correctness.benchmark import Benchmark, Generated
+    from forgetmap.correctness.items import ExactMatch, Item
+
+    long = Benchmark(np.array(["long"]), np.array(["x"]), [Item(np.full(128, 5), [], ["x"], 0, True)],
+                     generated={0: Generated((".",), 4, ExactMatch("x"))})
+    with pytest.raises(DataError, match="'long': its prompt takes 128 tokens and the model has 128 positions"):
+        OptionMeter.for_items(model, tokenizer, long)
 
 
 def test_a_corpus_free_form_items_are_judged_as_the_score_jobs_judge_them(bench):

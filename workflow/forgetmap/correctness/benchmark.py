@@ -68,8 +68,8 @@ class Benchmark:
         for i, (item_id, item) in enumerate(zip(self.ids, self.items)):
             if item.free_form:
                 if i not in self.generated:
-                    raise DataError(f"{self.describe()}: item {item_id!r} is free form and says not how it is "
-                                    f"generated and judged")
+                    raise DataError(f"{self.describe()}: item {item_id!r} is free form, and nothing says how its "
+                                    f"answer is generated and judged (Benchmark.generated)")
                 continue
             if not 0 <= item.gold < len(item.options):
                 raise DataError(f"{self.describe()}: item {item_id!r} has answer index {item.gold} and "
@@ -165,7 +165,11 @@ def from_lm_eval(tasks, tokenizer, *, include_path=None, num_fewshot: int | None
     tasks with `generate` (their stop strings `until`, their answer budget or `max_gen_toks`, greedy; judged by
     the filter pipeline named `filter`, default the task's first, and the task's first metric)."""
     names = [tasks] if isinstance(tasks, str) else list(tasks)
-    manager = task_manager(tuple(str(p) for p in np.atleast_1d(include_path)) if include_path else None)
+    paths = tuple(str(p) for p in np.atleast_1d(include_path)) if include_path else None
+    manager = task_manager(paths)
+    if not set(names) <= set(manager.all_tasks):  # a task YAML written since the index was built: indexed again
+        task_manager.cache_clear()
+        manager = task_manager(paths)
     known = set(manager.all_tasks)
     for name in names:
         if name not in known:
