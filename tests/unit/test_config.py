@@ -324,7 +324,8 @@ def test_only_a_forecast_tasks_fine_tune_is_monitored_and_waits_for_the_probes()
     assert items["k"] == 30 and items["asked"]["metric"] == "acc" and items["asked"]["chat_template"] == "auto"
     assert plan.finetune_inputs("m", "mul_qa")["shards"] == plan.shard_paths("m")  # where they are drawn from
     assert plan.forecast.trajectory_inputs("m")["transitions"] == "results/m/correctness/transitions.parquet"
-    assert plan.forecast.probes_settings("m")["items"] == {"k": 30, "seed": 0}
+    assert plan.forecast.probes_settings("m")["items"] == {"k": 30, "seed": 0, "generated": False}
+    assert items["generated"] is False  # the monitored fine-tune draws the same items (multiple choice alone)
     # a measured task's settings carry no monitor key: turning the monitor on reruns no measured fine-tune
     assert "monitor" not in plan.finetune_settings("m", "city_qa")
     assert "monitor" not in Plan(minimal()).finetune_settings("m", "city_qa")
