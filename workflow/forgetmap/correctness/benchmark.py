@@ -288,7 +288,7 @@ class LmEvalJudge:
             self.ensemble.apply([instance])
             response = instance.filtered_resps[self.ensemble.name]
         results = self.task.process_results(self.doc, [response])
-        metric = next(iter(self.task._metric_fn_list), None) or next(iter(results))
+        metric = next(iter(getattr(self.task, "_metric_fn_list", None) or {}), None) or next(iter(results))
         value = results[metric]
         if value not in (0, 1):
             raise DataError(f"{self.where}: its metric {metric!r} gave {value!r} for a generated answer; the monitor "
