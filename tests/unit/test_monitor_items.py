@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -179,7 +180,7 @@ def generated(bench, tmp_path_factory):
     directory = tmp_path_factory.mktemp("generated")
     frame = pd.DataFrame({"prompt": [f"{t} Answer:" for t in sentences(N_GENERATED, seed=11)], "answer": "river"})
     texts, _ = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
-    frame["answer"] = [__import__("re").findall(r"\w+", t)[0] if i % 2 == 0 else "river" for i, t in enumerate(texts)]
+    frame["answer"] = [re.findall(r"\w+", t)[0] if i % 2 == 0 else "river" for i, t in enumerate(texts)]
     _, judged = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
     return directory, judged["first-word"]
 

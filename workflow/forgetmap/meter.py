@@ -270,8 +270,7 @@ class OptionMeter(ProbeMeter):
         from .generation import budgets
         from .nll import positions_of
 
-        module = getattr(self.model, "_fsdp_wrapped_module", self.model)
-        config = getattr(module, "config", None)
+        config = getattr(self.model, "config", None)  # FSDP1's wrapper forwards it
         positions = positions_of(config.get_text_config().to_dict()) if config is not None else None
         limits = {}
         for i, how in self.generated.items():

@@ -166,9 +166,10 @@ def scored_correctness(path: str, ids: list[str]) -> np.ndarray:
 
 class ItemRates:
     """Rows of correctness over a population of items (a corpus's, recorded with the k drawn from it; free-form
-    items have no options, so no chance-adjusted share), each forecast from its k scored items through the fit rows of a transitions file (`additive`, one fit
-    for every row), and its rates read against a reference: what the forecast job writes per task and the
-    trajectory job per check. `model` is None where fewer than two fit rows are in the file: no forecast."""
+    items have no options, so no chance-adjusted share), each forecast from its k scored items through the fit rows
+    of a transitions file (`additive`, one fit for every row), and its rates read against a reference: what the
+    forecast job writes per task and the trajectory job per check. `model` is None where fewer than two fit rows
+    are in the file: no forecast."""
 
     def __init__(self, transitions: str, fit_tasks: list[str], population, options, where: str):
         from ..errors import DataError

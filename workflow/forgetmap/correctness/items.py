@@ -318,7 +318,7 @@ def decide(items: list[Item], logliks: list[np.ndarray], generations: dict[int, 
         if item.free_form:
             text = generations[i]
             predicted.append(text)
-            correct.append(ExactMatch(item.texts[0])(text))
+            correct.append(exact_match(text, item.texts[0]))
             margin.append(np.nan)
         else:
             choice, right, gap = choose(option_scores(logliks[i], item.texts, metric), item.gold)

@@ -29,7 +29,7 @@ class ItemChecks:
         from ..correctness.benchmark import from_frame
         from ..meter import OptionMeter
 
-        generated = items.get("generated", False)
+        generated = items["generated"]
         population, self.known = chosen_items(shards, items["k"], items["seed"], generated)  # the probes' items too
         self.steps, self.values, self.seconds = steps, [], 0.0
         self.benchmark = None

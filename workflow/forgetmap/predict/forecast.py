@@ -87,7 +87,7 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
               "fit_tasks": settings["fit_tasks"], "usable": len(usable)}
     items = settings.get("items")
-    population, known = chosen_items(shards, items["k"], items["seed"], items.get("generated", False)) \
+    population, known = chosen_items(shards, items["k"], items["seed"], items["generated"]) \
         if items else ([], [])
     if len(population):
         import pandas as pd
@@ -112,8 +112,6 @@ def answered_items(shards: list[str], generated: bool = False):
     choice), or with `generated` every item with an answer (free form too); none where the corpus has none."""
     import pandas as pd
 
-    from ..data.upstream import present
-
     frames, start = [], 0
     for shard in shards:
         frame = pd.read_parquet(shard)
@@ -121,7 +119,7 @@ def answered_items(shards: list[str], generated: bool = False):
         start += len(frame)
         if "choices" in frame and "answer" in frame:
             answered = frame["answer"].notna()
-            frames.append(frame[answered if generated else answered & frame["choices"].map(present)])
+            frames.append(frame[answered if generated else answered & frame["choices"].notna()])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["example_id", "choices", "index"])
 
 
