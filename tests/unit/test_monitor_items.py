@@ -147,9 +147,9 @@ def write_generated(directory, frame, name="bench_gen", stop=".", sample="false"
     return directory
 
 
-def lm_eval_answers(model, tokenizer, tasks, name="bench_gen") -> tuple[list[str], dict[str, list[int]]]:
-    """lm-eval's own: its HF model's greedy answers to the task's documents (`generate_until`), and each filter's
-    exact_match per document from its evaluator's logged samples."""
+def lm_eval_answers(model, tokenizer, tasks, name="bench_gen") -> tuple[list[str], list[str], dict[str, list[int]]]:
+    """lm-eval's own: the prompt of each of the task's documents, its HF model's greedy answers to them
+    (`generate_until`), and each filter's exact_match per document from its evaluator's logged samples."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
@@ -159,13 +159,14 @@ def lm_eval_answers(model, tokenizer, tasks, name="bench_gen") -> tuple[list[str
     task = manager.load([name])["tasks"][name]
     task.build_all_requests(limit=None, rank=0, world_size=1)
     model_ = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4)
-    texts = model_.generate_until(sorted(task.instances, key=lambda r: r.doc_id), disable_tqdm=True)
+    requests = sorted(task.instances, key=lambda r: r.doc_id)
+    texts = model_.generate_until(requests, disable_tqdm=True)
     samples = lm_eval.simple_evaluate(model=model_, tasks=[name], task_manager=manager, log_samples=True,
                                       verbosity="ERROR")["samples"][name]
     judged = {}
     for sample in sorted(samples, key=lambda s: s["doc_id"]):
         judged.setdefault(sample["filter"], []).append(int(sample["exact_match"]))
-    return texts, judged
+    return [r.arguments[0] for r in requests], texts, judged
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +180,9 @@ def generated(bench, tmp_path_factory):
     model, tokenizer = AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base)
     directory = tmp_path_factory.mktemp("generated")
     frame = pd.DataFrame({"prompt": [f"{t} Answer:" for t in sentences(N_GENERATED, seed=11)], "answer": "river"})
-    texts, _ = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
+    _, texts, _ = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
     frame["answer"] = [re.findall(r"\w+", t)[0] if i % 2 == 0 else "river" for i, t in enumerate(texts)]
-    _, judged = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
+    _, _, judged = lm_eval_answers(model, tokenizer, write_generated(directory, frame))
     return directory, judged["first-word"]
 
 
@@ -200,8 +201,13 @@ def test_a_generate_until_tasks_answers_are_lm_evals_and_judged_by_its_filters_a
     assert len(benchmark) == N_GENERATED and (benchmark.options == 0).all()
     assert benchmark.generated[0].stop == (".", tokenizer.eos_token) and benchmark.generated[0].max_new_tokens == 10
     texts = OptionMeter.for_items(model, tokenizer, benchmark).measure()
-    theirs, judged = lm_eval_answers(model, tokenizer, directory)
+    prompts, theirs, judged = lm_eval_answers(model, tokenizer, directory)
+    # what each item asks is lm-eval's prompt (after the BOS it prepends), and what it writes is lm-eval's raw answer
+    assert all(it.context[0] == tokenizer.bos_token_id for it in benchmark.items)
+    assert [tokenizer.decode(it.context[1:]) for it in benchmark.items] == prompts
+    assert prompts[0].endswith(" Answer:") and prompts[0].count("Answer:") == 1  # zero-shot, the document's own
     assert texts == theirs  # greedy, ended at the task's stop strings, as lm-eval's HFLM generates
+    assert all(t and "." not in t for t in texts)  # each raw answer cut where its stop string began
     right = benchmark.decide(texts)
     assert right.tolist() == truth == judged["first-word"] and 0 < right.sum() < N_GENERATED
     whole = from_lm_eval("bench_gen", tokenizer, include_path=directory, generate=True, filter="whole")
