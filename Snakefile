@@ -41,6 +41,16 @@ onstart:
             fm_preflight.check_gpus(PLAN)
         except ForgetmapError as exc:
             raise WorkflowError(f"forgetmap: {exc}") from None
+        # its jobs forked from one process that has imported what they import (forgetmap.warm)
+        WARM.append(fm_warm.start(PLAN, "results/logs/warm-start.log"))
+
+
+onsuccess:
+    fm_warm.stop(WARM and WARM.pop())
+
+
+onerror:
+    fm_warm.stop(WARM and WARM.pop())
 
 
 rule all:

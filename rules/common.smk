@@ -9,6 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 from forgetmap import config as fm_config
 from forgetmap import plan as fm_plan
+from forgetmap import warm as fm_warm
 from forgetmap.config import preflight as fm_preflight
 from forgetmap.errors import ForgetmapError
 
@@ -54,6 +55,7 @@ try:
 except ForgetmapError as exc:
     raise WorkflowError(f"forgetmap: {exc}") from None
 CFG = PLAN.cfg
+WARM = []  # the run's warm server, while it runs (the Snakefile's onstart)
 COMPUTED = fm_plan.alternatives(PLAN.computed)  # rule-level constraints: models a rule serves
 IMPORTED = fm_plan.alternatives(PLAN.imported)
 ITEM_MODELS = fm_plan.alternatives(PLAN.item_models)  # models whose corpus has items with an answer

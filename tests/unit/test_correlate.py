@@ -103,6 +103,21 @@ def test_the_sketch_hashes_spread_elements_over_buckets_and_signs_evenly():
     assert set(sign.unique().tolist()) == {-1.0, 1.0} and gradients.PRIME > 10**6
 
 
+def test_kept_hashes_project_exactly_as_hashes_computed_for_each_example(monkeypatch):
+    """A small model's hashes are computed once and kept between examples (the demo's gradient similarity spent
+    60 % of its time hashing again): the projections are the same bits as without them."""
+    from forgetmap import gradients
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    examples = encode_chat(tok, ["Compute 1 + 2.", "Spell cat."], ["1 + 2 = 3.", "c-a-t"], "olmo", 48)
+    assert CountSketch(model, 32).kept == set(range(len(CountSketch(model, 32).params)))  # all of a tiny model
+    kept = projected_gradients(model, examples, dim=32, seed=0)
+    monkeypatch.setattr(gradients, "KEPT", 0)
+    assert CountSketch(model, 32).kept == set()
+    np.testing.assert_array_equal(kept, projected_gradients(model, examples, dim=32, seed=0))
+
+
 def test_count_sketch_preserves_inner_products_on_average():
     rng = np.random.default_rng(2)
     a, b = rng.normal(size=5000), rng.normal(size=5000)

@@ -1,13 +1,17 @@
 """Tiny end-to-end runs: the matrix, incremental rebuilds, determinism, failures under --keep-going."""
 
 import json
+import os
+import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
+from forgetmap.plan import Plan
 from helpers import (by_rule, clone_workdir, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake,
                      tiny_config, write_config)
 
@@ -508,3 +512,25 @@ def test_the_demo_map_maps_the_runs_fine_tunes_without_training(finished, tmp_pa
     assert set(rows["task"]) == {"city_qa", "mod10_add", "hex_copy"} and rows["F_true_sd"].notna().all()
     assert set(rates["seed"]) == {"all", "0", "1", "2"}
     assert (workdir / "results/demo_map/explorer.html").exists() and library_warnings(workdir) == []
+
+
+
+def test_a_local_run_forks_its_jobs_from_one_warm_process(finished, tmp_path):
+    """Starting Python and importing torch and transformers is most of a small job's time: the run's jobs are
+    forked from one process that imported them (forgetmap.warm), and a forked job writes what a process of its
+    own writes."""
+    here = os.getcwd()
+    log = (finished / "results/logs/warm-start.log").read_text()
+    assert log.count("forked: forgetmap ") >= 40 and "declined" not in log, log[-2000:]
+    assert "forked: forgetmap score" in log and "forked: forgetmap finetune" in log
+    env = {k: v for k, v in os.environ.items() if k != "FORGETMAP_WARM"}
+    os.chdir(finished)  # the plan's paths are the run's
+    try:
+        plan = Plan(yaml.safe_load((finished / "config/config.yaml").read_text()))
+        settings = json.dumps(plan.run_score_settings("tiny", "mod10_add"), sort_keys=True)
+    finally:
+        os.chdir(here)
+    subprocess.run(["forgetmap", "score", "--model-dir", "results/tiny/checkpoints/mod10_add",
+                    "--shard", "results/data/upstream/tiny/shard-1.parquet", "--settings", settings, "--threads", "1",
+                    "--out", str(tmp_path / "alone.parquet")], cwd=finished, env=env, check=True, capture_output=True)
+    assert (tmp_path / "alone.parquet").read_bytes() == (finished / "results/tiny/scores/mod10_add/shard-1.parquet").read_bytes()

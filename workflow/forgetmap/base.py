@@ -16,7 +16,8 @@ import numpy as np
 from .data import demo
 from .data.chat import Encoded, chat_pieces, encode_examples
 from .io import atomic_path
-from .models import build_demo_model, n_parameters, pick_device, set_threads, train_demo_tokenizer, write_pointer
+from .models import (build_demo_model, n_parameters, pick_device, save_model, set_threads, train_demo_tokenizer,
+                     write_pointer)
 from .data.batches import task_batches
 from .nll import TorchScorer
 from .train import train
@@ -66,7 +67,7 @@ def pretrain_demo(settings: dict, out: str, threads: int) -> dict:
         summary = train(model, task_batches(examples, settings["batch_size"], 1, settings["seed"]), planned,
                         {**settings, "bf16": True, "gradient_checkpointing": False}, tokenizer.pad_token_id,
                         tmp / "pretrain_log.jsonl", on_step=evaluate)
-        model.save_pretrained(tmp)
+        save_model(model, tmp)
         tokenizer.save_pretrained(tmp)
         final = evaluate(planned)["upstream_nll"]
         summary.update(parameters=n_parameters(model), upstream_nll_initial=initial, upstream_nll_final=final,

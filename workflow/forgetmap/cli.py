@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 
+from . import warm
 from .errors import LOG_FORMAT, ForgetmapError
 
 log = logging.getLogger("forgetmap")
@@ -65,6 +66,10 @@ COMMANDS = [
     ("schema", "print the config JSON schema (YAML) generated from forgetmap.config.schema",
      "config.schema:schema_command",
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
+    ("warm-start", "serve a local run's jobs from one process that has imported what they import (forgetmap.warm)",
+     "warm:serve_command",
+     [arg("--socket", dest="socket_path", required=True, help="the Unix socket to serve at"),
+      arg("--parent", type=int, required=True, help="the run's process: the server ends with it")], False),
     ("shard-upstream", "write one scoring shard of an upstream corpus", "data.upstream:shard_command",
      [SETTINGS, OUT], False),
     ("prepare-task", "validate or generate a task into the task contract", "data.tasks:task_command",
@@ -244,14 +249,22 @@ def _call(args: argparse.Namespace):
     outputs = {k[len("output_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("output_")}
     if outputs:
         kwargs["outputs"] = outputs
+    if args.command == "warm-start":  # each job the server forks runs this entry
+        kwargs["run"] = main
     return getattr(importlib.import_module(f"{__package__}.{module}"), function)(**kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `forgetmap` command: parse, claim the job's GPUs, run the command, print its summary as JSON."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    """The `forgetmap` command: parse, claim the job's GPUs, run the command, print its summary as JSON (in a
+    child of the run's warm server where it has one: forgetmap.warm)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if os.environ.get(warm.ENV) and argv[:1] != ["warm-start"]:
+        code = warm.run_remote(argv)
+        if code is not None:
+            return code
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format=LOG_FORMAT, stream=sys.stderr)
+                        format=LOG_FORMAT, stream=sys.stderr, force=True)  # force: a warm server's child too
     try:
         if getattr(args, "gpus", None) is not None:  # claim the job's GPUs (0: it sees none)
             from .devices import claim_gpus

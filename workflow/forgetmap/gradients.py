@@ -21,6 +21,7 @@ from .data.chat import Encoded
 
 PRIME = 2**31 - 1  # the hashes' modulus: a parameter's element index is hashed modulo it
 SLICE = 2**24  # elements hashed at once (a bounded transient, whatever the parameter's size)
+KEPT = 2**24  # elements whose hashes are kept between examples (256 MiB): a small model hashes nothing twice
 
 
 class CountSketch:
@@ -36,9 +37,21 @@ class CountSketch:
         draws = np.random.default_rng([seed, dim]).integers(0, PRIME, size=(len(self.params), 4), dtype=np.int64)
         draws[:, [0, 2]] = np.maximum(draws[:, [0, 2]], 1)
         self.coefficients = [tuple(int(x) for x in row) for row in draws]
+        # the parameters, first to last, whose whole hashes fit in KEPT elements: kept once computed
+        sizes = np.cumsum([p.numel() for p in self.params])
+        self.kept = {k for k, total in enumerate(sizes) if total <= KEPT}
+        self._hashes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def hashes(self, k: int, start: int, stop: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Bucket (int64) and sign (float64, +-1) of elements start..stop-1 of parameter k."""
+        if k in self.kept:
+            if k not in self._hashes:
+                self._hashes[k] = self._hash(k, 0, self.params[k].numel(), device)
+            bucket, sign = self._hashes[k]
+            return bucket[start:stop], sign[start:stop]
+        return self._hash(k, start, stop, device)
+
+    def _hash(self, k: int, start: int, stop: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         a, b, c, d = self.coefficients[k]
         i = torch.arange(start, stop, dtype=torch.int64, device=device)
         bucket = (i * a + b) % PRIME % self.dim  # a x < 2^62: no int64 overflow

@@ -199,6 +199,26 @@ def load_model(model_dir: str | Path, device: torch.device, dtype: torch.dtype, 
     return model.to(device).eval()
 
 
+def save_model(model, into: str | Path) -> None:
+    """`model.save_pretrained(into)`, without importing DeepSpeed where none of its engines can exist.
+
+    transformers unwraps the model it saves through accelerate, which imports DeepSpeed wherever it is installed
+    (the dev extra) only to ask whether the model is one of its engines: a second of start-up in every job that
+    saves a checkpoint, and on a machine without a GPU its "Setting accelerator to CPU" warning in the job's log.
+    A model is an engine only where DeepSpeed has been imported, so the question is skipped until it has."""
+    import sys
+
+    import accelerate.utils.other as unwrapping
+
+    if "deepspeed" in sys.modules or not hasattr(unwrapping, "is_deepspeed_available"):
+        model.save_pretrained(into)
+        return
+    from unittest import mock
+
+    with mock.patch.object(unwrapping, "is_deepspeed_available", lambda: False):
+        model.save_pretrained(into)
+
+
 @contextmanager
 def peft_quietly():
     """Around peft's wrapping of a model: peft asks `model.is_gradient_checkpointing`, which transformers

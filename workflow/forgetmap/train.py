@@ -31,7 +31,7 @@ from .config.schema import FINETUNE
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 from .mitigation.hooks import Hook, Hooks
-from .models import autocast_for, enable_checkpointing
+from .models import autocast_for, enable_checkpointing, save_model
 from .nll import head_reproduces_logits
 
 log = logging.getLogger(__name__)
@@ -350,7 +350,7 @@ def finetune_into(base_dir: str, task_path: str, into: Path, settings: dict, thr
 
         save_sharded(model, into, architecture, rank)
     elif rank == 0:
-        model.save_pretrained(into)
+        save_model(model, into)
     if rank == 0:
         if settings["method"] == "lora":
             write_pointer(into, str(base_dir))

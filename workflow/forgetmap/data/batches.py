@@ -9,18 +9,22 @@ knows where they come from, so a new data mixture is a new source, not a branch 
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import torch
 
 from .chat import Encoded
+
+if TYPE_CHECKING:  # the batch sources serve jobs that never load a model (replay selection): torch when padding
+    import torch
 
 IGNORE = -100  # the label of a position that carries no loss
 
 
 def pad(examples: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded token ids and the attention mask (1 on real tokens)."""
+    import torch
+
     width = max(len(e.ids) for e in examples)
     ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(examples), width), dtype=np.int64)
@@ -33,6 +37,8 @@ def pad(examples: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tenso
 def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor | None]:
     """`pad` plus labels: each example's target tokens its mask keeps, IGNORE elsewhere; and
     `weights`, each label's example weight (None when every weight is 1: the plain mean)."""
+    import torch
+
     ids, mask = pad(examples, pad_id)
     labels = np.full(ids.shape, IGNORE, dtype=np.int64)
     weights = np.zeros(ids.shape, dtype=np.float32)

@@ -49,14 +49,14 @@ def _scale_adapter(adapter: Path, alpha: float, into: Path) -> None:
 
 @torch.no_grad()
 def _lerp_weights(base: str, finetuned: str, alpha: float, into: Path) -> None:
-    from ..models import load_model, load_tokenizer
+    from ..models import load_model, load_tokenizer, save_model
 
     cpu = torch.device("cpu")
     model = load_model(finetuned, cpu, torch.float32)
     reference = dict(load_model(base, cpu, torch.float32).named_parameters())
     for name, p in model.named_parameters():
         p.copy_(torch.lerp(reference[name], p, alpha))
-    model.save_pretrained(into)
+    save_model(model, into)
     load_tokenizer(finetuned).save_pretrained(into)
     summary = Path(finetuned) / "train_summary.json"
     if summary.exists():
