@@ -56,6 +56,50 @@ def test_gpu_resources_come_from_the_config(tmp_path):
     assert "gpu=2" in block and "mem_mb=12345" in block and "runtime=77" in block
 
 
+def untimed(config: dict, gpu: int = 0) -> dict:
+    """`config` leaving the model jobs' runtime to the estimate (on `gpu` GPUs each)."""
+    def edit(c):
+        for stage in ("base", "finetune", "score"):
+            c["models"]["tiny"]["resources"][stage].pop("runtime")
+            if gpu and stage != "base":
+                c["models"]["tiny"]["resources"][stage]["gpu"] = gpu
+    return edited(config, edit)
+
+
+def time_rows(text: str) -> dict[str, tuple[int, int]]:
+    """The time table's rows: job -> (jobs, SLURM minutes)."""
+    table = text.split("forgetmap: time of each job")[1].split("the whole plan")[0]
+    return {line[17:47].strip(): (int(line[47:].split()[0]), int(re.search(r"(\d+) min\s+\[", line).group(1)))
+            for line in table.splitlines()[2:] if line.startswith("  tiny")}
+
+
+def test_a_dry_run_states_each_jobs_time_and_its_slurm_time_where_the_config_leaves_it_unset(tmp_path):
+    proc = snakemake(make_workdir(tmp_path / "cpu", untimed(tiny_config())), "--dry-run")
+    text = proc.stdout + proc.stderr
+    rows = time_rows(text)
+    assert {"base model", "finetune", "score", "token losses", "plain fine-tune judged", "arm random"} <= set(rows)
+    assert rows["score shard 0"][0] == rows["score shard 1"][0] == 4 and rows["finetune"][0] == 3  # base + 3 tasks
+    assert re.search(r"the whole plan \(jobs already done included\): [\d.]+ CPU core-hours", text)
+    # each job's SLURM time is the table's: the estimate x1.5 and 5 minutes, the longest of its stage's
+    block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
+    longest = max(minutes for job, (_, minutes) in rows.items() if job.startswith(("finetune", "arm ")))
+    assert f"runtime={longest}," in block.replace(" ", "") + ","
+    # the runtime a config sets is kept, and no table is printed for it
+    plain = snakemake(make_workdir(tmp_path / "set"), "--dry-run")
+    assert "time of each job" not in plain.stdout + plain.stderr and "runtime=10" in plain.stdout
+
+
+def test_a_gpu_without_figures_of_its_own_borrows_them_and_the_table_says_so(tmp_path):
+    workdir = make_workdir(tmp_path / "a100", untimed(edited(tiny_config(), lambda c: c.pop("mitigation")), gpu=1))
+    named = snakemake(workdir, "--dry-run", "--default-resources", "gpu_model='a100_80gb'")
+    text = named.stdout + named.stderr
+    assert "borrowed: h200's for a100, x0.32 by their bf16 peaks" in text and "a100 GPU-hours" in text
+    unnamed = snakemake(workdir, "--dry-run")
+    text = unnamed.stdout + unnamed.stderr
+    assert "?: the slowest card: no GPU model named (name it: the profile's gpu_model)" in text
+    assert re.search(r"[\d.]+ \w+\? GPU-hours", text)
+
+
 def test_a_config_error_stops_before_the_dag_naming_the_key(tmp_path):
     cfg = edited(tiny_config(), lambda c: c["models"]["tiny"]["finetune"].update(lr="fast"))
     workdir = make_workdir(tmp_path, cfg)

@@ -54,23 +54,34 @@ def _written_size(tokens: list[str]) -> float | None:
     return (sized or loose or [None])[-1]
 
 
-def memory(name: str, where: str) -> GpuMemory | None:
-    """The memory of the card `name` names, or None where the name does not say (`where`: the setting named)."""
-    tokens = [t for t in re.split(r"[\s_.\-:]+", str(name).lower()) if t and t not in VENDOR_WORDS]
-    card = None
+def _tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[\s_.\-:]+", str(name).lower()) if t and t not in VENDOR_WORDS]
+
+
+def _card_key(tokens: list[str]) -> str | None:
     for i in range(len(tokens)):  # a card's name may span two words (h100 nvl, 6000 ada): the longest first
         for candidate in (tokens[i] + "".join(tokens[i + 1:i + 2]), tokens[i]):
             if candidate in CARDS:
-                card = CARDS[candidate]
-                break
-        if card:
-            break
+                return candidate
+    return None
+
+
+def card(name: str) -> str | None:
+    """The card a name names, as the table keys it (`nvidia_h200` and `h200_141gb`: `h200`), None where unknown."""
+    return _card_key(_tokens(name))
+
+
+def memory(name: str, where: str) -> GpuMemory | None:
+    """The memory of the card `name` names, or None where the name does not say (`where`: the setting named)."""
+    tokens = _tokens(name)
+    key = _card_key(tokens)
+    sizes = CARDS[key] if key else None
     written = _written_size(tokens)
     if written is not None:
-        near = [mib for mib in card or () if abs(mib * MIB / 2**30 - written) <= 0.1 * written]
+        near = [mib for mib in sizes or () if abs(mib * MIB / 2**30 - written) <= 0.1 * written]
         if near:
             return GpuMemory(near[0] * MIB, near[0] * MIB, where)
         return GpuMemory(written * 1e9, written * 2**30, where)
-    if card is None:
+    if sizes is None:
         return None
-    return GpuMemory(min(card) * MIB, max(card) * MIB, where)
+    return GpuMemory(min(sizes) * MIB, max(sizes) * MIB, where)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from . import fits
+from . import fits, times
 from .checks import about
 
 GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
@@ -32,6 +32,8 @@ def check(plan) -> None:
         if plan.mitigation.tasks(model):
             check_arena(plan, model)
     fits.check(plan)
+    if times.estimated(plan):  # the jobs' SLURM times come from the estimate: the table says what they are
+        times.report(plan)
 
 
 def architecture(plan, model: str):

@@ -43,6 +43,7 @@ class Plan:
         self.gpu_models = gpu_models or {}
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
+        self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -415,13 +416,27 @@ class Plan:
 
     def resource(self, model: str, stage: str, key: str, attempt: int = 1):
         """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time); a
-        fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate."""
+        fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate, and a job's runtime
+        from forgetmap.config.times' estimate."""
         value = self.cfg["models"][model]["resources"][stage][key]
         if value is None and key == "mem_mb":
             from ..config.fits import host_request
 
             return host_request(self.finetune_memory(model))
+        if value is None and key == "runtime":
+            from ..config.times import runtime
+
+            return runtime(self, model, stage, attempt)
         return value * attempt if key == "runtime" else value
+
+    def job_times(self, model: str) -> list:
+        """How long the model's jobs take, one row per kind (forgetmap.config.times: estimated once, for the time
+        table and every job's SLURM time the config leaves unset)."""
+        if model not in self._times:
+            from ..config.times import job_times
+
+            self._times[model] = job_times(self, model)
+        return self._times[model]
 
     def finetune_memory(self, model: str) -> list[dict]:
         """What the model's fine-tunes need of their devices and the host, one row per kind (estimated once:

@@ -33,6 +33,9 @@ SCHEMA = obj({
     "shard_size": integer(10000, "upstream examples per scoring job", 1),
     "keep_checkpoints": {"type": "boolean", "default": True,
                          "description": "false: fine-tuned checkpoints are temp() and deleted after scoring"},
+    "warm_start": {"type": "boolean", "default": True,
+                   "description": "a local run without GPU jobs forks each job from one process that imported torch, "
+                                  "transformers and pandas once (forgetmap.warm); false: every job starts its own"},
     "upstream": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},
                  "additionalProperties": CORPUS, "description": "upstream corpora by name"},
     "categories": {"type": "object", "default": {}, "propertyNames": {"pattern": NAME},

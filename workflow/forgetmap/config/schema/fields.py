@@ -32,14 +32,18 @@ def choice(default, values, description: str) -> dict:
     return {"enum": list(values), "default": default, "description": description}
 
 
-def resources(gpu: int, mem_mb: int | None, runtime: int, threads: int, what: str) -> dict:
+def resources(gpu: int, mem_mb: int | None, runtime: int | None, threads: int, what: str) -> dict:
     return obj({
         "gpu": integer(gpu, f"GPUs per {what} job (Snakemake resource `gpu`; SLURM --gpus)", 0),
         "mem_mb": integer(mem_mb, f"memory per {what} job in MB", 1) if mem_mb is not None else {
             "type": ["integer", "null"], "minimum": 1, "default": None,
             "description": f"memory per {what} job in MB; null: forgetmap.memory's estimate of its host memory (its "
                            f"processes' own, and on a CPU the whole fine-tune), 10 % added, at least 4,000"},
-        "runtime": integer(runtime, f"wall-clock minutes per {what} job", 1),
+        "runtime": integer(runtime, f"wall-clock minutes per {what} job", 1) if runtime is not None else {
+            "type": ["integer", "null"], "minimum": 1, "default": None,
+            "description": f"wall-clock minutes per {what} job (SLURM --time), x the attempt on a retry; null: "
+                           f"forgetmap.cost's estimate of the longest such job from its work and the rates measured "
+                           f"on its device, x1.5 and 5 minutes more (the dry run prints each job's estimate)"},
         "threads": integer(threads, f"CPU threads per {what} job; torch uses exactly this many", 1),
         "gpu_memory_gib": {"type": ["number", "null"], "exclusiveMinimum": 0, "default": None,
                            "description": f"memory of each GPU a {what} job runs on, in GiB (nvidia-smi's MiB / 1024: "

@@ -100,9 +100,9 @@ MODEL = obj({
     "correlations": CORRELATIONS,
     "score": SCORE,
     "resources": obj({
-        "base": resources(0, 4000, 60, 1, "base-model"),
-        "finetune": resources(1, None, 240, 4, "fine-tuning"),
-        "score": resources(1, 16000, 60, 4, "scoring"),
+        "base": resources(0, 4000, None, 1, "base-model"),
+        "finetune": resources(1, None, None, 4, "fine-tuning"),
+        "score": resources(1, 16000, None, 4, "scoring"),
         "semantic": resources(1, 16000, 60, 4, "semantic-similarity (MiniLM embedding)"),
         "gradient": resources(1, 32000, 240, 4, "gradient-similarity (per-example gradients)"),
         "analysis": resources(0, 8000, 60, 1, "matrix-analysis (low rank, cross-task, prediction)"),

@@ -1,0 +1,77 @@
+"""A job's time before it runs (forgetmap.cost): the work it holds at the rates its device measured, a borrowed
+device said, SLURM's time with its margin, the CPU's figures measured by `forgetmap calibrate`."""
+
+import json
+
+import pytest
+
+from forgetmap import cost
+
+
+def rates(cpu_machine="Test CPU", threads=1):
+    return {"devices": {
+        "h200": {"kind": "gpu", "start_s": 10.0, "load_bytes_per_s": 2e9, "source": "h200, 2026-11-27, commit abc",
+                 "rates": {"train": [{"parameters": 1e9, "flops_per_s": 3e14, "pass_s": 0.0}],
+                           "score": [{"parameters": 1e9, "flops_per_s": 3e14, "pass_s": 0.0},
+                                     {"parameters": 7e9, "flops_per_s": 4e14, "pass_s": 0.0}],
+                           "generate": [{"parameters": 1e9, "flops_per_s": 3e14, "pass_s": 0.04}]}},
+        "cpu": {"kind": "cpu", "machine": cpu_machine, "threads": threads, "start_s": 3.0, "warm_start_s": 0.2,
+                "load_bytes_per_s": 1e9,
+                "source": f"{cpu_machine}, 2026-11-28, commit def",
+                "rates": {k: {"flops_per_s": 1e10, "pass_s": 0.01} for k in cost.KINDS}}}}
+
+
+def test_a_jobs_time_is_its_start_its_loading_and_each_kind_of_work_at_its_rate():
+    work = cost.Work(load_bytes=4e9).add("train", 1e6, 6e9, 100).add("generate", 1e3, 2e9, 50)
+    fig = cost.figures(cost.Device("gpu", "h200", 1), rates(), 1e9)
+    assert fig.borrowed is None
+    expected = 10.0 + 4e9 / 2e9 + (1e6 * 6e9 / 3e14) + (1e3 * 2e9 / 3e14 + 50 * 0.04)
+    assert cost.seconds(work, fig) == pytest.approx(expected)
+    assert cost.seconds(work, fig, warm=True) == pytest.approx(expected)  # no warm start measured on it: cold
+    # of the sizes measured, the nearest: a 7B model scores at the 7B rate
+    assert cost.figures(cost.Device("gpu", "h200", 1), rates(), 6.5e9).rates["score"].flops_per_s == 4e14
+
+
+def test_a_device_without_figures_borrows_another_and_says_from_which():
+    a100 = cost.figures(cost.Device("gpu", "a100", 1), rates(), 1e9)
+    assert a100.borrowed == "h200's for a100, x0.32 by their bf16 peaks"
+    assert a100.rates["train"].flops_per_s == pytest.approx(3e14 * 312 / 989)
+    unnamed = cost.figures(cost.Device("gpu", None, 1), rates(), 1e9)
+    assert unnamed.borrowed == "h200's for an unnamed GPU" and unnamed.rates["train"].flops_per_s == 3e14
+    other_cpu = cost.figures(cost.Device("cpu", "Another CPU", 2), rates(), 1e6)
+    assert other_cpu.borrowed == "measured on Test CPU" and other_cpu.rates["score"].flops_per_s == 2e10
+    own = cost.figures(cost.Device("cpu", "Test CPU", 1), rates(), 1e6)
+    assert own.borrowed is None
+    # a job forked from the run's warm process starts in the warm start's time
+    work = cost.Work().add("score", 1e4, 2e6, 10)
+    assert cost.seconds(work, own) - cost.seconds(work, own, warm=True) == pytest.approx(3.0 - 0.2)
+    with pytest.raises(KeyError, match="forgetmap calibrate"):
+        cost.figures(cost.Device("cpu", "x", 1), {"devices": {}}, 1e6)
+
+
+def test_slurm_time_is_the_estimate_with_its_margin_and_grows_with_each_attempt():
+    assert cost.runtime_minutes(600) == 15 + 5  # 10 min x 1.5, 5 more
+    assert cost.runtime_minutes(600, attempt=2) == 40
+    assert cost.runtime_minutes(1) == 6
+
+
+def test_the_package_rates_say_where_each_figure_was_measured():
+    shipped = cost.read_rates()
+    assert {"cpu", "h200"} <= set(shipped["devices"])
+    for name, device in shipped["devices"].items():
+        assert set(device["rates"]) == set(cost.KINDS), name
+        assert "commit" in device["source"] and "2026-" in device["source"], name
+
+
+def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path):
+    from forgetmap.calibrate import calibrate_command
+
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps(rates(cpu_machine="Old CPU")))
+    summary = calibrate_command(threads=1, out=str(path))
+    written = json.loads(path.read_text())
+    assert written["devices"]["h200"] == rates()["devices"]["h200"]  # another device's figures untouched
+    cpu = written["devices"]["cpu"]
+    assert cpu["machine"] != "Old CPU" and cpu["threads"] == 1 and summary["start_s"] == cpu["start_s"] > 0.5
+    for kind in cost.KINDS:
+        assert cpu["rates"][kind]["flops_per_s"] > 1e7 and cpu["rates"][kind]["pass_s"] >= 0, kind

@@ -1,0 +1,395 @@
+"""How long each job of the plan takes, and what the whole plan costs, before any job is submitted.
+
+Each model job's work (forgetmap.cost.Work) is counted from its settings and its data: the steps, batches and
+lengths a fine-tune trains on, the examples and items a score job scores and the answers it generates, an
+arm's extra passes (its knob's values trained one after the other, replay's longer run, a frozen reference's
+forward, every fine-tune judged on the held-out set as trained and at each interpolation). The lengths are the
+data's, tokenized as the jobs tokenize them, where the data and the base's tokenizer exist; before they do, every
+example is taken at its `max_length` (an upper bound, said in the table). Its time is forgetmap.cost's from the
+rates measured on its device kind.
+
+The table goes to the run's log beside the memory table (a dry run prints it): one line per kind of job, its
+count, the time of one, the total, and the plan's device-hours by kind of GPU and its CPU-hours. Where a
+config leaves a stage's `runtime` unset, a job's SLURM time is the longest estimate of its stage's jobs with
+forgetmap.cost's margin.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import cost
+
+SAMPLE = 256  # examples tokenized to measure a file's mean length
+# the jobs whose resources are each stage's (rules/common.smk's STAGE_RULES): their estimate sets the stage's runtime
+TIMED_STAGES = ("base", "finetune", "score")
+
+
+@dataclass
+class JobTime:
+    """One kind of job of a model: how many, its device, its work, the seconds of one and where they come from."""
+
+    model: str
+    stage: str
+    job: str
+    count: int
+    device: cost.Device
+    work: cost.Work
+    seconds: float  # as the run goes: forked from a warm server where a local run has one (forgetmap.warm)
+    figures: cost.Figures
+    lengths: str  # "measured" or "at most max_length"
+    cold_seconds: float  # in a process of its own (a cluster job): what its SLURM time is sized on
+
+
+class Lengths:
+    """Mean tokens of a model's examples, tokenized as its jobs tokenize them, read once per file."""
+
+    def __init__(self, plan, model: str):
+        self.plan, self.model = plan, model
+        self._tokenizer = False  # not yet looked for
+        self._means: dict = {}
+        self.bounded = False  # some length was taken at its max_length
+
+    def tokenizer(self):
+        if self._tokenizer is False:
+            self._tokenizer = None
+            base = Path(self.plan.checkpoint(self.model, "base"))
+            if base.is_dir() and any(base.glob("tokenizer*")) or (base / "base.json").exists():
+                try:
+                    from ..models import load_tokenizer
+
+                    self._tokenizer = load_tokenizer(base)
+                except Exception:  # a pointer to weights not yet downloaded: the lengths are bounded instead
+                    self._tokenizer = None
+        return self._tokenizer
+
+    def mean(self, path: str, max_length: int, template: str, split: str | None = None) -> float:
+        """Mean tokens of the examples in `path` (a shard or a task file), at most `max_length`."""
+        key = (path, max_length, split)
+        if key not in self._means:
+            self._means[key] = self._measure(path, max_length, template, split)
+        value = self._means[key]
+        if value is None:
+            self.bounded = True
+            return float(max_length)
+        return value
+
+    def _measure(self, path: str, max_length: int, template: str, split: str | None) -> float | None:
+        tokenizer = self.tokenizer()
+        if tokenizer is None or not Path(path).exists():
+            return None
+        import pandas as pd
+
+        from ..data.chat import encode_examples
+
+        frame = pd.read_parquet(path)
+        if split is not None and "split" in frame:
+            frame = frame[frame["split"] == split]
+        if "kind" not in frame:  # a task: prompt and response, as a fine-tune renders them
+            frame = frame.assign(kind="chat", text="")
+        frame = frame.iloc[:SAMPLE] if len(frame) <= SAMPLE else frame.sample(SAMPLE, random_state=0)
+        if frame.empty:
+            return None
+        try:
+            encoded = encode_examples(tokenizer, frame, template, max_length)
+        except Exception:  # a template the tokenizer lacks is the preflight's to name; here the length is bounded
+            return None
+        return float(sum(len(e.ids) for e in encoded)) / len(encoded)
+
+    def items(self, path: str) -> tuple[int, int, float]:
+        """A shard's items: (multiple-choice, free-form, mean options of the multiple-choice ones)."""
+        if not Path(path).exists():
+            return 0, 0, 0.0
+        import pyarrow.parquet as pq
+
+        names = pq.ParquetFile(path).schema_arrow.names
+        if "answer" not in names:
+            return 0, 0, 0.0
+        table = pq.read_table(path, columns=[c for c in ("answer", "choices") if c in names]).to_pandas()
+        answered = table["answer"].notna()
+        if "choices" not in table:
+            return 0, int(answered.sum()), 0.0
+        options = table["choices"].map(lambda c: len(c) if c is not None and not isinstance(c, float) else 0)
+        mc = answered & (options > 0)
+        return int(mc.sum()), int((answered & ~mc).sum()), float(options[mc].mean()) if mc.any() else 0.0
+
+
+def device(plan, model: str, stage: str) -> cost.Device:
+    """The device a stage's jobs run on: its GPUs (the card the profile names, if any), else the CPU's threads."""
+    resources = plan.cfg["models"][model]["resources"][stage]
+    if not resources["gpu"]:
+        return cost.Device("cpu", cpu_name(), resources["threads"])
+    from ..gpu_models import card
+
+    named = [card(name) for name in plan.gpu_models.get(stage, {}).values()]
+    if named and named[0]:
+        return cost.Device("gpu", named[0], resources["gpu"])
+    gpu = plan.gpu_memory(model, stage) if stage != "base" else None
+    low = gpu.low if gpu else 0
+    why = (f"the slowest card of {low / 2**30:.1f} GiB or more: no GPU model named" if low else
+           "the slowest card: no GPU model named")
+    return cost.Device("gpu", cost.slowest_card(low), resources["gpu"], why)
+
+
+def cpu_name() -> str:
+    """This machine's CPU model (/proc/cpuinfo), what a CPU's figures are measured on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+class Model:
+    """A model's shape in the figures cost needs, and its work per kind of job."""
+
+    def __init__(self, plan, model: str):
+        self.plan, self.model = plan, model
+        self.spec = plan.cfg["models"][model]
+        shape = plan.base_shape(model)
+        self.shape = shape
+        self.parameters = cost.multiplying_parameters(shape)
+        self.weight_bytes = 4.0 * shape.parameters  # fp32 checkpoints, as the fine-tunes write them
+        self.lengths = Lengths(plan, model)
+
+    def fwd(self, length: float) -> float:
+        return cost.forward_flops(self.parameters, self.shape.layers, self.shape.hidden, length / 2)
+
+    def upstream_length(self, max_length: int) -> float:
+        shards = self.plan.shard_paths(self.model)
+        template = self.spec["chat_template"]
+        return self.lengths.mean(shards[0], max_length, template)
+
+    def scoring(self, work: cost.Work, examples: float, length: float, budget: int) -> cost.Work:
+        tokens = examples * length
+        return work.add("score", tokens, self.fwd(length), max(1, math.ceil(tokens / budget)) if examples else 0)
+
+    def training(self, work: cost.Work, settings: dict, steps: int, length: float) -> cost.Work:
+        """One fine-tune's steps in one of its processes: forward and backward (x3), recomputed where checkpointed,
+        LoRA's backward without weight gradients (x2)."""
+        passes = 2.0 if settings.get("method") == "lora" else 3.0
+        passes += 1.0 if settings.get("gradient_checkpointing") is True else 0.0
+        tokens = steps * settings["batch_size"] * settings.get("grad_accum", 1) * length
+        return work.add("train", tokens, passes * self.fwd(length), steps * settings.get("grad_accum", 1))
+
+    def base(self) -> cost.Work | None:
+        settings = self.plan.base_settings(self.model)
+        if settings["kind"] != "demo":
+            return cost.Work()  # a pointer: start-up only
+        length = self.upstream_length(settings["max_length"])
+        work = self.training(cost.Work(), {**settings, "method": "full"}, settings["steps"], length)
+        evals = (settings["steps"] // settings["eval_every"] + 2) if settings["eval_every"] else 0
+        work = self.scoring(work, evals * min(256, settings["n_examples"]), length, 16384)
+        work.load_bytes = self.weight_bytes  # written once
+        return work
+
+    def finetune(self, task: str, settings: dict) -> cost.Work:
+        from ..data.batches import planned_steps
+
+        path = self.plan.task_paths(self.model).get(task)
+        length = self.lengths.mean(path, settings["max_length"], settings["chat_template"], "train") if path \
+            else float(settings["max_length"])
+        examples = self._examples(path)
+        steps = planned_steps(settings, examples) if examples else settings["steps"]
+        work = self.training(cost.Work(), settings, steps, length)
+        monitor = self.plan.forecast.monitor_settings(self.model, task)
+        if monitor:
+            checks = steps // monitor["every"] + 2
+            watched = self.plan.cfg["forecast"]["k"] * 2 + (monitor.get("items") or {}).get("k", 0)
+            work = self.scoring(work, checks * watched, self.upstream_length(monitor["max_length"]),
+                                monitor["token_budget"])
+        work.load_bytes = 2 * self.weight_bytes  # the base read, the fine-tune written
+        return work
+
+    def _examples(self, path: str | None) -> int:
+        if not path or not Path(path).exists():
+            return 0
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=["split"])
+        return int(sum(1 for s in table.column("split").to_pylist() if s == "train"))
+
+    def score(self, settings: dict, shard: int) -> cost.Work:
+        path = self.plan.shard_paths(self.model)[shard]
+        examples = self.plan.shards[self.plan.corpus(self.model)][shard]["count"]
+        length = self.upstream_length(settings["max_length"])
+        work = self.scoring(cost.Work(), examples, length, settings["token_budget"])
+        mc, free, options = self.lengths.items(path)
+        if mc:  # each option scored after its question
+            work = self.scoring(work, mc * options, length, settings["token_budget"])
+        correctness = settings["correctness"]
+        if free or correctness.get("answers") == "sampled":
+            asked = (free + mc) if correctness.get("answers") == "sampled" else free
+            answers = asked * (correctness.get("seeds") or 1)
+            new = correctness["max_new_tokens"]
+            rows = max(1, settings["token_budget"] // (settings["max_length"] + new))
+            work.add("generate", answers * new, self.fwd(length + new), new * math.ceil(answers / rows))
+        work.load_bytes = self.weight_bytes
+        return work
+
+    def task_scoring(self, task: str, settings: dict, split: str | None) -> cost.Work:
+        """A task's examples scored by the base (the token losses of a token-masking arm)."""
+        path = self.plan.task_paths(self.model).get(task)
+        length = self.lengths.mean(path, settings["max_length"], settings.get("chat_template", "auto"), split)
+        n = self._examples(path) if split == "train" else 0
+        work = self.scoring(cost.Work(), n or 1, length, settings.get("token_budget", 16384))
+        work.load_bytes = self.weight_bytes
+        return work
+
+    def judging(self, work: cost.Work) -> cost.Work:
+        """A fine-tune judged on the held-out set, as trained and at each interpolation toward the base."""
+        score = self.spec["score"]
+        judged = 1 + len(self.plan.mitigation.alphas(self.model))
+        heldout = self.plan.cfg["mitigation"]["heldout"] or 0
+        return self.scoring(work, judged * heldout, self.upstream_length(score["max_length"]), score["token_budget"])
+
+    def plain(self) -> cost.Work:
+        """Plain fine-tuning's checkpoint judged (`plain_scores`): no training."""
+        work = self.judging(cost.Work())
+        work.load_bytes = 2 * self.weight_bytes  # the fine-tune and the base
+        return work
+
+    def arm(self, name: str, arm: dict, task: str) -> cost.Work:
+        """An arm's job: its fine-tune for each value of its knob (replay's longer run, a frozen reference's
+        forward), each judged on the held-out set as trained and at each interpolation."""
+        from ..mitigation.knobs import swept
+
+        settings = self.plan.arm_finetune_settings(self.model, task, arm)
+        _, values = swept(arm)
+        stretch = 1.0 + (arm.get("ratio") or 0.0) if arm.get("replay") else 1.0
+        one = self.finetune(task, {**settings, "steps": math.ceil(settings["steps"] * stretch)})
+        if arm.get("kl"):  # the frozen base's forward on every trained token
+            one.add("score", one.tokens["train"], self.fwd(settings["max_length"]), one.passes["train"])
+        one = self.judging(one)
+        work = cost.Work(load_bytes=one.load_bytes)
+        for _ in values:
+            work = work + cost.Work(flops=dict(one.flops), passes=dict(one.passes), tokens=dict(one.tokens))
+        return work
+
+
+def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
+    """The model's jobs on devices, one row per kind: base, fine-tunes, score jobs, token losses, arms."""
+    from ..warm import wanted
+
+    rates = rates if rates is not None else cost.read_rates()
+    m = Model(plan, model)
+    rows = []
+    warm = wanted(plan)
+
+    def row(stage: str, job: str, count: int, work: cost.Work):
+        if not count:
+            return
+        where = device(plan, model, stage)
+        fig = cost.figures(where, rates, m.parameters)
+        rows.append(JobTime(model, stage, job, count, where, work, cost.seconds(work, fig, warm), fig,
+                            "at most max_length" if m.lengths.bounded else "measured", cost.seconds(work, fig)))
+
+    row("base", "base model" if plan.base_settings(model)["kind"] == "demo" else "base model (a pointer)", 1, m.base())
+    finetunes = {}
+    for task in plan.finetuned[model]:
+        settings = plan.finetune_settings(model, task)
+        monitored = plan.forecast.monitor_settings(model, task) is not None
+        work = m.finetune(task, settings)
+        label = "finetune, monitored" if monitored else "finetune"
+        finetunes.setdefault(label, []).append(work)
+    for label, works in finetunes.items():
+        row("finetune", f"{label} (longest)" if len(works) > 1 else label, len(works), max(works, key=_flops))
+    scored = [r for r in plan.runs(model) if r not in plan.logged[model]]
+    scoring = plan.score_settings(model)
+    shards = len(plan.shard_paths(model))
+    for shard in range(shards):
+        row("score", f"score shard {shard}" if shards > 1 else "score", len(scored), m.score(scoring, shard))
+    arm_tasks = plan.mitigation.tasks(model)
+    if arm_tasks:
+        arms = plan.cfg["mitigation"]["arms"]
+        seeds = len(plan.cfg["mitigation"]["seeds"])
+        if any(arm.get("tokens") for arm in arms.values()):
+            losses = plan.mitigation.token_loss_settings(model, arm_tasks[0])
+            row("score", "token losses", len(arm_tasks), m.task_scoring(arm_tasks[0], {**scoring, **losses}, "train"))
+        row("score", "plain fine-tune judged", len(arm_tasks), m.plain())
+        for name, arm in arms.items():
+            work = max((m.arm(name, arm, task) for task in arm_tasks), key=_flops)
+            row("finetune", f"arm {name}", len(arm_tasks) * seeds, work)
+    return rows
+
+
+def _flops(work: cost.Work) -> float:
+    return sum(work.flops.values()) + sum(work.passes.values())
+
+
+def plan_times(plan) -> list[JobTime]:
+    return [row for model in plan.computed for row in plan.job_times(model)]
+
+
+def runtime(plan, model: str, stage: str, attempt: int = 1) -> int:
+    """SLURM --time of a stage's job where the config leaves `runtime` unset: its kind's longest estimate with
+    forgetmap.cost's margin (x the attempt)."""
+    estimates = [r.cold_seconds for r in plan.job_times(model) if r.stage == stage]
+    return cost.runtime_minutes(max(estimates, default=0.0), attempt)
+
+
+def estimated(plan) -> bool:
+    """Whether some model leaves a timed stage's `runtime` to the estimate."""
+    return any(plan.cfg["models"][m]["resources"][stage]["runtime"] is None
+               for m in plan.computed for stage in TIMED_STAGES)
+
+
+def hours(rows: list[JobTime]) -> dict[str, float]:
+    """Device-hours of the plan: GPU-hours by kind of card (each GPU a job holds counted), and CPU-hours."""
+    totals: dict[str, float] = {}
+    for r in rows:
+        key = f"{r.device.label().rsplit(' x', 1)[0]} GPU-hours" if r.device.kind == "gpu" else "CPU core-hours"
+        totals[key] = totals.get(key, 0.0) + r.count * r.seconds * r.device.count / 3600
+    return totals
+
+
+def time_table(rows: list[JobTime]) -> str:
+    """Every model job's time, one line per kind of job, where its figures come from, and the plan's
+    device-hours."""
+    lines = ["forgetmap: time of each job (forgetmap.cost's estimate from its work and measured rates; docs/gpu.md)",
+             f"  {'model':<14} {'job':<30} {'jobs':>5} {'device':<12} {'each':>9} {'total':>9} {'SLURM':>7}  figures"]
+    sources = {}
+    for r in rows:
+        key = sources.setdefault(r.figures.source, f"[{len(sources) + 1}]")
+        figures = key + (f" borrowed: {r.figures.borrowed}" if r.figures.borrowed else "")
+        slurm = f"{cost.runtime_minutes(r.cold_seconds)} min"
+        lines.append(f"  {r.model:<14} {r.job[:30]:<30} {r.count:>5} {r.device.label()[:12]:<12} "
+                     f"{_duration(r.seconds):>9} {_duration(r.count * r.seconds):>9} {slurm:>7}  {figures}")
+    for source, key in sources.items():
+        lines.append(f"  {key} {source}")
+    for assumed in sorted({r.device.assumed for r in rows if r.device.assumed}):
+        lines.append(f"  ?: {assumed} (name it: the profile's gpu_model)")
+    if any(r.seconds != r.cold_seconds for r in rows):
+        lines.append("  each: forked from the run's warm process (forgetmap.warm); SLURM: the time a job of its own "
+                     f"would be given where the config leaves runtime unset (x{cost.MARGIN:g} + {cost.SLACK_MIN} min)")
+    else:
+        lines.append(f"  SLURM: the time each job is given where the config leaves runtime unset "
+                     f"(x{cost.MARGIN:g} + {cost.SLACK_MIN} min)")
+    if any(r.lengths != "measured" for r in rows):
+        lines.append("  lengths: every example taken at its max_length where its data or the base's tokenizer does "
+                     "not exist yet (an upper bound)")
+    totals = ", ".join(f"{v:.2f} {k}" for k, v in hours(rows).items())
+    lines.append(f"  the whole plan (jobs already done included): {totals}")
+    return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+def report(plan) -> None:
+    """The time table to stderr (a dry run prints it), where the rates file has figures for the plan's devices."""
+    try:
+        rows = plan_times(plan)
+    except KeyError as exc:  # no figures for a device kind at all: said, the plan goes on
+        print(f"forgetmap: no time estimate: {exc.args[0]}", file=sys.stderr)
+        return
+    if rows:
+        print(time_table(rows), file=sys.stderr)

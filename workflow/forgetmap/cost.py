@@ -1,0 +1,176 @@
+"""How long a job takes on the device it runs on, from the work it holds and rates measured on that device.
+
+A job's work is counted, not guessed: the tokens it trains on, scores and generates, and how many passes
+(optimizer micro-steps, scoring batches, decode steps) carry them. Its time is
+
+    start + weights / load rate + sum over its kinds of work (FLOPs / FLOP rate + passes x seconds per pass)
+
+where FLOPs are the model's per token (2 x the parameters that multiply, and attention over the context; x 3
+with a backward pass, x 4 with recomputation), and `start`, the rates and the seconds per pass are measured
+per device kind and job kind (`assets/rates.json`: each figure with the device, date and commit it was
+measured at). The seconds per pass are what a tiny model or a decode step spends in launches and Python,
+where FLOPs say nothing; the FLOP rate is what a large model's matrix products sustain.
+
+A device that has no figures of its own borrows another's and says so: a GPU the nearest measured card's
+(scaled by the two cards' dense bf16 peaks), a CPU the figures of the CPU that was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RATES = Path(__file__).parent / "assets" / "rates.json"
+KINDS = ("train", "score", "generate")
+# dense bf16 tensor-core peaks in TFLOP/s (the vendors' data sheets, without sparsity): what a borrowed GPU rate
+# is scaled by
+BF16_PEAK = {"h200": 989, "h100": 989, "h100nvl": 835, "b200": 2250, "a100": 312, "a30": 165, "a10": 125,
+             "a10g": 70, "a40": 150, "l40": 181, "l40s": 362, "l4": 121, "a6000": 155, "6000ada": 364,
+             "a5000": 111, "a4000": 77, "v100": 125, "t4": 65, "3090": 71, "4090": 165}
+
+
+@dataclass
+class Work:
+    """What one job (one of its processes) computes: FLOPs and passes per kind, the weights it loads."""
+
+    flops: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
+    passes: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
+    load_bytes: float = 0.0
+    tokens: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))  # for the table: tokens per kind
+
+    def add(self, kind: str, tokens: float, flops_per_token: float, passes: float) -> "Work":
+        self.tokens[kind] += tokens
+        self.flops[kind] += tokens * flops_per_token
+        self.passes[kind] += passes
+        return self
+
+    def __add__(self, other: "Work") -> "Work":
+        total = Work(load_bytes=self.load_bytes + other.load_bytes)
+        for kind in KINDS:
+            total.flops[kind] = self.flops[kind] + other.flops[kind]
+            total.passes[kind] = self.passes[kind] + other.passes[kind]
+            total.tokens[kind] = self.tokens[kind] + other.tokens[kind]
+        return total
+
+
+def forward_flops(parameters: int, layers: int, hidden: int, context: float) -> float:
+    """FLOPs of one token's forward pass: every multiplying weight once (2 x), and its attention over `context`
+    earlier tokens (scores and values: 4 x layers x hidden x context)."""
+    return 2.0 * parameters + 4.0 * layers * hidden * context
+
+
+def multiplying_parameters(shape) -> int:
+    """The parameters a token multiplies: all but an untied input embedding (a lookup, not a product)."""
+    tied = json.loads(shape.config or "{}").get("tie_word_embeddings", True) if shape.config else True
+    embedding = 0 if tied else shape.vocab * shape.hidden
+    return max(1, shape.parameters - embedding)
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a job runs: `cpu` with its threads, or a GPU card (`h200`, ...) with its count."""
+
+    kind: str  # "cpu" or "gpu"
+    name: str | None = None  # a GPU's card key (forgetmap.gpu_models), or the CPU's model name
+    count: int = 1  # threads on a CPU, processes (one GPU each) on GPUs
+    assumed: str | None = None  # why a GPU is taken to be `name` where no GPU model was named
+
+    def label(self) -> str:
+        if self.kind == "cpu":
+            return f"cpu x{self.count}"
+        return f"{self.name or 'GPU'}{'?' if self.assumed else ''} x{self.count}"
+
+
+def slowest_card(memory_bytes: float) -> str:
+    """The card of least bf16 peak among those with at least `memory_bytes`: what a GPU no profile names is
+    estimated as, so that a time limit from the estimate holds on whichever card the job gets."""
+    from .gpu_models import CARDS
+
+    fits = [name for name, sizes in CARDS.items() if name in BF16_PEAK and max(sizes) * 2**20 >= memory_bytes * 0.99]
+    return min(fits or BF16_PEAK, key=lambda name: BF16_PEAK[name])
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The figures of one device kind for one kind of work: FLOP/s, seconds per pass; and where they come from."""
+
+    flops_per_s: float
+    pass_s: float
+    source: str  # the device, date and commit measured
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A device's start-up and load rate, and its rate per kind of work."""
+
+    start_s: float
+    load_bytes_per_s: float
+    rates: dict  # kind -> Rate
+    source: str
+    borrowed: str | None = None  # the device whose figures these are, where not this one's
+    warm_start_s: float | None = None  # a job forked from a warm server (forgetmap.warm), where measured
+
+
+def read_rates(path: str | Path | None = None) -> dict:
+    """The rates file: `{"devices": {name: {...}}}`, each device's figures with their provenance."""
+    path = Path(path) if path else RATES
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"devices": {}}
+
+
+def figures(device: Device, rates: dict, parameters: float) -> Figures:
+    """The figures a job of a model of `parameters` on `device` is estimated with: its device's own where
+    measured, else another's (said in `borrowed`); of the sizes measured, the nearest."""
+    devices = rates.get("devices", {})
+    if device.kind == "cpu":
+        cpus = {name: d for name, d in devices.items() if d.get("kind") == "cpu"}
+        if not cpus:
+            raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
+        name, entry = next(iter(cpus.items()))
+        borrowed = None if device.name in (None, entry.get("machine")) else f"measured on {entry.get('machine')}"
+        scale = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads given
+        return _figures(entry, scale, borrowed, parameters)
+    gpus = {name: d for name, d in devices.items() if d.get("kind") == "gpu"}
+    if not gpus:
+        raise KeyError("the rates file has no GPU figures: `pytest -m gpu` on a GPU measures them")
+    if device.name in gpus:
+        return _figures(gpus[device.name], 1.0, None, parameters)
+    name = next(iter(gpus))
+    peak, own = BF16_PEAK.get(device.name or ""), BF16_PEAK.get(name)
+    scale = peak / own if peak and own else 1.0
+    what = f"{device.name} ({device.assumed})" if device.assumed else device.name or "an unnamed GPU"
+    how = f"{name}'s for {what}" + (f", x{scale:.2f} by their bf16 peaks" if scale != 1.0 else "")
+    return _figures(gpus[name], scale, how, parameters)
+
+
+def _figures(entry: dict, scale: float, borrowed: str | None, parameters: float) -> Figures:
+    rates = {}
+    for kind in KINDS:
+        measured = entry["rates"][kind]
+        measured = measured if isinstance(measured, list) else [measured]
+        near = min(measured, key=lambda r: abs(math.log(max(r.get("parameters") or parameters, 1) / max(parameters, 1))))
+        rates[kind] = Rate(near["flops_per_s"] * scale, near["pass_s"], entry["source"])
+    return Figures(entry["start_s"], entry["load_bytes_per_s"], rates, entry["source"], borrowed,
+                   entry.get("warm_start_s"))
+
+
+def seconds(work: Work, fig: Figures, warm: bool = False) -> float:
+    """A job's wall time from the work of one of its processes (each on its own device, in parallel): start-up
+    (forked from a warm server: `warm`), loading, and each kind of work at its rate."""
+    compute = sum(work.flops[k] / fig.rates[k].flops_per_s + work.passes[k] * fig.rates[k].pass_s for k in KINDS)
+    start = fig.warm_start_s if warm and fig.warm_start_s is not None else fig.start_s
+    return start + work.load_bytes / fig.load_bytes_per_s + compute
+
+
+def runtime_minutes(estimate_s: float, attempt: int = 1) -> int:
+    """SLURM's --time for a job estimated at `estimate_s`: the estimate x MARGIN plus SLACK minutes, whole
+    minutes, x the attempt (a retry of a job that ran out gets twice, then three times)."""
+    return math.ceil((estimate_s * MARGIN / 60 + SLACK_MIN)) * attempt
+
+
+MARGIN = 1.5  # what a job's time limit allows over its estimate (the rates' spread between runs and machines)
+SLACK_MIN = 5  # and minutes on top: queue start, a node's cold file cache
