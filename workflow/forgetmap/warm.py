@@ -101,12 +101,7 @@ def run_remote(argv: list[str]) -> int | None:
             break
         except InterruptedError:
             continue
-    if status is None:
-        return 1
-    if "peak_rss_mb" in status:  # what a benchmark file measures of this client instead
-        print(f"forgetmap: forked from the run's warm process (forgetmap.warm): peak RSS {status['peak_rss_mb']} MB, "
-              f"CPU {status['cpu_s']} s", file=sys.stderr)
-    return int(status["exit"])
+    return 1 if status is None else int(status["exit"])
 
 
 # --- the server ---------------------------------------------------------------------------------------------
@@ -145,20 +140,20 @@ def serve(path: str, parent: int, run) -> None:
     os.replace(path + ".tmp", path)  # clients connect only once it listens
     server.listen(64)
     print(f"serving at {path}: {', '.join(PRELOAD)} imported", file=sys.stderr, flush=True)
-    children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    children: dict[int, tuple] = {}  # child pid -> its client's connection, its command
     running = [True]
     signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
     try:
         while running[0] and os.getppid() == parent:
-            ready, _, _ = select.select([server, *children.values()], [], [], 0.05)
+            ready, _, _ = select.select([server, *(conn for conn, _ in children.values())], [], [], 0.05)
             for sock in ready:
                 if sock is server:
                     conn, _ = server.accept()
-                    pid = _start(conn, env, run)
-                    if pid:
-                        children[pid] = conn
+                    started = _start(conn, env, run)
+                    if started:
+                        children[started[0]] = (conn, started[1])
                 else:  # a client went away: its child goes too
-                    pid = next(p for p, c in children.items() if c is sock)
+                    pid = next(p for p, (c, _) in children.items() if c is sock)
                     _kill(pid)
             _reap(children)
     finally:
@@ -177,8 +172,9 @@ def _differs(env: dict, client: dict) -> list[str]:
     return sorted(k for k in keys if env.get(k) != client.get(k))
 
 
-def _start(conn: socket.socket, env: dict, run) -> int | None:
-    """Fork a child for the client on `conn`, or decline (the client runs the command itself)."""
+def _start(conn: socket.socket, env: dict, run) -> tuple[int, str] | None:
+    """Fork a child for the client on `conn` (its pid and command), or decline (the client runs the command
+    itself)."""
     try:
         request, fds = _receive(conn, want_fds=3)
     except OSError:
@@ -208,8 +204,9 @@ def _start(conn: socket.socket, env: dict, run) -> int | None:
         _send(conn, {"pid": pid})
     except OSError:
         _kill(pid)
-    print(f"forked: forgetmap {' '.join(request['argv'][:1])} (pid {pid})", file=sys.stderr, flush=True)
-    return pid
+    command = " ".join(request["argv"][:1])
+    print(f"forked: forgetmap {command} (pid {pid})", file=sys.stderr, flush=True)
+    return pid, command
 
 
 def _child(conn: socket.socket, request: dict, fds: list[int], run) -> None:
@@ -275,11 +272,12 @@ def _reap(children: dict, block: bool = False) -> None:
             continue
         code = os.waitstatus_to_exitcode(status)
         code = 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
-        conn = children.pop(pid)
-        used = {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)} \
-            if usage else {}
+        conn, command = children.pop(pid)
+        if usage:  # what a job's benchmark file measures of its client instead
+            print(f"ended: forgetmap {command} (pid {pid}): exit {code}, peak RSS {usage.ru_maxrss / 1024:.1f} MB, "
+                  f"CPU {usage.ru_utime + usage.ru_stime:.2f} s", file=sys.stderr, flush=True)
         try:
-            _send(conn, {"exit": code, **used})
+            _send(conn, {"exit": code})
         except OSError:
             pass
         conn.close()

@@ -356,10 +356,13 @@ def time_table(rows: list[JobTime]) -> str:
     lines = ["forgetmap: time of each job (forgetmap.cost's estimate from its work and measured rates; docs/gpu.md)",
              f"  {'model':<14} {'job':<30} {'jobs':>5} {'device':<12} {'each':>9} {'total':>9} {'SLURM':>7}  figures"]
     sources = {}
+    longest = {}  # a stage's jobs are all given its longest one's time
+    for r in rows:
+        longest[r.model, r.stage] = max(longest.get((r.model, r.stage), 0.0), r.cold_seconds)
     for r in rows:
         key = sources.setdefault(r.figures.source, f"[{len(sources) + 1}]")
         figures = key + (f" borrowed: {r.figures.borrowed}" if r.figures.borrowed else "")
-        slurm = f"{cost.runtime_minutes(r.cold_seconds)} min"
+        slurm = f"{cost.runtime_minutes(longest[r.model, r.stage])} min"
         lines.append(f"  {r.model:<14} {r.job[:30]:<30} {r.count:>5} {r.device.label()[:12]:<12} "
                      f"{_duration(r.seconds):>9} {_duration(r.count * r.seconds):>9} {slurm:>7}  {figures}")
     for source, key in sources.items():
@@ -368,10 +371,11 @@ def time_table(rows: list[JobTime]) -> str:
         lines.append(f"  ?: {assumed} (name it: the profile's gpu_model)")
     if any(r.seconds != r.cold_seconds for r in rows):
         lines.append("  each: forked from the run's warm process (forgetmap.warm); SLURM: the time a job of its own "
-                     f"would be given where the config leaves runtime unset (x{cost.MARGIN:g} + {cost.SLACK_MIN} min)")
+                     f"is given where the config leaves runtime unset (its stage's longest estimate x{cost.MARGIN:g} "
+                     f"+ {cost.SLACK_MIN} min)")
     else:
-        lines.append(f"  SLURM: the time each job is given where the config leaves runtime unset "
-                     f"(x{cost.MARGIN:g} + {cost.SLACK_MIN} min)")
+        lines.append(f"  SLURM: the time each job is given where the config leaves runtime unset (its stage's longest "
+                     f"estimate x{cost.MARGIN:g} + {cost.SLACK_MIN} min)")
     if any(r.lengths != "measured" for r in rows):
         lines.append("  lengths: every example taken at its max_length where its data or the base's tokenizer does "
                      "not exist yet (an upper bound)")
