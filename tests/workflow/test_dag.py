@@ -77,13 +77,14 @@ def test_a_dry_run_states_each_jobs_time_and_its_slurm_time_where_the_config_lea
     proc = snakemake(make_workdir(tmp_path / "cpu", untimed(tiny_config())), "--dry-run")
     text = proc.stdout + proc.stderr
     rows = time_rows(text)
-    assert {"base model", "finetune", "score", "token losses", "plain fine-tune judged", "arm random"} <= set(rows)
-    assert rows["score shard 0"][0] == rows["score shard 1"][0] == 4 and rows["finetune"][0] == 3  # base + 3 tasks
+    assert {"base model", "finetune (longest)", "score shard 0", "token losses", "plain fine-tune judged",
+            "arm random"} <= set(rows)
+    assert rows["score shard 0"][0] == rows["score shard 1"][0] == 4 and rows["finetune (longest)"][0] == 3
     assert re.search(r"the whole plan \(jobs already done included\): [\d.]+ CPU core-hours", text)
     # each job's SLURM time is the table's: the estimate x1.5 and 5 minutes, the longest of its stage's
     block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
-    assert f"runtime={rows['finetune'][1]}," in block.replace(" ", "") + ","
-    assert rows["finetune"][1] == rows["arm random"][1]  # one stage: the time of its longest job
+    assert f"runtime={rows['finetune (longest)'][1]}," in block.replace(" ", "") + ","
+    assert rows["finetune (longest)"][1] == rows["arm random"][1]  # one stage: the time of its longest job
     # the runtime a config sets is kept, and no table is printed for it
     plain = snakemake(make_workdir(tmp_path / "set"), "--dry-run")
     assert "time of each job" not in plain.stdout + plain.stderr and "runtime=10" in plain.stdout

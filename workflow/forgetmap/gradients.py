@@ -21,7 +21,7 @@ from .data.chat import Encoded
 
 PRIME = 2**31 - 1  # the hashes' modulus: a parameter's element index is hashed modulo it
 SLICE = 2**24  # elements hashed at once (a bounded transient, whatever the parameter's size)
-KEPT = 2**24  # elements whose hashes are kept between examples (256 MiB): a small model hashes nothing twice
+KEPT = 2**20  # elements whose hashes are kept between examples (16 MiB): a small model (the demo's) hashes nothing twice
 
 
 class CountSketch:

@@ -17,6 +17,7 @@ and a forked process cannot start CUDA that its parent started.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -232,7 +233,8 @@ def _child(conn: socket.socket, request: dict, fds: list[int], run) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
+        try:  # what a process of its own runs as it exits: an engine's shutdown, shared memory unlinked, logs flushed
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
