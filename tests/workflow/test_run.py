@@ -528,9 +528,10 @@ def test_a_local_run_forks_its_jobs_from_one_warm_process(finished, tmp_path):
     try:
         plan = Plan(yaml.safe_load((finished / "config/config.yaml").read_text()))
         settings = json.dumps(plan.run_score_settings("tiny", "mod10_add"), sort_keys=True)
+        shard = plan.shard_path("tiny", "1")
     finally:
         os.chdir(here)
     subprocess.run(["forgetmap", "score", "--model-dir", "results/tiny/checkpoints/mod10_add",
-                    "--shard", "results/data/upstream/tiny/shard-1.parquet", "--settings", settings, "--threads", "1",
+                    "--shard", shard, "--settings", settings, "--threads", "1",
                     "--out", str(tmp_path / "alone.parquet")], cwd=finished, env=env, check=True, capture_output=True)
     assert (tmp_path / "alone.parquet").read_bytes() == (finished / "results/tiny/scores/mod10_add/shard-1.parquet").read_bytes()
