@@ -121,7 +121,7 @@ def _random_model(architecture: dict):
 
 
 def start_seconds(model_dir: Path) -> float:
-    """A model job's start: a process that imports what it imports and loads the model and its tokenizer."""
+    """A model job's start: a process that imports what it imports and loads the model."""
     code = ("import sys; from forgetmap import cli, models, nll, train; import torch; "
             "models.load_model(sys.argv[1], torch.device('cpu'), torch.float32)")
     def run():

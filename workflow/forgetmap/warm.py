@@ -188,11 +188,7 @@ def _start(conn: socket.socket, env: dict, run) -> tuple[int, str] | None:
         if request:
             print(f"declined: forgetmap {' '.join(request['argv'][:1])} (its environment differs: "
                   f"{', '.join(differs)}): it runs in its own process", file=sys.stderr, flush=True)
-        try:
-            _send(conn, {"declined": differs})
-        except OSError:
-            pass
-        conn.close()
+        _last_word(conn, {"declined": differs})
         return None
     sys.stdout.flush()
     sys.stderr.flush()
@@ -256,6 +252,15 @@ def _own_threads_and_temp() -> None:
         threadpool_limits(int(threads))
 
 
+def _last_word(conn: socket.socket, message: dict) -> None:
+    """Tell a client how its request ended and close its connection (a client already gone hears nothing)."""
+    try:
+        _send(conn, message)
+    except OSError:
+        pass
+    conn.close()
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
@@ -278,11 +283,7 @@ def _reap(children: dict, block: bool = False) -> None:
         if usage:  # what a job's benchmark file measures of its client instead
             print(f"ended: forgetmap {command} (pid {pid}): exit {code}, peak RSS {usage.ru_maxrss / 1024:.1f} MB, "
                   f"CPU {usage.ru_utime + usage.ru_stime:.2f} s", file=sys.stderr, flush=True)
-        try:
-            _send(conn, {"exit": code})
-        except OSError:
-            pass
-        conn.close()
+        _last_word(conn, {"exit": code})
 
 
 def wanted(plan) -> bool:
