@@ -20,6 +20,8 @@ import torch.nn.functional as F
 
 from .data.batches import pad
 from .data.chat import Encoded
+from .models import is_flash
+from .packing import Layout, packed_batches
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 HEAD_CHECK_TOKENS = 16  # the prefix `head_reproduces_logits` compares on (a scaled or capped head shows on any)
@@ -47,7 +49,8 @@ def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 
 
 
 def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, position predicting the target, target position) for every scored token of a batch."""
+    """(member, position predicting the target, target position) for every scored token of a batch, positions
+    within each member's own ids."""
     counts = np.array([e.n_scored for e in encoded])
     rows = np.repeat(np.arange(len(encoded)), counts)
     starts = np.repeat(np.array([e.target_start for e in encoded]), counts)
@@ -109,8 +112,10 @@ class TorchScorer:
     buffers must not become inference tensors)."""
 
     def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None,
-                 gathered=nullcontext, inference: bool = True):
+                 gathered=nullcontext, inference: bool = True, packing: bool = False):
         self.model = model
+        self.packing = packing  # examples packed into rows without attention across them (forgetmap.packing)
+        self.flat = packing and is_flash(model)  # flash-attention keeps packed examples apart in one row only
         self.gathered = gathered
         self.grad_off = torch.inference_mode if inference else torch.no_grad
         self.pad_id = pad_id
@@ -157,23 +162,38 @@ class TorchScorer:
         return out[0] if len(out) == 1 else torch.cat(out)
 
     def plan(self, encoded: list[Encoded]) -> list[np.ndarray]:
-        """The length batches `encoded` is scored in: indices, longest first, within the token budget."""
-        return length_batches(np.array([len(e.ids) for e in encoded]), self.token_budget, self.max_padding)
+        """The length batches `encoded` is scored in: indices, longest first, within the token budget (packed: rows
+        as wide as the longest example, filled best fit: forgetmap.packing)."""
+        lengths = np.array([len(e.ids) for e in encoded])
+        if self.packing:
+            return packed_batches(lengths, self.token_budget)
+        return length_batches(lengths, self.token_budget, self.max_padding)
+
+    def _tensors(self, members: list[Encoded], width: int):
+        """A batch's model inputs (ids, attention mask, position ids) and where each member's tokens start:
+        (row, column) per member; packed, in rows of `width`."""
+        if self.packing:
+            layout = Layout(members, self.pad_id, width, flat=self.flat)
+            return layout.ids.to(self.device), None, layout.position_ids.to(self.device), layout.row, layout.offset
+        ids, mask = pad(members, self.pad_id)
+        # a batch of equal lengths needs no mask: attention takes its causal fast path
+        mask = None if bool(mask.all()) else mask.to(self.device)
+        return ids.to(self.device), mask, None, np.arange(len(members)), np.zeros(len(members), dtype=np.int64)
 
     def _token_nll(self, encoded: list[Encoded], argmax: list | None = None, batches: list | None = None):
         """For each length batch (`batches`, or this scorer's plan): (its example indices, the row of each
         scored token, the tokens' NLL). With a list `argmax`, (rows, hits) is appended to it per batch:
         whether each scored token, and the token right after each span, is the model's argmax (its NLL is
         not part of the span's)."""
-        for batch in self.plan(encoded) if batches is None else batches:
+        batches = self.plan(encoded) if batches is None else batches
+        # packed rows are as wide as the longest example run (packing.packed_batches)
+        width = max((len(encoded[i].ids) for batch in batches for i in batch), default=1)
+        for batch in batches:
             members = [encoded[i] for i in batch]
-            ids, mask = pad(members, self.pad_id)
-            ids = ids.to(self.device)
-            # a batch of equal lengths needs no mask: attention takes its causal fast path
-            mask = None if bool(mask.all()) else mask.to(self.device)
             rows, pred_pos, target_pos = _span_positions(members)
             if len(rows) == 0:
                 continue
+            ids, mask, positions, row_of, column = self._tensors(members, width)
             n_span = len(rows)
             if argmax is not None:  # the token after each span: does the model stop (EOS) where the span does?
                 after = np.array([j for j, e in enumerate(members) if e.n_scored and e.score_end < len(e.ids)],
@@ -181,11 +201,12 @@ class TorchScorer:
                 ends = np.array([members[j].score_end for j in after], dtype=np.int64)
                 rows, pred_pos, target_pos = (np.r_[rows, after], np.r_[pred_pos, ends - 1], np.r_[target_pos, ends])
             rows_t = torch.from_numpy(rows).to(self.device)
-            targets = ids[rows_t, torch.from_numpy(target_pos).to(self.device)]
-            pred_t = torch.from_numpy(pred_pos).to(self.device)
+            at_row = torch.from_numpy(row_of[rows]).to(self.device)
+            targets = ids[at_row, torch.from_numpy(target_pos + column[rows]).to(self.device)]
+            pred_t = torch.from_numpy(pred_pos + column[rows]).to(self.device)
             hits = [] if argmax is not None else None
-            token_nll = self.token_nll(ids, rows_t, pred_t, targets, attention_mask=mask, argmax=hits,
-                                       parts=(n_span,) if argmax is not None else ())
+            token_nll = self.token_nll(ids, at_row, pred_t, targets, attention_mask=mask, position_ids=positions,
+                                       argmax=hits, parts=(n_span,) if argmax is not None else ())
             if argmax is not None:
                 argmax.append((rows_t, hits[0]))
             yield batch, rows_t[:n_span], token_nll[:n_span]

@@ -83,7 +83,8 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     else:
         device = pick_device(settings["device"])
         model = load_model(model_dir, device, pick_dtype(settings["dtype"], device), settings["attention"])
-        scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"])
+        scorer = TorchScorer(model, tokenizer.pad_token_id, settings["token_budget"], settings["max_padding"],
+                             packing=settings.get("packing", False))  # the key is there only where packing is on
         record = None
         if not items:
             nll, n_tokens = scorer.score(encoded)

@@ -31,8 +31,9 @@ from .config.schema import FINETUNE
 from .data.batches import IGNORE, collate
 from .data.chat import Encoded
 from .mitigation.hooks import Hook, Hooks
-from .models import autocast_for, enable_checkpointing, save_model
+from .models import autocast_for, enable_checkpointing, is_flash, save_model
 from .nll import head_reproduces_logits
+from .packing import model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def kept_loss(model, batch: dict, n_targets: int) -> torch.Tensor:
 
     labels = batch["labels"][:, 1:]
     rows, cols = (labels != IGNORE).nonzero(as_tuple=True)
-    hidden = transformer_body(model)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    hidden = transformer_body(model)(**model_inputs(batch))
     logits = model.get_output_embeddings()(hidden.last_hidden_state[rows, cols]).float()
     per_token = F.cross_entropy(logits, labels[rows, cols], reduction="none")
     if batch["weights"] is not None:
@@ -115,6 +116,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     if checkpointing(model, settings, device):  # non-reentrant: works with LoRA's frozen inputs, any transformers
         enable_checkpointing(model)
     kept_only = not hooks.needs_logits and kept_positions_only(model, device, world, autocast)
+    packed = settings.get("packing", False)  # the key is there only where a fine-tune packs (forgetmap.packing)
     model.train()
     started = time.perf_counter()
     step_log = StepLog(log_path)
@@ -131,12 +133,13 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
         mine = micro[rank::world]
         for mb in mine:  # under FSDP each backward reduce-scatters: gradients stay sharded (an unsynced
             # accumulation would hold every rank's full fp32 gradients: 28 GB at 7B, 52 GB at 13B)
-            batch = {k: v.to(device) if v is not None else None for k, v in collate(mb, pad_id).items()}
+            batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                     for k, v in collate(mb, pad_id, packed, flat=packed and is_flash(model)).items()}
             with autocast:
                 if kept_only:
                     loss = kept_loss(model, batch, n_targets)
                 else:
-                    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+                    logits = model(**model_inputs(batch)).logits
                     loss = batch_loss(logits, batch, n_targets)
                     term = hooks.micro_loss(model, batch, logits, n_targets)
                     if term is not None:

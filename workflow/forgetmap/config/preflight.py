@@ -29,6 +29,7 @@ def check(plan) -> None:
     for model, files in plan.base_files.items():
         check_base(plan, model, Path(files["local"]))
     for model in plan.computed:
+        check_packing(plan, model)
         if plan.mitigation.tasks(model):
             check_arena(plan, model)
     fits.check(plan)
@@ -44,6 +45,25 @@ def architecture(plan, model: str):
 
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(plan.base_config(model))
+
+
+def check_packing(plan, model: str) -> None:
+    """Packing only where the base's architecture keeps packed examples apart (forgetmap.packing), and only for
+    the torch scorer (vLLM batches without padding of its own)."""
+    from ..packing import refusal
+
+    spec = plan.cfg["models"][model]
+    keys = [f"models.{model}.score.packing"] if spec["score"]["packing"] else []
+    if spec["score"]["packing"] and spec["score"]["backend"] == "vllm":
+        raise ConfigError(f"config key models.{model}.score.packing: packing is the torch backend's; the vllm backend "
+                          f"schedules its tokens without padding itself: set it to false")
+    keys += [f"tasks.{task}.finetune.packing" if (plan.cfg["tasks"][task]["finetune"] or {}).get("packing")
+             else f"models.{model}.finetune.packing"
+             for task in plan.finetuned[model] if plan.finetune_settings(model, task).get("packing")][:1]
+    for key in keys:
+        why = refusal(model, getattr(plan.base_config(model), "model_type", None), key)
+        if why:
+            raise ConfigError(f"config key {why}")
 
 
 def check_arena(plan, model: str) -> None:

@@ -34,21 +34,36 @@ def pad(examples: list[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tenso
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-def collate(examples: list[Encoded], pad_id: int) -> dict[str, torch.Tensor | None]:
+def collate(examples: list[Encoded], pad_id: int, packed: bool = False,
+            flat: bool = False) -> dict[str, torch.Tensor | int | None]:
     """`pad` plus labels: each example's target tokens its mask keeps, IGNORE elsewhere; and
-    `weights`, each label's example weight (None when every weight is 1: the plain mean)."""
+    `weights`, each label's example weight (None when every weight is 1: the plain mean). `packed`: the
+    examples in rows without padding between them (forgetmap.packing), `position_ids` in place of the
+    attention mask (`flat`: in one row, as flash-attention takes them); an example's first token is never a label,
+    so no loss crosses from one to the next.
+    `tokens`: the real tokens, padding not counted."""
     import torch
 
-    ids, mask = pad(examples, pad_id)
+    if packed:
+        from ..packing import Layout
+
+        layout = Layout(examples, pad_id, flat=flat)
+        ids, mask, positions = layout.ids, None, layout.position_ids
+        rows, columns = layout.row, layout.offset
+    else:
+        ids, mask = pad(examples, pad_id)
+        positions, rows, columns = None, np.arange(len(examples)), np.zeros(len(examples), dtype=np.int64)
     labels = np.full(ids.shape, IGNORE, dtype=np.int64)
     weights = np.zeros(ids.shape, dtype=np.float32)
-    for row, e in enumerate(examples):
+    for e, row, column in zip(examples, rows, columns):
         kept = e.target_positions()
-        labels[row, kept] = e.ids[kept]
-        weights[row, kept] = e.weight
+        kept = kept[kept > 0]  # position 0 predicts nothing (a packed row's would be predicted from the example before)
+        labels[row, kept + column] = e.ids[kept]
+        weights[row, kept + column] = e.weight
     weighted = any(e.weight != 1.0 for e in examples)
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.from_numpy(labels),
-            "weights": torch.from_numpy(weights) if weighted else None}
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "labels": torch.from_numpy(labels),
+            "weights": torch.from_numpy(weights) if weighted else None,
+            "tokens": sum(len(e.ids) for e in examples)}
 
 
 def planned_steps(settings: dict, n_examples: int) -> int:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.batches import IGNORE
+from ..packing import model_inputs
 from .hooks import Hook, is_peft, trainable
 
 
@@ -67,18 +68,18 @@ class KLToBase(Hook):
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
 
     def reference_logits(self, model, batch: dict) -> torch.Tensor:
-        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        inputs = model_inputs(batch)
         with torch.no_grad():
             if self.reference is not None:
-                return self.reference(**inputs, use_cache=False).logits
+                return self.reference(**inputs).logits
             with model.disable_adapter() if is_peft(model) else nullcontext():
-                return model(**inputs, use_cache=False).logits
+                return model(**inputs).logits
 
     def micro_loss(self, model, batch, logits, n_targets):
         labels = batch["labels"][:, 1:]
         kept = labels != IGNORE
         reference = self.reference_logits(model, batch)
-        self.extra_forward_tokens += int(batch["attention_mask"].sum())
+        self.extra_forward_tokens += batch["tokens"]
         kl = token_kl(logits[:, :-1][kept], reference[:, :-1][kept]).sum()
         self.kl_sum, self.tokens = self.kl_sum + kl.detach(), self.tokens + kept.sum()
         return kl * (self.strength / max(1, n_targets))

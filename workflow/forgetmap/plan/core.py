@@ -253,6 +253,8 @@ class Plan:
         settings = {**fm_config.finetune_settings(self.cfg, model, task),
                     "chat_template": self.cfg["models"][model]["chat_template"]}
         settings.pop("monitor", None)  # where a fine-tune is monitored, finetune_settings says how
+        if not settings["packing"]:  # a key only where used: the settings of fine-tunes already made stay as they were
+            settings.pop("packing")
         if settings["gradient_checkpointing"] == "auto":
             settings["gradient_checkpointing"] = self.checkpointing(model, settings, arm)
         return settings
@@ -331,6 +333,8 @@ class Plan:
         settings of other runs stay as they were)."""
         spec = self.cfg["models"][model]
         settings = {**copy.deepcopy(spec["score"]), "chat_template": chat_template, **({"shots": shots} if shots else {})}
+        if not settings["packing"]:
+            settings.pop("packing")
         if model in self.item_models:
             settings.update(ask=ask, row=row)
         if settings["correctness"]["answers"] == "sampled":

@@ -26,6 +26,10 @@ FINETUNE = obj({
                                               "estimate against resources.finetune.gpu_memory_gib, else the GPU the "
                                               "job gets), off on a CPU"},
     "bf16": {"type": "boolean", "default": True, "description": "bf16 autocast on CUDA (ignored on CPU)"},
+    "packing": {"type": "boolean", "default": False,
+                "description": "a micro-batch's examples packed into rows without padding and without attention "
+                               "across them (position ids restart per example; the same loss per token); for the "
+                               "architectures forgetmap.packing has checked, refused for others"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "processes": integer(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
                             "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
@@ -61,6 +65,11 @@ SCORE = obj({
                     "description": "largest share of padding in a scoring batch; null: 0 on CPU (equal-length "
                                    "batches), 0.1 on GPU"},
     "max_length": integer(2048, "tokens per scored example (lm: head kept; chat: tail kept)", 2),
+    "packing": {"type": "boolean", "default": False,
+                "description": "torch backend: examples packed into rows without padding and without attention "
+                               "across them (position ids restart per example; each example's NLL the same to "
+                               "1e-5 in fp32); for the architectures forgetmap.packing has checked, refused for "
+                               "others"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "dtype": choice("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),
     "attention": choice("auto", ("auto", "sdpa", "eager", "flash_attention_2"), "as for fine-tuning"),
