@@ -65,7 +65,7 @@ def main() -> None:
                 losses = plan.mitigation.token_loss_settings(model, task)
                 add("token losses", "score", bench / "mitigation" / "token_losses" / f"{task}.tsv",
                     m.task_scoring(task, {**scoring, **losses}, "train"))
-            add("plain judged", "score", bench / "mitigation" / "none" / "matrix" / f"{task}.tsv", m.plain())
+            add("plain judged", "score", bench / "mitigation" / "none" / "matrix" / f"{task}.tsv", m.plain(task))
             for name, arm in arms.items():
                 for seed in plan.cfg["mitigation"]["seeds"]:
                     add(f"arm {name}", "finetune", bench / "mitigation" / name / f"seed-{seed}" / f"{task}.tsv",

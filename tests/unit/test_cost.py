@@ -68,10 +68,33 @@ def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path):
 
     path = tmp_path / "rates.json"
     path.write_text(json.dumps(rates(cpu_machine="Old CPU")))
-    summary = calibrate_command(threads=1, out=str(path))
+    summary = calibrate_command(threads=1, out=str(path), jobs=1)
     written = json.loads(path.read_text())
     assert written["devices"]["h200"] == rates()["devices"]["h200"]  # another device's figures untouched
     cpu = written["devices"]["cpu"]
     assert cpu["machine"] != "Old CPU" and cpu["threads"] == 1 and summary["start_s"] == cpu["start_s"] > 0.5
     for kind in cost.KINDS:
         assert cpu["rates"][kind]["flops_per_s"] > 1e7 and cpu["rates"][kind]["pass_s"] >= 0, kind
+    # the real jobs' setups (forked as a warm run forks them) and tokenizing, measured, not assumed
+    assert set(cpu["setup_s"]) == set(cost.SETUPS) and all(v >= 0 for v in cpu["setup_s"].values())
+    assert 1e-6 < cpu["example_s"] < 0.01 and cpu["processes"] == 1 and "1 processes at once" in cpu["source"]
+
+
+def test_the_figures_of_processes_measuring_at_once_are_their_medians():
+    from forgetmap.calibrate import median_figures
+
+    def one(x):
+        return {"start_s": x, "warm_start_s": x / 10, "load_bytes_per_s": 1e9 * x, "example_s": 1e-4 * x,
+                "setup_s": {"score": x, "train": 2 * x}, "rates": {k: {"flops_per_s": 1e9 * x, "pass_s": x / 100}
+                                                                  for k in cost.KINDS}}
+    figures = median_figures([one(1.0), one(3.0), one(2.0)])
+    assert figures["start_s"] == 2.0 and figures["setup_s"] == {"score": 2.0, "train": 4.0}
+    assert figures["rates"]["score"] == {"flops_per_s": 2e9, "pass_s": 0.02}
+
+
+def test_a_jobs_setup_and_its_examples_are_part_of_its_time():
+    fig = cost.Figures(1.0, 1e9, {k: cost.Rate(1e9, 0.0, "x") for k in cost.KINDS}, "x", setup_s={"score": 2.0},
+                       example_s=0.001)
+    work = cost.Work(examples=1000)
+    work.setups["score"] = 1
+    assert cost.seconds(work, fig) == pytest.approx(1.0 + 2.0 + 1.0)

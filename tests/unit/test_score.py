@@ -7,7 +7,8 @@ import pytest
 
 from forgetmap.data import demo
 from forgetmap.data.chat import Encoded, encode_examples
-from forgetmap.nll import TorchScorer, length_batches, nll_from_prompt_logprobs, score_naive
+from forgetmap.data.batches import length_batches
+from forgetmap.nll import TorchScorer, nll_from_prompt_logprobs, score_naive
 from helpers import tiny_model, tiny_tokenizer
 
 

@@ -3,16 +3,23 @@
 What a job's time is made of is measured the way the jobs spend it: a process that starts, imports what a
 model job imports and loads a model (`start_s`), and the same forked from a warm server (`warm_start_s`: a
 client process, the model loaded with its imports done); a checkpoint written and read back (the load
-rate); and forgetmap's own training loop, scorer and decode loop on a model of the given architecture with
+rate); forgetmap's own training loop, scorer and decode loop on a model of the given architecture with
 random weights and random tokens, each at two sizes of work with the same number of passes, so that the
-seconds of a pass (launches, Python) and the FLOP rate come apart. The figures are written under the device
-`cpu`, with the machine, the threads, the date and the commit they were measured at.
+seconds of a pass (launches, Python) and the FLOP rate come apart; and the real scoring job and fine-tune on
+a generated corpus and task, whose seconds beyond all of that are each job's setup (its tokenizer, reading,
+checks, writing), beside the seconds tokenizing one example takes.
+
+A local run fills the machine (`--cores N` runs N / threads jobs at once), so the figures are measured as it
+runs them: `jobs` processes measuring at once (default: the CPUs / threads), their figures' medians written
+under the device `cpu`, with the machine, the threads, the processes, the date and the commit.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,14 +41,15 @@ def _encoded(rng, n: int, length: int):
 
 
 def _timed(fn, repeats: int = 3) -> float:
-    """The least of `repeats` runs (after one unmeasured): what the work costs without the machine's noise."""
+    """The median of `repeats` runs (after one unmeasured): what the work costs as the machine runs it (jobs
+    meet its noise too; the least of them would estimate every job low)."""
     fn()
-    best = float("inf")
+    seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - started)
-    return best
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds)
 
 
 def _split(passes: float, small: tuple[float, float], large: tuple[float, float]) -> dict:
@@ -126,7 +134,7 @@ def start_seconds(model_dir: Path) -> float:
             "models.load_model(sys.argv[1], torch.device('cpu'), torch.float32)")
     def run():
         subprocess.run([sys.executable, "-c", code, str(model_dir)], check=True, capture_output=True)
-    return _timed(run, repeats=2)
+    return _timed(run, repeats=1)
 
 
 def warm_start_seconds(model_dir: Path) -> float:
@@ -138,7 +146,7 @@ def warm_start_seconds(model_dir: Path) -> float:
 
     def client():
         subprocess.run([sys.executable, "-c", "import forgetmap.cli"], check=True, capture_output=True)
-    return _timed(client, repeats=2) + _timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
+    return _timed(client, repeats=1) + _timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
 
 
 def load_rate(directory: Path) -> float:
@@ -163,27 +171,173 @@ def commit() -> str:
         return "unknown"
 
 
-def calibrate_command(threads: int, out: str | None) -> dict:
-    """Measure the CPU figures with `threads` threads and write them into the rates file (`out`, else the
-    package's), beside the figures of other devices."""
-    from .config.times import cpu_name
+SCORED = 400  # the generated corpus a calibration scoring job scores (the demo's mix, with its quiz items)
+
+
+def job_figures(directory: Path, threads: int) -> dict:
+    """The setup seconds of a scoring job and of a fine-tune, and the seconds one example takes to tokenize: the
+    real jobs (forgetmap.score, forgetmap.train) on a generated corpus and task with a random demo model, each
+    forked from a process that has imported what a warm server imports (`forked_jobs`: a local run's jobs start
+    so), less what the estimate counts apart (tokenizing, loading and writing weights, and the computing their
+    summaries time)."""
+    import torch
+
+    from .data.chat import encode_examples
+    from .data.demo import upstream_corpus
+    from .data.tasks import write_task
+    from .models import build_demo_model, load_model, load_tokenizer, save_model, train_demo_tokenizer
+
+    corpus = upstream_corpus(SCORED, seed=0)
+    tokenizer = train_demo_tokenizer([t for column in ("text", "prompt", "response") for t in corpus[column].dropna()],
+                                     VOCAB)
+    model_dir = directory / "model"
+    save_model(build_demo_model(tokenizer, DEMO, 0), model_dir)
+    tokenizer.save_pretrained(model_dir)
+    corpus.to_parquet(directory / "shard.parquet")
+    write_task("city_qa", {"category": "calibration", "n_examples": 200, "validation_fraction": 0.1}, 0, 0,
+               str(directory / "task.parquet"))
+    loaded = load_tokenizer(model_dir)
+    example_s = _timed(lambda: encode_examples(loaded, corpus, "auto", 96)) / len(corpus)
+    load_s = _timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
+    code = f"import json, sys; from forgetmap.calibrate import forked_jobs; print(json.dumps(forked_jobs(sys.argv[1], {threads})))"
+    done = subprocess.run([sys.executable, "-c", code, str(directory)], check=True, capture_output=True, text=True)
+    (score, score_s), (tuned, tuned_s) = json.loads(done.stdout.strip().splitlines()[-1])
+    computed = score["seconds"] + score.get("correctness_seconds", 0.0)
+    score_setup = score_s - computed - load_s - example_s * (len(corpus) + score.get("items", 0))
+    train_setup = tuned_s - tuned["seconds"] - 2 * load_s - example_s * tuned["examples"]
+    return {"setup_s": {"score": max(0.0, score_setup), "train": max(0.0, train_setup)}, "example_s": example_s}
+
+
+def forked_jobs(directory: str, threads: int) -> list:
+    """A scoring job and a fine-tune on `job_figures`'s files, each run in a child forked from this process once
+    it has imported what a warm server imports (forgetmap.warm.preload): (summary, seconds), the faster of two."""
+    from .warm import preload
+
+    directory = Path(directory)
+    preload()
+
+    def score():
+        from .config import with_defaults
+        from .config.schema import SCORE
+        from .score import score_shard
+
+        settings = {**with_defaults(SCORE, {"device": "cpu", "token_budget": 8192, "max_length": 96}),
+                    "chat_template": "auto", "ask": "item", "row": "calibration"}
+        for key in ("answers", "seeds", "seed", "temperature", "top_p"):  # the plan's settings for option answers
+            settings["correctness"].pop(key)
+        return score_shard(str(directory / "model"), str(directory / "shard.parquet"), settings, threads,
+                           str(directory / "scores.parquet"))
+
+    def finetune():
+        from .config import with_defaults
+        from .config.schema import FINETUNE
+        from .train import finetune_into
+
+        settings = {**with_defaults(FINETUNE, {"device": "cpu", "steps": 8, "batch_size": 16, "max_length": 96,
+                                               "lr": 1e-4, "max_epochs": None, "warmup_steps": 0}),
+                    "chat_template": "auto"}
+        into = directory / "tuned"
+        into.mkdir(exist_ok=True)
+        return finetune_into(str(directory / "model"), str(directory / "task.parquet"), into, settings, threads)
+
+    return [min((_forked(job) for _ in range(2)), key=lambda r: r[1]) for job in (score, finetune)]
+
+
+def _forked(job) -> tuple[dict, float]:
+    """`job()`'s summary and wall seconds, run in a forked child (as forgetmap.warm runs a local run's jobs)."""
+    read, write = os.pipe()
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # the child: the job, its summary through the pipe, and out without the parent's cleanup
+        os.close(read)
+        try:
+            summary = job()
+            os.write(write, json.dumps([summary, time.perf_counter() - started]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    os.waitpid(pid, 0)
+    if not text:
+        raise RuntimeError("a calibration job failed in its forked process")
+    summary, seconds = json.loads(text)
+    return summary, seconds
+
+
+def worker(threads: int) -> dict:
+    """Every figure, measured in this process (one of the `jobs` measuring at once)."""
     from .models import save_model
 
-    path = Path(out) if out else cost.RATES
-    figures = measure(DEMO, threads)
+    figures = {"rates": measure(DEMO, threads)}
     with tempfile.TemporaryDirectory() as tmp:
         save_model(_random_model(DEMO), tmp)
-        start = start_seconds(Path(tmp))
-        warm = warm_start_seconds(Path(tmp))
-        load = load_rate(Path(tmp))
+        figures.update(start_s=start_seconds(Path(tmp)), warm_start_s=warm_start_seconds(Path(tmp)),
+                       load_bytes_per_s=load_rate(Path(tmp)))
+    with tempfile.TemporaryDirectory() as tmp:
+        figures.update(job_figures(Path(tmp), threads))
+    return figures
+
+
+def _die_with_parent() -> None:  # a worker whose calibration was ended must not measure on
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def measured_together(threads: int, jobs: int) -> list[dict]:
+    """`worker`'s figures from `jobs` processes measuring at once (this process alone where `jobs` is 1)."""
+    if jobs == 1:
+        return [worker(threads)]
+    code = f"import json; from forgetmap.calibrate import worker; print(json.dumps(worker({threads})))"
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, preexec_fn=_die_with_parent) for _ in range(jobs)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f"a calibration process failed:\n{err[-2000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def median_figures(results: list[dict]) -> dict:
+    """Each figure's median over the processes that measured it."""
+    def med(values):
+        return statistics.median(values)
+
+    first = results[0]
+    return {"start_s": med([r["start_s"] for r in results]), "warm_start_s": med([r["warm_start_s"] for r in results]),
+            "load_bytes_per_s": med([r["load_bytes_per_s"] for r in results]),
+            "example_s": med([r["example_s"] for r in results]),
+            "setup_s": {k: med([r["setup_s"][k] for r in results]) for k in first["setup_s"]},
+            "rates": {k: {f: med([r["rates"][k][f] for r in results]) for f in ("flops_per_s", "pass_s")}
+                      for k in first["rates"]}}
+
+
+def calibrate_command(threads: int, out: str | None, jobs: int | None = None) -> dict:
+    """Measure the CPU figures with `threads` threads in `jobs` processes at once (default: as many as the CPUs
+    hold) and write them into the rates file (`out`, else the package's), beside the figures of other devices."""
+    from .config.times import cpu_name
+
+    path = Path(out) if out else cost.RATES
+    jobs = jobs or max(1, (os.cpu_count() or 1) // threads)
+    figures = median_figures(measured_together(threads, jobs))
     machine = cpu_name()
-    entry = {"kind": "cpu", "machine": machine, "threads": threads, "start_s": round(start, 3),
-             "warm_start_s": round(warm, 3),
-             "load_bytes_per_s": round(load), "rates": {k: {"flops_per_s": float(f"{v['flops_per_s']:.4g}"),
-                                                          "pass_s": float(f"{v['pass_s']:.4g}")}
-                                                      for k, v in figures.items()},
-             "source": f"{machine}, {threads} thread(s), {datetime.date.today()}, commit {commit()} "
-                       f"(forgetmap calibrate)"}
+
+    def g4(value: float) -> float:
+        return float(f"{value:.4g}")
+
+    entry = {"kind": "cpu", "machine": machine, "threads": threads, "processes": jobs,
+             "start_s": round(figures["start_s"], 3), "warm_start_s": round(figures["warm_start_s"], 3),
+             "load_bytes_per_s": round(figures["load_bytes_per_s"]),
+             "setup_s": {k: round(v, 3) for k, v in figures["setup_s"].items()}, "example_s": g4(figures["example_s"]),
+             "rates": {k: {"flops_per_s": g4(v["flops_per_s"]), "pass_s": g4(v["pass_s"])}
+                       for k, v in figures["rates"].items()},
+             "source": f"{machine}, {threads} thread(s) in each of {jobs} processes at once, {datetime.date.today()}, "
+                       f"commit {commit()} (forgetmap calibrate)"}
     rates = cost.read_rates(path)
     rates.setdefault("devices", {})["cpu"] = entry
     path.parent.mkdir(parents=True, exist_ok=True)

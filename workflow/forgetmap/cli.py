@@ -68,7 +68,9 @@ COMMANDS = [
      [arg("--out", default=None, help="write to this file instead of stdout")], False),
     ("calibrate", "measure this machine's CPU figures for the job time estimates (forgetmap.cost) into a rates file",
      "calibrate:calibrate_command",
-     [THREADS, arg("--out", default=None, help="the rates file to write (default: the package's)")], True),
+     [THREADS, arg("--out", default=None, help="the rates file to write (default: the package's)"),
+      arg("--jobs", type=int, default=None, help="processes measuring at once (default: the CPUs / threads, as a "
+                                                 "local run fills the machine)")], True),
     ("warm-start", "serve a local run's jobs from one process that has imported what they import (forgetmap.warm)",
      "warm:serve_command",
      [arg("--socket", dest="socket_path", required=True, help="the Unix socket to serve at"),

@@ -3,7 +3,8 @@
 A job's work is counted, not guessed: the tokens it trains on, scores and generates, and how many passes
 (optimizer micro-steps, scoring batches, decode steps) carry them. Its time is
 
-    start + weights / load rate + sum over its kinds of work (FLOPs / FLOP rate + passes x seconds per pass)
+    start + weights / load rate + setups x seconds per setup + examples x seconds to tokenize one
+          + sum over its kinds of work (FLOPs / FLOP rate + passes x seconds per pass)
 
 where FLOPs are the model's per token (2 x the parameters that multiply, and attention over the context; x 3
 with a backward pass, x 4 with recomputation), and `start`, the rates and the seconds per pass are measured
@@ -31,14 +32,21 @@ BF16_PEAK = {"h200": 989, "h100": 989, "h100nvl": 835, "b200": 2250, "a100": 312
              "a5000": 111, "a4000": 77, "v100": 125, "t4": 65, "3090": 71, "4090": 165}
 
 
+SETUPS = ("train", "score")  # what a job sets up before it computes: a fine-tune's, a scoring job's
+
+
 @dataclass
 class Work:
-    """What one job (one of its processes) computes: FLOPs and passes per kind, the weights it loads."""
+    """What one job (one of its processes) computes: FLOPs and passes per kind, the weights it loads, the
+    examples it tokenizes, and the setups it makes (a fine-tune's or a scoring job's reading, checks and
+    writing: what is neither start-up, loading nor arithmetic)."""
 
     flops: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
     passes: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
     load_bytes: float = 0.0
     tokens: dict = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))  # for the table: tokens per kind
+    examples: float = 0.0
+    setups: dict = field(default_factory=lambda: dict.fromkeys(SETUPS, 0))
 
     def add(self, kind: str, tokens: float, flops_per_token: float, passes: float) -> "Work":
         self.tokens[kind] += tokens
@@ -47,11 +55,13 @@ class Work:
         return self
 
     def __add__(self, other: "Work") -> "Work":
-        total = Work(load_bytes=self.load_bytes + other.load_bytes)
+        total = Work(load_bytes=self.load_bytes + other.load_bytes, examples=self.examples + other.examples)
         for kind in KINDS:
             total.flops[kind] = self.flops[kind] + other.flops[kind]
             total.passes[kind] = self.passes[kind] + other.passes[kind]
             total.tokens[kind] = self.tokens[kind] + other.tokens[kind]
+        for kind in SETUPS:
+            total.setups[kind] = self.setups[kind] + other.setups[kind]
         return total
 
 
@@ -111,6 +121,8 @@ class Figures:
     source: str
     borrowed: str | None = None  # the device whose figures these are, where not this one's
     warm_start_s: float | None = None  # a job forked from a warm server (forgetmap.warm), where measured
+    setup_s: dict = field(default_factory=dict)  # per setup kind (SETUPS), where measured
+    example_s: float = 0.0  # tokenizing one example, where measured
 
 
 def read_rates(path: str | Path | None = None) -> dict:
@@ -155,7 +167,7 @@ def _figures(entry: dict, scale: float, borrowed: str | None, parameters: float)
         near = min(measured, key=lambda r: abs(math.log(max(r.get("parameters") or parameters, 1) / max(parameters, 1))))
         rates[kind] = Rate(near["flops_per_s"] * scale, near["pass_s"], entry["source"])
     return Figures(entry["start_s"], entry["load_bytes_per_s"], rates, entry["source"], borrowed,
-                   entry.get("warm_start_s"))
+                   entry.get("warm_start_s"), entry.get("setup_s", {}), entry.get("example_s", 0.0))
 
 
 def seconds(work: Work, fig: Figures, warm: bool = False) -> float:
@@ -163,7 +175,8 @@ def seconds(work: Work, fig: Figures, warm: bool = False) -> float:
     (forked from a warm server: `warm`), loading, and each kind of work at its rate."""
     compute = sum(work.flops[k] / fig.rates[k].flops_per_s + work.passes[k] * fig.rates[k].pass_s for k in KINDS)
     start = fig.warm_start_s if warm and fig.warm_start_s is not None else fig.start_s
-    return start + work.load_bytes / fig.load_bytes_per_s + compute
+    setup = sum(count * fig.setup_s.get(kind, 0.0) for kind, count in work.setups.items())
+    return start + work.load_bytes / fig.load_bytes_per_s + setup + work.examples * fig.example_s + compute
 
 
 def runtime_minutes(estimate_s: float, attempt: int = 1) -> int:

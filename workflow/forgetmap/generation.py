@@ -208,7 +208,7 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
     import torch
 
     from .models import cache_keyword
-    from .nll import length_batches
+    from .data.batches import length_batches
 
     device = next(model.parameters()).device
     pad_id, eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id

@@ -161,7 +161,8 @@ class ProbeMeter:
               max_padding) -> None:
         """The scorer on the model as it is wrapped, the length batches of the `scored` units (their `lengths`), and
         this rank's share of them (`deal`)."""
-        from .nll import TorchScorer, length_batches
+        from .data.batches import length_batches
+        from .nll import TorchScorer
 
         self.kind, root = parallelism(model)
         self.rank, self.world = _ranks()

@@ -18,34 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data.batches import pad
+from .data.batches import length_batches, pad
 from .data.chat import Encoded
 from .models import is_flash
 from .packing import Layout, packed_batches
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 HEAD_CHECK_TOKENS = 16  # the prefix `head_reproduces_logits` compares on (a scaled or capped head shows on any)
-
-
-def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 0.0) -> list[np.ndarray]:
-    """Indices grouped longest-first: (batch size x longest length) stays within the budget, and a
-    batch closes before padding would exceed `max_padding` of its tokens (padding is wasted work)."""
-    order = np.argsort(-lengths, kind="stable")
-    batches, current, longest, total = [], [], 0, 0
-    for i in order:
-        length = int(lengths[i])
-        if current:
-            width = longest * (len(current) + 1)
-            if width > token_budget or 1 - (total + length) / width > max_padding:
-                batches.append(np.asarray(current))
-                current, total = [], 0
-        if not current:
-            longest = length
-        current.append(i)
-        total += length
-    if current:
-        batches.append(np.asarray(current))
-    return batches
 
 
 def _span_positions(encoded: list[Encoded]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

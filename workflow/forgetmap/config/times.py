@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .. import cost
 
 SAMPLE = 256  # examples tokenized to measure a file's mean length
@@ -68,16 +70,46 @@ class Lengths:
 
     def mean(self, path: str, max_length: int, template: str, split: str | None = None) -> float:
         """Mean tokens of the examples in `path` (a shard or a task file), at most `max_length`."""
+        sample = self.sample(path, max_length, template, split)
+        if sample is None:
+            self.bounded = True
+            return float(max_length)
+        return float(sample.mean())
+
+    def batches(self, path: str, max_length: int, template: str, count: int, budget: int, max_padding: float,
+                packing: bool) -> int | None:
+        """The batches the scorer makes of `count` examples like the sample of `path` (forgetmap.nll's plan: on
+        a CPU batches of equal lengths, so one per length and budget), or None where the lengths are not known."""
+        sample = self.sample(path, max_length, template)
+        if sample is None or not count:
+            return None
+        from ..data.batches import length_batches
+        from ..packing import packed_batches
+
+        lengths = np.resize(sample, int(count))  # the sample's lengths repeated to the file's count
+        return len(packed_batches(lengths, budget) if packing else length_batches(lengths, budget, max_padding))
+
+    def step_tokens(self, path: str, max_length: int, template: str, split: str | None, batch: int,
+                    micro: int) -> float | None:
+        """The tokens one optimizer step computes, padding included: `micro` micro-batches of `batch` examples
+        drawn at random, each padded to its longest (the step's examples sorted by length first where there are
+        several micro-batches, as forgetmap.data.batches draws them); None where the lengths are not known."""
+        sample = self.sample(path, max_length, template, split)
+        if sample is None:
+            return None
+        rng = np.random.default_rng(0)
+        drawn = np.sort(rng.choice(sample, size=(64, micro, batch)).reshape(64, -1), axis=1) if micro > 1 \
+            else rng.choice(sample, size=(64, batch))
+        return float(drawn.reshape(64, micro, batch).max(axis=2).sum(axis=1).mean() * batch)
+
+    def sample(self, path: str, max_length: int, template: str, split: str | None = None):
+        """The tokens of up to SAMPLE examples of `path` (an array), or None where they cannot be measured yet."""
         key = (path, max_length, split)
         if key not in self._means:
             self._means[key] = self._measure(path, max_length, template, split)
-        value = self._means[key]
-        if value is None:
-            self.bounded = True
-            return float(max_length)
-        return value
+        return self._means[key]
 
-    def _measure(self, path: str, max_length: int, template: str, split: str | None) -> float | None:
+    def _measure(self, path: str, max_length: int, template: str, split: str | None):
         tokenizer = self.tokenizer()
         if tokenizer is None or not Path(path).exists():
             return None
@@ -97,7 +129,7 @@ class Lengths:
             encoded = encode_examples(tokenizer, frame, template, max_length)
         except Exception:  # a template the tokenizer lacks is the preflight's to name; here the length is bounded
             return None
-        return float(sum(len(e.ids) for e in encoded)) / len(encoded)
+        return np.array([len(e.ids) for e in encoded], dtype=np.int64)
 
     def items(self, path: str) -> tuple[int, int, float]:
         """A shard's items: (multiple-choice, free-form, mean options of the multiple-choice ones)."""
@@ -167,27 +199,39 @@ class Model:
         template = self.spec["chat_template"]
         return self.lengths.mean(shards[0], max_length, template)
 
-    def scoring(self, work: cost.Work, examples: float, length: float, budget: int) -> cost.Work:
+    def scoring(self, work: cost.Work, examples: float, length: float, budget: int,
+                batches: int | None = None) -> cost.Work:
+        """`examples` of mean `length` scored in `batches` (where not known: as few as the budget allows)."""
         tokens = examples * length
-        return work.add("score", tokens, self.fwd(length), max(1, math.ceil(tokens / budget)) if examples else 0)
+        if batches is None:
+            batches = max(1, math.ceil(tokens / budget)) if examples else 0
+        return work.add("score", tokens, self.fwd(length), batches)
 
-    def training(self, work: cost.Work, settings: dict, steps: int, length: float) -> cost.Work:
+    def training(self, work: cost.Work, settings: dict, steps: int, length: float, path: str | None,
+                 split: str | None = "train") -> cost.Work:
         """One fine-tune's steps in one of its processes: forward and backward (x3), recomputed where checkpointed,
-        LoRA's backward without weight gradients (x2)."""
+        LoRA's backward without weight gradients (x2), over its micro-batches' tokens with their padding (none
+        where it packs) as the examples of `path` draw them."""
         passes = 2.0 if settings.get("method") == "lora" else 3.0
         passes += 1.0 if settings.get("gradient_checkpointing") is True else 0.0
-        tokens = steps * settings["batch_size"] * settings.get("grad_accum", 1) * length
-        return work.add("train", tokens, passes * self.fwd(length), steps * settings.get("grad_accum", 1))
+        micro = settings.get("grad_accum", 1)
+        padded = None if settings.get("packing") or path is None else self.lengths.step_tokens(
+            path, settings["max_length"], settings.get("chat_template", self.spec["chat_template"]), split,
+            settings["batch_size"], micro)
+        tokens = steps * (padded if padded is not None else settings["batch_size"] * micro * length)
+        return work.add("train", tokens, passes * self.fwd(length), steps * micro)
 
     def base(self) -> cost.Work | None:
         settings = self.plan.base_settings(self.model)
         if settings["kind"] != "demo":
             return cost.Work()  # a pointer: start-up only
         length = self.upstream_length(settings["max_length"])
-        work = self.training(cost.Work(), {**settings, "method": "full"}, settings["steps"], length)
+        work = self.training(cost.Work(), {**settings, "method": "full"}, settings["steps"], length,
+                             self.plan.shard_paths(self.model)[0], None)
         evals = (settings["steps"] // settings["eval_every"] + 2) if settings["eval_every"] else 0
         work = self.scoring(work, evals * min(256, settings["n_examples"]), length, 16384)
         work.load_bytes = self.weight_bytes  # written once
+        work.examples, work.setups["train"] = settings["n_examples"], 1
         return work
 
     def finetune(self, task: str, settings: dict) -> cost.Work:
@@ -198,7 +242,7 @@ class Model:
             else float(settings["max_length"])
         examples = self._examples(path)
         steps = planned_steps(settings, examples) if examples else settings["steps"]
-        work = self.training(cost.Work(), settings, steps, length)
+        work = self.training(cost.Work(), settings, steps, length, path)
         monitor = self.plan.forecast.monitor_settings(self.model, task)
         if monitor:
             checks = steps // monitor["every"] + 2
@@ -206,22 +250,34 @@ class Model:
             work = self.scoring(work, checks * watched, self.upstream_length(monitor["max_length"]),
                                 monitor["token_budget"])
         work.load_bytes = 2 * self.weight_bytes  # the base read, the fine-tune written
+        work.examples, work.setups["train"] = examples, 1
         return work
 
-    def _examples(self, path: str | None) -> int:
+    def _examples(self, path: str | None, split: str = "train") -> int:
         if not path or not Path(path).exists():
             return 0
         import pyarrow.parquet as pq
 
         table = pq.read_table(path, columns=["split"])
-        return int(sum(1 for s in table.column("split").to_pylist() if s == "train"))
+        return int(sum(1 for s in table.column("split").to_pylist() if s == split))
 
     def score(self, settings: dict, shard: int) -> cost.Work:
         path = self.plan.shard_paths(self.model)[shard]
-        examples = self.plan.shards[self.plan.corpus(self.model)][shard]["count"]
+        return self.scored_file(settings, path, self.plan.shards[self.plan.corpus(self.model)][shard]["count"])
+
+    def scored_file(self, settings: dict, path: str, examples: int, share: float = 1.0) -> cost.Work:
+        """One scoring job's work on `examples` upstream examples like those of `path` (a shard), whose items
+        are the shard's `share`: the examples, their items' options and the answers generated, in the batches
+        the scorer makes of them."""
         length = self.upstream_length(settings["max_length"])
-        work = self.scoring(cost.Work(), examples, length, settings["token_budget"])
+        padding = settings["max_padding"]
+        if padding is None:  # the scorer's default: batches of equal lengths on a CPU
+            padding = 0.0 if device(self.plan, self.model, "score").kind == "cpu" else 0.1
+        batches = self.lengths.batches(path, settings["max_length"], self.spec["chat_template"], examples,
+                                       settings["token_budget"], padding, settings.get("packing", False))
+        work = self.scoring(cost.Work(), examples, length, settings["token_budget"], batches)
         mc, free, options = self.lengths.items(path)
+        mc, free = mc * share, free * share
         if mc:  # each option scored after its question
             work = self.scoring(work, mc * options, length, settings["token_budget"])
         correctness = settings["correctness"]
@@ -232,6 +288,7 @@ class Model:
             rows = max(1, settings["token_budget"] // (settings["max_length"] + new))
             work.add("generate", answers * new, self.fwd(length + new), new * math.ceil(answers / rows))
         work.load_bytes = self.weight_bytes
+        work.examples, work.setups["score"] = examples + mc + free, 1
         return work
 
     def task_scoring(self, task: str, settings: dict, split: str | None) -> cost.Work:
@@ -241,20 +298,34 @@ class Model:
         n = self._examples(path) if split == "train" else 0
         work = self.scoring(cost.Work(), n or 1, length, settings.get("token_budget", 16384))
         work.load_bytes = self.weight_bytes
+        work.examples, work.setups["score"] = n, 1
         return work
 
-    def judging(self, work: cost.Work) -> cost.Work:
-        """A fine-tune judged on the held-out set, as trained and at each interpolation toward the base."""
-        score = self.spec["score"]
-        judged = 1 + len(self.plan.mitigation.alphas(self.model))
+    def judging(self, work: cost.Work, task: str) -> cost.Work:
+        """A fine-tune judged as trained and at each interpolation toward the base (forgetmap.mitigation.evaluate):
+        each variant loaded beside the base for its task's validation NLL and KL, written where interpolated, and
+        its held-out examples and their items scored as a scoring job scores them."""
+        path = self.plan.task_paths(self.model).get(task)
+        finetune = self.plan.finetune_settings(self.model, task)
+        validation = self._examples(path, "validation")
         heldout = self.plan.cfg["mitigation"]["heldout"] or 0
-        return self.scoring(work, judged * heldout, self.upstream_length(score["max_length"]), score["token_budget"])
-
-    def plain(self) -> cost.Work:
-        """Plain fine-tuning's checkpoint judged (`plain_scores`): no training."""
-        work = self.judging(cost.Work())
-        work.load_bytes = 2 * self.weight_bytes  # the fine-tune and the base
+        shard = self.plan.shards[self.plan.corpus(self.model)][0]["count"]
+        alphas = self.plan.mitigation.alphas(self.model)
+        work = work + cost.Work(load_bytes=self.weight_bytes, examples=validation)  # the base, its validation
+        length = self.lengths.mean(path, finetune["max_length"], finetune["chat_template"], "validation") if path \
+            else float(finetune["max_length"])
+        for alpha in (1.0, *alphas):
+            variant = self.scored_file(self.plan.score_settings(self.model), self.plan.shard_paths(self.model)[0],
+                                       heldout, heldout / max(shard, 1))
+            variant = self.scoring(variant, 2 * validation, length, 16 * finetune["max_length"],
+                                   2 * math.ceil(validation / 16))  # the variant's and the base's forwards
+            variant.load_bytes = self.weight_bytes * (2 if alpha == 1.0 else 4)  # loaded twice; interpolated: written
+            work = work + variant
         return work
+
+    def plain(self, task: str) -> cost.Work:
+        """Plain fine-tuning's checkpoint judged (`plain_scores`): no training."""
+        return self.judging(cost.Work(), task)
 
     def arm(self, name: str, arm: dict, task: str) -> cost.Work:
         """An arm's job: its fine-tune for each value of its knob (replay's longer run, a frozen reference's
@@ -267,10 +338,10 @@ class Model:
         one = self.finetune(task, {**settings, "steps": math.ceil(settings["steps"] * stretch)})
         if arm.get("kl"):  # the frozen base's forward on every trained token
             one.add("score", one.tokens["train"], self.fwd(settings["max_length"]), one.passes["train"])
-        one = self.judging(one)
-        work = cost.Work(load_bytes=one.load_bytes)
-        for _ in values:
-            work = work + cost.Work(flops=dict(one.flops), passes=dict(one.passes), tokens=dict(one.tokens))
+        trained = cost.Work(flops=dict(one.flops), passes=dict(one.passes), tokens=dict(one.tokens))
+        work = cost.Work(load_bytes=one.load_bytes, examples=one.examples, setups=dict(one.setups))
+        for _ in values:  # a fine-tune per value, in the job's one process; each judged
+            work = self.judging(work + trained, task)
         return work
 
 
@@ -313,7 +384,7 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         if any(arm.get("tokens") for arm in arms.values()):
             losses = plan.mitigation.token_loss_settings(model, arm_tasks[0])
             row("score", "token losses", len(arm_tasks), m.task_scoring(arm_tasks[0], {**scoring, **losses}, "train"))
-        row("score", "plain fine-tune judged", len(arm_tasks), m.plain())
+        row("score", "plain fine-tune judged", len(arm_tasks), max((m.plain(t) for t in arm_tasks), key=_flops))
         for name, arm in arms.items():
             work = max((m.arm(name, arm, task) for task in arm_tasks), key=_flops)
             row("finetune", f"arm {name}", len(arm_tasks) * seeds, work)

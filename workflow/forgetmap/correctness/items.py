@@ -41,7 +41,8 @@ from ..data.chat import Encoded
 from ..data.upstream import present, scorable
 from ..errors import DataError
 from ..generation import Sampling, budgets, generate_torch, until_stop
-from ..nll import TorchScorer, length_batches
+from ..data.batches import length_batches
+from ..nll import TorchScorer
 
 log = logging.getLogger(__name__)
 

@@ -66,6 +66,27 @@ def collate(examples: list[Encoded], pad_id: int, packed: bool = False,
             "tokens": sum(len(e.ids) for e in examples)}
 
 
+def length_batches(lengths: np.ndarray, token_budget: int, max_padding: float = 0.0) -> list[np.ndarray]:
+    """Indices grouped longest-first: (batch size x longest length) stays within the budget, and a
+    batch closes before padding would exceed `max_padding` of its tokens (padding is wasted work)."""
+    order = np.argsort(-lengths, kind="stable")
+    batches, current, longest, total = [], [], 0, 0
+    for i in order:
+        length = int(lengths[i])
+        if current:
+            width = longest * (len(current) + 1)
+            if width > token_budget or 1 - (total + length) / width > max_padding:
+                batches.append(np.asarray(current))
+                current, total = [], 0
+        if not current:
+            longest = length
+        current.append(i)
+        total += length
+    if current:
+        batches.append(np.asarray(current))
+    return batches
+
+
 def planned_steps(settings: dict, n_examples: int) -> int:
     """`steps`, capped at `max_epochs` passes over the data (paper §1.8, with the real batch size)."""
     effective = settings["batch_size"] * settings["grad_accum"] * settings["processes"]
