@@ -60,8 +60,8 @@ def main() -> None:
     from forgetmap.config import times
     from forgetmap.plan import Plan
 
-    times.Lengths.mean = lambda self, path, max_length, template, split=None: float(max_length)
-    times.Model._examples = lambda self, path: 0  # every fine-tune runs its `steps`
+    times.Lengths.sample = lambda self, path, max_length, template, split=None: None  # each at its max_length
+    times.Model._examples = lambda self, path, split="train": 0  # every fine-tune runs its `steps`
     gpus = {stage: {"default-resources": args.gpu} for stage in ("finetune", "score", "semantic", "gradient")}
     plan = Plan(config, gpus)
     rows = [row for model in plan.computed for row in plan.job_times(model)]
