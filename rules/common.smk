@@ -118,6 +118,12 @@ def optional_inputs(*keys):
     return options
 
 
+def runtime(stage, log):
+    """SLURM --time of a job whose stage's runtime may be estimated, growing with each retry; a retry of an
+    estimated one leaves beside its `log` (a path template) how far the estimate missed (forgetmap.attempts)."""
+    return lambda wc, attempt: PLAN.runtime(wc.model, stage, attempt, log.format(**dict(wc.items())))
+
+
 def resource(stage, key):
     """A configured resource of the model's `stage` (threads too); runtime grows with each retry."""
     if key == "runtime":

@@ -43,9 +43,9 @@ rule forecast_scores:
         gpu=resource("score", "gpu"),
         slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        runtime=runtime("score", fm_plan.FORECAST_SCORES_LOG),
     log:
-        "results/logs/{model}/forecast/scores/{task}.log",
+        fm_plan.FORECAST_SCORES_LOG,
     benchmark:
         "results/benchmarks/{model}/forecast/scores/{task}.tsv"
     conda:

@@ -39,9 +39,9 @@ rule token_losses:
         gpu=resource("score", "gpu"),
         slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        runtime=runtime("score", fm_plan.TOKEN_LOSSES_LOG),
     log:
-        "results/logs/{model}/mitigation/token_losses/{task}.log",
+        fm_plan.TOKEN_LOSSES_LOG,
     benchmark:
         "results/benchmarks/{model}/mitigation/token_losses/{task}.tsv"
     conda:
@@ -92,9 +92,9 @@ rule arm_run:
         gpu=resource("finetune", "gpu"),
         slurm_partition=partition("finetune"),
         mem_mb=resource("finetune", "mem_mb"),
-        runtime=resource("finetune", "runtime"),
+        runtime=runtime("finetune", fm_plan.ARM_LOG),
     log:
-        "results/logs/{model}/mitigation/{arm}/seed-{seed}/{task}.log",
+        fm_plan.ARM_LOG,
     benchmark:
         "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/{task}.tsv"
     conda:
@@ -122,9 +122,9 @@ rule plain_scores:
         gpu=resource("score", "gpu"),
         slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        runtime=runtime("score", fm_plan.PLAIN_LOG),
     log:
-        "results/logs/{model}/mitigation/none/matrix/{task}.log",
+        fm_plan.PLAIN_LOG,
     benchmark:
         "results/benchmarks/{model}/mitigation/none/matrix/{task}.tsv"
     conda:

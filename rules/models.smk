@@ -13,9 +13,9 @@ rule base_model:
         gpu=resource("base", "gpu"),
         slurm_partition=partition("base"),
         mem_mb=resource("base", "mem_mb"),
-        runtime=resource("base", "runtime"),
+        runtime=runtime("base", fm_plan.BASE_LOG),
     log:
-        "results/logs/{model}/base_model.log",
+        fm_plan.BASE_LOG,
     benchmark:
         "results/benchmarks/{model}/base_model.tsv"
     conda:
@@ -40,9 +40,9 @@ rule finetune:
         gpu=resource("finetune", "gpu"),
         slurm_partition=partition("finetune"),
         mem_mb=resource("finetune", "mem_mb"),
-        runtime=resource("finetune", "runtime"),
+        runtime=runtime("finetune", fm_plan.FINETUNE_LOG),
     log:
-        "results/logs/{model}/finetune/{task}.log",
+        fm_plan.FINETUNE_LOG,
     benchmark:
         "results/benchmarks/{model}/finetune/{task}.tsv"
     conda:

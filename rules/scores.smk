@@ -18,9 +18,9 @@ rule score:
         gpu=resource("score", "gpu"),
         slurm_partition=partition("score"),
         mem_mb=resource("score", "mem_mb"),
-        runtime=resource("score", "runtime"),
+        runtime=runtime("score", fm_plan.SCORE_LOG),
     log:
-        "results/logs/{model}/score/{run}/shard-{shard}.log",
+        fm_plan.SCORE_LOG,
     benchmark:
         "results/benchmarks/{model}/score/{run}/shard-{shard}.tsv"
     conda:

@@ -98,3 +98,36 @@ def test_a_jobs_setup_and_its_examples_are_part_of_its_time():
     work = cost.Work(examples=1000)
     work.setups["score"] = 1
     assert cost.seconds(work, fig) == pytest.approx(1.0 + 2.0 + 1.0)
+
+
+def test_a_retry_of_an_estimated_job_says_in_its_log_how_far_the_estimate_missed(tmp_path, monkeypatch):
+    """Snakemake asks the retry's runtime before it runs the job: the plan leaves the note beside the job's log,
+    and the job's command says it first in the log it writes (then the note is gone)."""
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from forgetmap.config.times import stage_estimate
+    from forgetmap.plan import SCORE_LOG, Plan
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(config)
+    log = SCORE_LOG.format(model="demo", run="city_qa", shard=0)
+    first = plan.runtime("demo", "score", 1, log)
+    assert not list(tmp_path.rglob("*.retry.json"))  # a first attempt is no retry
+    second = plan.runtime("demo", "score", 2, log)
+    assert second == 2 * first
+    note = Path(str((tmp_path / log).resolve()) + ".retry.json")
+    assert json.loads(note.read_text())["previous_min"] == first
+    with open(tmp_path / log, "w") as out:  # the job, its stdout and stderr to its log, as the rule runs it
+        assert subprocess.run(["forgetmap", "schema"], stdout=out, stderr=out).returncode == 0
+    said = (tmp_path / log).read_text().splitlines()[0]
+    minutes = stage_estimate(plan, "demo", "score") / 60
+    assert (f"attempt 2 of this job, given {second} min: attempt 1 did not finish in its {first} min, "
+            f"{first / minutes:.1f}x the estimate of {minutes:.1f} min") in said
+    assert not note.exists()
+    # a configured runtime is the user's: no estimate to speak of
+    config["models"]["demo"]["resources"]["score"]["runtime"] = 30
+    assert Plan(config).runtime("demo", "score", 2, log) == 60 and not note.exists()

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 
-from . import warm
+from . import attempts, warm
 from .errors import LOG_FORMAT, ForgetmapError
 
 log = logging.getLogger("forgetmap")
@@ -270,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format=LOG_FORMAT, stream=sys.stderr, force=True)  # force: a warm server's child too
+    retry = attempts.take()  # a retry of a job whose time was estimated: how far the estimate missed
+    if retry:
+        log.warning(retry)
     try:
         if getattr(args, "gpus", None) is not None:  # claim the job's GPUs (0: it sees none)
             from .devices import claim_gpus

@@ -402,8 +402,12 @@ def plan_times(plan) -> list[JobTime]:
 def runtime(plan, model: str, stage: str, attempt: int = 1) -> int:
     """SLURM --time of a stage's job where the config leaves `runtime` unset: its kind's longest estimate with
     forgetmap.cost's margin (x the attempt)."""
-    estimates = [r.cold_seconds for r in plan.job_times(model) if r.stage == stage]
-    return cost.runtime_minutes(max(estimates, default=0.0), attempt)
+    return cost.runtime_minutes(stage_estimate(plan, model, stage), attempt)
+
+
+def stage_estimate(plan, model: str, stage: str) -> float:
+    """The longest estimate of a stage's jobs, in a process of its own (what its SLURM time is sized on)."""
+    return max((r.cold_seconds for r in plan.job_times(model) if r.stage == stage), default=0.0)
 
 
 def estimated(plan) -> bool:

@@ -433,6 +433,18 @@ class Plan:
             return runtime(self, model, stage, attempt)
         return value * attempt if key == "runtime" else value
 
+    def runtime(self, model: str, stage: str, attempt: int, log: str) -> int:
+        """A job's SLURM time at its `attempt` (`resource`); a retry of one whose time is estimated leaves its log
+        a note of how far the estimate missed (forgetmap.attempts)."""
+        minutes = self.resource(model, stage, "runtime", attempt)
+        if attempt > 1 and self.cfg["models"][model]["resources"][stage]["runtime"] is None:
+            from ..attempts import leave
+            from ..config.times import stage_estimate
+
+            leave(log, attempt, stage_estimate(self, model, stage), self.resource(model, stage, "runtime", attempt - 1),
+                  minutes)
+        return minutes
+
     def job_times(self, model: str) -> list:
         """How long the model's jobs take, one row per kind (forgetmap.config.times: estimated once, for the time
         table and every job's SLURM time the config leaves unset)."""
