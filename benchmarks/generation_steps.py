@@ -95,8 +95,8 @@ def runners(model, tokenizer, prompts: list[np.ndarray], temperature: float, top
     ids, mask = ids.to(device), mask.to(device)
     sampling = Sampling(temperature, top_p)
 
-    def ours(n):
-        return generate_torch(model, tokenizer, prompts, np.full(len(prompts), n), sampling, 0, budget)
+    def ours(n, static=None):  # static: the cache allocated whole, the step compiled on CUDA (StaticDecoding)
+        return generate_torch(model, tokenizer, prompts, np.full(len(prompts), n), sampling, 0, budget, static=static)
 
     def theirs(n):
         sample = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature else \

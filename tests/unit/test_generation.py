@@ -176,6 +176,22 @@ def test_each_decode_step_runs_fewer_operators_and_host_reads_than_transformers_
         assert mine.get("loop host reads", 0) == 1 / CHECK_EVERY <= generate["loop host reads"], (mine, generate)
 
 
+@pytest.mark.parametrize("row", ["base", "sft", "dpo"])
+def test_the_static_cache_a_gpu_decodes_with_writes_the_growing_caches_answers(chain, row):
+    """On CUDA the decode loop keeps a key-value cache allocated whole and compiles its step (CUDA graphs replay it:
+    generation.StaticDecoding); here uncompiled, in fp32: the same greedy answers, the same sampled answers by seed,
+    the same cut at stop strings, with left-padded prompts read in chunks, as the growing cache writes."""
+    model, tok = chain[row]
+    contexts = [np.asarray(tok(t)["input_ids"])[: 4 + 3 * i] for i, t in enumerate(sentences(8, seed=5))]
+    limits = np.array([16, 3, 16, 9, 16, 16, 1, 16])
+    for sampling, seed in ((Sampling(), 0), (Sampling(0.8, 0.95), 3), (Sampling(0.8, 0.95, ("the",)), 4)):
+        growing = generate_torch(model, tok, contexts, limits, sampling, seed, token_budget=8 * 12)
+        static = generate_torch(model, tok, contexts, limits, sampling, seed, token_budget=8 * 12, static=True)
+        assert all(np.array_equal(a, b) for a, b in zip(growing.tokens, static.tokens)), sampling
+        assert growing.texts == static.texts and np.array_equal(growing.capped, static.capped)
+    assert sum(len(t) for t in growing.tokens) > 20
+
+
 def test_prompts_read_in_chunks_give_the_answers_read_at_once(chain, monkeypatch):
     """On a GPU a batch is sized by the key-value cache the device holds and its prompts are read a chunk of
     the token budget at a time: the same greedy answers (and texts) as one forward over the whole prompts."""

@@ -162,23 +162,76 @@ class InStep:
         return shared[0]
 
 
-def _prefill(model, keyword: str, ids, attention, chunk: int):
-    """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache grows
-    chunk by chunk): the cache and the last position's logits."""
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache, result = None, None
-    for s in range(0, ids.shape[1], chunk):
-        result = model(input_ids=ids[:, s:s + chunk], attention_mask=attention[:, :s + chunk],
-                       position_ids=positions[:, s:s + chunk], **{keyword: cache}, use_cache=True, logits_to_keep=1)
-        cache = getattr(result, keyword)
-    return cache, result.logits[:, -1]
+class DynamicDecoding:
+    """transformers' growing cache: the prompts read chunk by chunk, each step's mask as long as the tokens so far
+    (any model, any device)."""
+
+    def __init__(self, model, keyword: str, width: int, steps: int):
+        self.model, self.keyword, self.width, self.cache = model, keyword, width, None
+
+    def prefill(self, ids, attention, chunk: int):
+        """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache grows
+        chunk by chunk): the last position's logits."""
+        positions = (attention[:, :self.width].cumsum(-1) - 1).clamp(min=0)
+        result = None
+        for s in range(0, self.width, chunk):
+            result = self.model(input_ids=ids[:, s:s + chunk], attention_mask=attention[:, :s + chunk],
+                                position_ids=positions[:, s:s + chunk], **{self.keyword: self.cache}, use_cache=True,
+                                logits_to_keep=1)
+            self.cache = getattr(result, self.keyword)
+        return result.logits[:, -1]
+
+    def step(self, token, attention, position, step: int):
+        """One token per row through the model with the cache: the next logits (the cache grows in place)."""
+        result = self.model(input_ids=token[:, None], attention_mask=attention[:, :self.width + step],
+                            position_ids=position[:, None], **{self.keyword: self.cache}, use_cache=True,
+                            logits_to_keep=1)
+        return result.logits[:, -1]
 
 
-def _decode_step(model, keyword: str, token, attention, position, cache):
-    """One token per row through the model with the cache: the next logits (the cache grows in place)."""
-    result = model(input_ids=token[:, None], attention_mask=attention, position_ids=position[:, None],
-                   **{keyword: cache}, use_cache=True, logits_to_keep=1)
-    return result.logits[:, -1]
+class StaticDecoding(DynamicDecoding):
+    """A cache allocated whole for the batch's last step (transformers' StaticCache), so that every decode step has
+    the same shapes: the whole rows' mask, and where the step writes (`cache_position`). On CUDA the decode step
+    is the model's call compiled as transformers' `generate` compiles it for a static cache (`get_compiled_call`:
+    CUDA graphs captured once and replayed, no launch or allocation per step); the prompts are read uncompiled."""
+
+    def __init__(self, model, keyword: str, width: int, steps: int, compiled: bool):
+        from transformers import StaticCache
+
+        super().__init__(model, keyword, width, steps)
+        self.cache = StaticCache(config=model.config, max_cache_len=width + steps)
+        self.forward = model.get_compiled_call(None) if compiled else model
+
+    def prefill(self, ids, attention, chunk: int):
+        import torch
+
+        positions = (attention[:, :self.width].cumsum(-1) - 1).clamp(min=0)
+        result = None
+        for s in range(0, self.width, chunk):
+            written = torch.arange(s, min(s + chunk, self.width), device=ids.device)
+            result = self.model(input_ids=ids[:, s:s + chunk], attention_mask=attention,
+                                position_ids=positions[:, s:s + chunk], **{self.keyword: self.cache},
+                                cache_position=written, use_cache=True, logits_to_keep=1)
+        return result.logits[:, -1]
+
+    def step(self, token, attention, position, step: int):
+        import torch
+
+        written = torch.full((1,), self.width + step - 1, dtype=torch.long, device=token.device)
+        result = self.forward(input_ids=token[:, None], attention_mask=attention, position_ids=position[:, None],
+                              **{self.keyword: self.cache}, cache_position=written, use_cache=True, logits_to_keep=1)
+        return result.logits[:, -1].clone()  # a replayed graph's output is overwritten by the next replay
+
+
+def decoding(model, keyword: str, width: int, steps: int, static: bool | None, in_step):
+    """The decode loop's cache: `static` True, allocated whole (its step compiled on CUDA, for a model transformers
+    compiles whole), else growing. The growing one stays the default until the device tier has timed the static
+    one against it (tests/gpu: a compiled step recompiles for every new batch shape); ranks in step keep it."""
+    device = next(model.parameters()).device
+    if static and in_step is None:
+        compiled = device.type == "cuda" and getattr(model, "_can_compile_fullgraph", False)
+        return StaticDecoding(model, keyword, width, steps, compiled)
+    return DynamicDecoding(model, keyword, width, steps)
 
 
 def _next_token(logits, sampling: Sampling, generator):
@@ -194,7 +247,7 @@ def _to_host(tensor) -> np.ndarray:
 
 def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndarray, sampling: Sampling = Sampling(),
                    seed: int = 0, token_budget: int = 8192, in_step: InStep | None = None,
-                   inference: bool = True) -> Answers:
+                   inference: bool = True, static: bool | None = None) -> Answers:
     """Each context's continuation (up to its budget in `limits`). Batches are sized by the key-value cache
     they will hold at their last step (`cache_budget`); prompts are read in chunks of `token_budget` padded
     tokens. The decode loop keeps its state on the device (tokens written into one buffer, positions counted
@@ -202,7 +255,8 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
     whether every row is done, and the rows' new tokens for their stop strings (a row found stopped late is
     cut where its stop string was completed; the steps it ran past it change nothing of the others). `in_step`:
     the ranks of a sharded model, generating the same contexts together (`InStep`). `inference`: under
-    `inference_mode` (False: `no_grad`, for weights that train on afterwards, as the forgetting monitor's)."""
+    `inference_mode` (False: `no_grad`, for weights that train on afterwards, as the forgetting monitor's). `static`:
+    the decode loop's cache allocated whole (`decoding`)."""
     import logging
 
     import torch
@@ -231,7 +285,7 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
         for batch in batches:
             written, ends = _decode_batch(model, keyword, [contexts[i] for i in batch], limits[batch], pad_id,
                                           eos_id, sampling, generator, watch, max(1, token_budget // len(batch)),
-                                          in_step)
+                                          in_step, static)
             for r, i in enumerate(batch):
                 tokens[i], ended[i] = written[r], ends[r]
     texts = [until_stop(t, sampling.stop) for t in tokenizer.batch_decode([t.tolist() for t in tokens],
@@ -241,7 +295,8 @@ def generate_torch(model, tokenizer, contexts: list[np.ndarray], limits: np.ndar
     return answers if in_step is None else in_step.texts(answers)
 
 
-def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, generator, watch, chunk, in_step=None):
+def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, generator, watch, chunk, in_step=None,
+                  static=None):
     """One left-padded batch: each row's tokens (EOS left out) and whether EOS or a stop string ended it (with
     `in_step`, the loop runs on until every rank's rows are done: the steps past a row's end change nothing)."""
     import torch
@@ -261,7 +316,8 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
     out = torch.full((rows, max(steps, 1)), pad_id, dtype=torch.long, device=device)
     done = limit <= 0
     if steps:
-        cache, logits = _prefill(model, keyword, ids, attention[:, :width], chunk)
+        cache = decoding(model, keyword, width, steps, static, in_step)
+        logits = cache.prefill(ids, attention, chunk)
     # the host's view, brought up to date at each read: each row's last step and whether EOS or a stop ended it
     last = limits - 1
     ended = np.zeros(rows, dtype=bool)
@@ -269,7 +325,7 @@ def _decode_batch(model, keyword, contexts, limits, pad_id, eos_id, sampling, ge
     checked, states, read = 0, [], []  # read: the blocks of tokens the host has read
     for step in range(steps):
         if step:
-            logits = _decode_step(model, keyword, token, attention[:, :width + step], position, cache)
+            logits = cache.step(token, attention, position, step)
             position += 1
         token = _next_token(logits, sampling, generator).masked_fill_(done, pad_id)
         if generator is not None:  # the state after each step's draws (a host copy: no wait on the device)

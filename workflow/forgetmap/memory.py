@@ -444,10 +444,11 @@ def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens:
     """One generation batch's memory beyond the weights, traced with forgetmap.generation's own prefill and
     decode step: the larger of the prefill (`rows` prompts of `width` tokens, read in chunks of the token
     budget) and the decode step that writes the last answer token (the key-value cache then holds every
-    prompt and answer token before it, the most it holds: it only grows)."""
+    prompt and answer token before it, the most it holds: it only grows; a CUDA job's static cache holds it all
+    from the prefill on, beside the prefill's activations)."""
     import torch
 
-    from .generation import _decode_step, _prefill
+    from .generation import DynamicDecoding
     from .meta_peak import meta_model, peak_bytes
     from .models import cache_keyword
 
@@ -459,8 +460,9 @@ def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens:
 
     def prefill(length):
         ids = torch.zeros((rows, length), dtype=torch.long, device="meta")
+        cache = DynamicDecoding(net, keyword, length, total - length)
         with torch.no_grad():
-            return _prefill(net, keyword, ids, attention[:, :length], chunk)
+            return cache, cache.prefill(ids, attention, chunk)
 
     reading = peak_bytes(lambda: prefill(width))
 
@@ -468,7 +470,7 @@ def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens:
         cache, logits = before
         token = logits.argmax(-1)
         with torch.no_grad():
-            _decode_step(net, keyword, token, attention, token.new_zeros(rows), cache)
+            cache.step(token, attention, token.new_zeros(rows), total - cache.width)
 
     writing = peak_bytes(last_step, setup=lambda: prefill(total - 1))
     return Need({"generation": float(max(reading, writing))}, {})
