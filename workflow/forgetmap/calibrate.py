@@ -305,9 +305,7 @@ def measured_together(threads: int, jobs: int) -> list[dict]:
 
 def median_figures(results: list[dict]) -> dict:
     """Each figure's median over the processes that measured it."""
-    def med(values):
-        return statistics.median(values)
-
+    med = statistics.median
     first = results[0]
     return {"start_s": med([r["start_s"] for r in results]), "warm_start_s": med([r["warm_start_s"] for r in results]),
             "load_bytes_per_s": med([r["load_bytes_per_s"] for r in results]),

@@ -163,29 +163,35 @@ class InStep:
 
 
 class DynamicDecoding:
-    """transformers' growing cache: the prompts read chunk by chunk, each step's mask as long as the tokens so far
+    """transformers' growing cache: the prompts read chunk by chunk, each call's mask as long as the tokens so far
     (any model, any device)."""
 
     def __init__(self, model, keyword: str, width: int, steps: int):
         self.model, self.keyword, self.width, self.cache = model, keyword, width, None
+        self.forward = model
+
+    def placed(self, attention, start: int, stop: int) -> dict:
+        """What a call writing positions [start, stop) is told of where they are: the mask of the tokens so far."""
+        return {"attention_mask": attention[:, :stop]}
 
     def prefill(self, ids, attention, chunk: int):
-        """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache grows
+        """The prompts' forward in chunks of `chunk` positions (each chunk's activations bounded; the cache fills
         chunk by chunk): the last position's logits."""
         positions = (attention[:, :self.width].cumsum(-1) - 1).clamp(min=0)
         result = None
         for s in range(0, self.width, chunk):
-            result = self.model(input_ids=ids[:, s:s + chunk], attention_mask=attention[:, :s + chunk],
-                                position_ids=positions[:, s:s + chunk], **{self.keyword: self.cache}, use_cache=True,
-                                logits_to_keep=1)
+            stop = min(s + chunk, self.width)
+            result = self.model(input_ids=ids[:, s:stop], position_ids=positions[:, s:stop],
+                                **{self.keyword: self.cache}, use_cache=True, logits_to_keep=1,
+                                **self.placed(attention, s, stop))
             self.cache = getattr(result, self.keyword)
         return result.logits[:, -1]
 
     def step(self, token, attention, position, step: int):
         """One token per row through the model with the cache: the next logits (the cache grows in place)."""
-        result = self.model(input_ids=token[:, None], attention_mask=attention[:, :self.width + step],
-                            position_ids=position[:, None], **{self.keyword: self.cache}, use_cache=True,
-                            logits_to_keep=1)
+        at = self.width + step - 1
+        result = self.forward(input_ids=token[:, None], position_ids=position[:, None], **{self.keyword: self.cache},
+                              use_cache=True, logits_to_keep=1, **self.placed(attention, at, at + 1))
         return result.logits[:, -1]
 
 
@@ -202,25 +208,13 @@ class StaticDecoding(DynamicDecoding):
         self.cache = StaticCache(config=model.config, max_cache_len=width + steps)
         self.forward = model.get_compiled_call(None) if compiled else model
 
-    def prefill(self, ids, attention, chunk: int):
+    def placed(self, attention, start: int, stop: int) -> dict:
         import torch
 
-        positions = (attention[:, :self.width].cumsum(-1) - 1).clamp(min=0)
-        result = None
-        for s in range(0, self.width, chunk):
-            written = torch.arange(s, min(s + chunk, self.width), device=ids.device)
-            result = self.model(input_ids=ids[:, s:s + chunk], attention_mask=attention,
-                                position_ids=positions[:, s:s + chunk], **{self.keyword: self.cache},
-                                cache_position=written, use_cache=True, logits_to_keep=1)
-        return result.logits[:, -1]
+        return {"attention_mask": attention, "cache_position": torch.arange(start, stop, device=attention.device)}
 
     def step(self, token, attention, position, step: int):
-        import torch
-
-        written = torch.full((1,), self.width + step - 1, dtype=torch.long, device=token.device)
-        result = self.forward(input_ids=token[:, None], attention_mask=attention, position_ids=position[:, None],
-                              **{self.keyword: self.cache}, cache_position=written, use_cache=True, logits_to_keep=1)
-        return result.logits[:, -1].clone()  # a replayed graph's output is overwritten by the next replay
+        return super().step(token, attention, position, step).clone()  # a replayed graph's output is overwritten
 
 
 def decoding(model, keyword: str, width: int, steps: int, static: bool | None, in_step):

@@ -27,15 +27,10 @@ if TYPE_CHECKING:
     from .data.chat import Encoded
 
 # model_type of the transformers architectures whose mask and positions follow `position_ids`, each checked in
-# tests/unit/test_packing (OPT, which counts its learned positions from the attention mask, and Bloom, whose ALiBi
-# it builds from the mask, are not)
+# tests/unit/test_packing (OPT, which counts its learned positions from the attention mask, is not: the test shows it)
 PACKABLE = frozenset({"llama", "mistral", "mixtral", "olmo", "olmo2", "olmo3", "olmoe", "gpt_neox", "gpt2", "gptj",
                       "gpt_bigcode", "codegen", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma3_text", "phi", "phi3",
                       "starcoder2", "stablelm", "granite", "cohere"})
-
-
-def packable(model_type: str | None) -> bool:
-    return model_type in PACKABLE
 
 
 def rows_of(lengths: list[int] | np.ndarray, width: int) -> list[list[int]]:
@@ -114,7 +109,7 @@ class Layout:
 
 def refusal(model: str, model_type: str | None, key: str) -> str | None:
     """Why `key` (a packing setting) cannot be true for this model, or None where it can."""
-    if packable(model_type):
+    if model_type in PACKABLE:
         return None
     return (f"{key}: true packs examples into rows, but model {model!r} is of type {model_type or 'unknown'!r}, "
             f"whose attention is not known to keep packed examples apart (packing is checked for "

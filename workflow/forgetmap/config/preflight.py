@@ -57,9 +57,10 @@ def check_packing(plan, model: str) -> None:
     if spec["score"]["packing"] and spec["score"]["backend"] == "vllm":
         raise ConfigError(f"config key models.{model}.score.packing: packing is the torch backend's; the vllm backend "
                           f"schedules its tokens without padding itself: set it to false")
-    keys += [f"tasks.{task}.finetune.packing" if (plan.cfg["tasks"][task]["finetune"] or {}).get("packing")
-             else f"models.{model}.finetune.packing"
-             for task in plan.finetuned[model] if plan.finetune_settings(model, task).get("packing")][:1]
+    packed = next((t for t in plan.finetuned[model] if plan.finetune_settings(model, t).get("packing")), None)
+    if packed is not None:  # the key that asked for it: the task's own override, else the model's
+        own = (plan.cfg["tasks"][packed]["finetune"] or {}).get("packing")
+        keys.append(f"tasks.{packed}.finetune.packing" if own else f"models.{model}.finetune.packing")
     for key in keys:
         why = refusal(model, getattr(plan.base_config(model), "model_type", None), key)
         if why:

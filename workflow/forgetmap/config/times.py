@@ -52,7 +52,7 @@ class Lengths:
     def __init__(self, plan, model: str):
         self.plan, self.model = plan, model
         self._tokenizer = False  # not yet looked for
-        self._means: dict = {}
+        self._samples: dict = {}
         self.bounded = False  # some length was taken at its max_length
 
     def tokenizer(self):
@@ -105,9 +105,9 @@ class Lengths:
     def sample(self, path: str, max_length: int, template: str, split: str | None = None):
         """The tokens of up to SAMPLE examples of `path` (an array), or None where they cannot be measured yet."""
         key = (path, max_length, split)
-        if key not in self._means:
-            self._means[key] = self._measure(path, max_length, template, split)
-        return self._means[key]
+        if key not in self._samples:
+            self._samples[key] = self._measure(path, max_length, template, split)
+        return self._samples[key]
 
     def _measure(self, path: str, max_length: int, template: str, split: str | None):
         tokenizer = self.tokenizer()
@@ -314,12 +314,12 @@ class Model:
         work = work + cost.Work(load_bytes=self.weight_bytes, examples=validation)  # the base, its validation
         length = self.lengths.mean(path, finetune["max_length"], finetune["chat_template"], "validation") if path \
             else float(finetune["max_length"])
-        for alpha in (1.0, *alphas):
-            variant = self.scored_file(self.plan.score_settings(self.model), self.plan.shard_paths(self.model)[0],
-                                       heldout, heldout / max(shard, 1))
-            variant = self.scoring(variant, 2 * validation, length, 16 * finetune["max_length"],
-                                   2 * math.ceil(validation / 16))  # the variant's and the base's forwards
-            variant.load_bytes = self.weight_bytes * (2 if alpha == 1.0 else 4)  # loaded twice; interpolated: written
+        variant = self.scored_file(self.plan.score_settings(self.model), self.plan.shard_paths(self.model)[0],
+                                   heldout, heldout / max(shard, 1))
+        variant = self.scoring(variant, 2 * validation, length, 16 * finetune["max_length"],
+                               2 * math.ceil(validation / 16))  # the variant's and the base's forwards
+        for alpha in (1.0, *alphas):  # loaded twice; an interpolation also written
+            variant.load_bytes = self.weight_bytes * (2 if alpha == 1.0 else 4)
             work = work + variant
         return work
 
