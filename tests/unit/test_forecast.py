@@ -7,6 +7,7 @@ import pytest
 from forgetmap.errors import DataError
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
+from forgetmap.predict.bound import mean_bound
 from forgetmap.predict.forecast import choose, complete, fit_rows, forecast_command, probes_command
 
 N, FIT = 600, 16
@@ -67,16 +68,20 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
             pd.DataFrame({"example_id": ids[part], "nll": nll[part].astype(np.float32)}).to_parquet(path)
             (rows["base_scores"] if run == "base" else rows["task_scores"][run]).append(path)
     probes = tmp_path / "probes.parquet"
-    probes_command({"k": 25, "probes": "dopt", "seed": 0, "fit_tasks": fit, "rows": rows}, shards,
+    probes_command({"k": 25, "probes": "dopt", "seed": 0, "audit": 40, "fit_tasks": fit, "rows": rows}, shards,
                    rows["base_scores"], str(probes))
     chosen = read_metadata(probes)
-    index = np.asarray(chosen["indices"])
-    assert pd.read_parquet(probes)["example_id"].tolist() == ids[index].tolist() and chosen["fit_tasks"] == fit
+    index, audit = np.asarray(chosen["indices"]), np.asarray(chosen["audit"])
+    # the probes, then 40 audit examples drawn at random from the others, in corpus order
+    assert pd.read_parquet(probes)["example_id"].tolist() == ids[np.concatenate([index, audit])].tolist()
+    assert chosen["fit_tasks"] == fit and len(audit) == 40 and not np.isin(audit, index).any()
+    assert (np.diff(audit) > 0).all() and not np.array_equal(audit, np.setdiff1d(np.arange(N), index)[:40])
+    both = np.concatenate([index, audit])
     scores = []
     for name, row in (("checked", z[FIT]), ("new", z[FIT + 1])):  # NLL = base + Z at the probes, 3 tokens each
         scores.append(str(tmp_path / f"{name}.parquet"))
-        pd.DataFrame({"example_id": ids[index], "nll": (base[index] + row[index]).astype(np.float32),
-                      "n_tokens": np.full(len(index), 3, dtype=np.int32)}).to_parquet(scores[-1])
+        pd.DataFrame({"example_id": ids[both], "nll": (base[both] + row[both]).astype(np.float32),
+                      "n_tokens": np.full(len(both), 3, dtype=np.int32)}).to_parquet(scores[-1])
     pd.DataFrame({"example_id": ids, "nll": base, "n_tokens": np.full(N, 7, dtype=np.int32)}).to_parquet(
         tmp_path / "base.parquet")
     settings = {"tasks": ["checked", "new"], "modes": {"checked": "check", "new": "forecast"}, "fit_tasks": fit,
@@ -96,5 +101,16 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     inside = np.abs(rows["checked"].to_numpy() - z[FIT])[hidden] <= rows["halfwidth_0.9"].to_numpy()[hidden]
     assert table.loc["checked", "coverage_0.9"] == pytest.approx(inside.mean(), rel=1e-6)
     assert not table.loc["new", "measured"] and np.isnan(table.loc["new", "rmse"])
-    assert table.loc["new", "probe_tokens"] == 75 and table.loc["new", "upstream_tokens"] == 7 * N
+    assert table.loc["new", "probe_tokens"] == 3 * 65 and table.loc["new", "upstream_tokens"] == 7 * N
+    # each row's mean bounded by its own 40 audit examples (predict.bound), the measured one's interval holding it
+    for name, t in (("checked", FIT), ("new", FIT + 1)):
+        measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
+        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9)
+        assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9", "estimate_weight"]].tolist() \
+            == pytest.approx([bound.estimate, bound.lower, bound.upper, bound.weight], rel=1e-5, abs=1e-6)
+        assert table.loc[name, "audit_mean"] == pytest.approx(measured[25:].mean(), abs=1e-6)
+    assert table.loc["checked", "estimate_covered_0.9"] == \
+        (table.loc["checked", "estimate_lower_0.9"] <= z[FIT].mean() <= table.loc["checked", "estimate_upper_0.9"])
+    assert table.loc["checked", "estimate_upper_0.8"] < table.loc["checked", "estimate_upper_0.9"]
+    assert np.isnan(table.loc["new", "estimate_covered_0.9"])  # no measured row to hold
     assert figure.stat().st_size > 0 and meta["levels"] == [0.8, 0.9]

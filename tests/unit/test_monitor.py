@@ -464,19 +464,22 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     from forgetmap.io import write_table
     from forgetmap.matrix import ForgettingMatrix
     from forgetmap.monitor.trajectory import trajectory_command
-    from forgetmap.predict.forecast import PROBE_RECORD, choose, complete, fit_rows
+    from forgetmap.predict.bound import mean_bound
+    from forgetmap.predict.forecast import PROBE_RECORD, audit_draw, choose, complete, fit_rows
 
     _, matrix_path, _, _ = mapped
     matrix = ForgettingMatrix.read(matrix_path)
     fit = [f"task{t}" for t in range(TASKS - 1)]
     train, usable = fit_rows(matrix, fit, "m")
-    index = usable[choose(train, 8, "dopt", 0, "m")]
-    write_table(pa.table({"example_id": matrix.example_ids[index]}), tmp_path / "probes.parquet",
-                {"indices": index.tolist(), "usable": len(usable)})
-    truth = matrix.row("task5")[index].astype(np.float64)
-    base = matrix.base_nll[index].astype(np.float64)
+    known = choose(train, 8, "dopt", 0, "m")
+    audit = audit_draw(len(usable), known, 12, 0)
+    index, both = usable[known], usable[np.concatenate([known, audit])]
+    write_table(pa.table({"example_id": matrix.example_ids[both]}), tmp_path / "probes.parquet",
+                {"indices": index.tolist(), "usable": len(usable), "audit": usable[audit].tolist()})
+    truth = matrix.row("task5")[both].astype(np.float64)
+    base = matrix.base_nll[both].astype(np.float64)
     checkpoint = tmp_path / "checkpoint"
-    write_table(pa.table({"example_id": matrix.example_ids[index], "step_0": base, "step_2": base + truth / 2,
+    write_table(pa.table({"example_id": matrix.example_ids[both], "step_0": base, "step_2": base + truth / 2,
                           "step_4": base + truth}), checkpoint / PROBE_RECORD, {"steps": [0, 2, 4], "total": 4})
     settings = {"tasks": ["task5"], "fit_tasks": fit, "method": "mf", "params": {}, "intervals": [0.8],
                 "threshold": 0.0, "top_q": 0.1, "budget": 5}
@@ -484,9 +487,19 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
                        str(tmp_path / "trajectory.tsv"), str(tmp_path / "trajectory.png"))
     table = pd.read_csv(tmp_path / "trajectory.tsv", sep="\t")
     assert table["step"].tolist() == [2, 4] and table["fraction"].tolist() == [0.5, 1.0]
-    final, _ = complete(train, np.searchsorted(usable, index), truth[None, :].astype(np.float32), "mf", {}, [0.9])
+    final, _ = complete(train, known, truth[None, :8].astype(np.float32), "mf", {}, [0.9])
     assert table["forecast_mean"].iloc[-1] == pytest.approx(float(final.mean()), abs=1e-6)
-    assert table["probe_mean"].tolist() == pytest.approx([truth.mean() / 2, truth.mean()], abs=1e-6)
+    assert table["probe_mean"].tolist() == pytest.approx([truth[:8].mean() / 2, truth[:8].mean()], abs=1e-6)
+    # each check's mean bounded by its own 12 audit examples (predict.bound), as the trainer callback bounds it
+    for c, share in enumerate((0.5, 1.0)):
+        row = complete(train, known, share * truth[None, :8].astype(np.float32), "mf", {}, [])[0][0]
+        bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8)
+        assert table.loc[c, ["estimate", "estimate_lower_0.8", "estimate_upper_0.8", "estimate_weight"]].tolist() \
+            == pytest.approx([bound.estimate, bound.lower, bound.upper, bound.weight], rel=1e-5, abs=1e-6)
+    measured = float(matrix.row("task5")[usable].mean())  # the last check's weights are the measured row's
+    assert table["estimate_covered_0.8"].iloc[-1] == \
+        (table["estimate_lower_0.8"].iloc[-1] <= measured <= table["estimate_upper_0.8"].iloc[-1])
+    assert np.isnan(table["estimate_covered_0.8"].iloc[0])
     # the low-rank rows: the completed row beats the probes' mean on every example, and halfway is worse
     assert (table["rmse"] < table["naive_rmse"]).all() and table["rmse"].iloc[-1] < table["rmse"].iloc[0]
     assert {"top_q_f1", "coverage_0.8", "mean_error", "naive_mean_error", "forecast_upper_0.8",

@@ -429,9 +429,11 @@ def test_a_new_checkpoint_is_forecast_from_k_scored_probes(logged):
     assert list(probes["example_id"][:6]) == meta["probe_ids"] and not (logged / "results/chain/scores/rl").exists()
     # the probes' 6 items (those not already probes follow them) decided right or wrong by the same scoring job:
     # the checkpoint's accuracy, F and BT against its reference (the base), through the measured rows' correctness
-    assert len(items["ids"]) == 6 and set(items["ids"]) <= set(probes["example_id"]) <= set(meta["probe_ids"]) | set(items["ids"])
+    assert len(items["ids"]) == 6 and set(items["ids"]) <= set(probes["example_id"]) <= \
+        set(meta["probe_ids"]) | set(meta["audit_ids"]) | set(items["ids"])  # and the audit examples, after the probes
+    assert list(probes["example_id"][6:6 + len(meta["audit_ids"])]) == meta["audit_ids"] and len(meta["audit_ids"]) > 2
     line = summary.set_index("task").loc["rl"]
-    assert line["items_k"] == 6
+    assert line["items_k"] == 6 and line["estimate_lower_0.9"] <= line["estimate"] <= line["estimate_upper_0.9"]
     for rate in ("acc", "F", "BT", "naive_acc", "naive_F", "naive_BT"):
         assert 0 <= line[f"items_{rate}_lower"] <= line[f"items_{rate}"] <= line[f"items_{rate}_upper"] <= 1
     assert "rl" not in pq.read_schema(logged / "results/chain/forgetting.parquet").names

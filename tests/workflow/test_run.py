@@ -397,7 +397,15 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     snakemake(workdir, "results/tiny/forecast/scores/json_profile.parquet")  # the score job, asked for by name
     scored = pd.read_parquet(workdir / "results/tiny/forecast/scores/json_profile.parquet")
     items = read_metadata(workdir / "results/tiny/forecast/probes.parquet")["items"]
-    assert len(scored) == 8 + len(set(items["ids"]) - set(meta["probe_ids"]))  # the k items follow the probes
+    # the probes, 30 audit examples (forecast.audit) and the k items that are neither
+    assert len(meta["audit_ids"]) == 30 and not set(meta["audit_ids"]) & set(meta["probe_ids"])
+    assert len(scored) == 8 + 30 + len(set(items["ids"]) - set(meta["probe_ids"]) - set(meta["audit_ids"]))
+    assert scored["example_id"].iloc[8:38].tolist() == meta["audit_ids"]
+    # the task's mean bounded by its own audit examples, at every check of its fine-tune and in the forecast
+    for table in (trajectory, summary):
+        assert (table["estimate_lower_0.9"] <= table["estimate"]).all() and \
+            (table["estimate"] <= table["estimate_upper_0.9"]).all() and (table["estimate_weight"] >= 0).all()
+    assert summary.loc["json_profile", "estimate"] == pytest.approx(trajectory["estimate"].iloc[-1], abs=1e-6)
     scored = scored.iloc[:8]
     base = ForgettingMatrix.read(workdir / MATRIX)
     at_probes = base.base_nll[np.isin(base.example_ids, scored["example_id"])]

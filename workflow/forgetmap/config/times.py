@@ -246,7 +246,8 @@ class Model:
         monitor = self.plan.forecast.monitor_settings(self.model, task)
         if monitor:
             checks = steps // monitor["every"] + 2
-            watched = self.plan.cfg["forecast"]["k"] * 2 + (monitor.get("items") or {}).get("k", 0)
+            forecast = self.plan.cfg["forecast"]
+            watched = forecast["k"] + forecast["audit"] + (monitor.get("items") or {}).get("k", 0)
             work = self.scoring(work, checks * watched, self.upstream_length(monitor["max_length"]),
                                 monitor["token_budget"])
         work.load_bytes = 2 * self.weight_bytes  # the base read, the fine-tune written

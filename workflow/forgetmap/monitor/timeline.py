@@ -99,11 +99,13 @@ def _records(example_ids: np.ndarray, shards: list[str] | None, forecast_map) ->
 
 def task_timelines(trajectory: str | Path) -> dict:
     """{task: its checks} from a workflow's `forecast/trajectory.tsv`: steps, share of the steps, the mean
-    forecast and its upper bound, the probes' mean, and (a `check` task) the measured final row's mean."""
+    forecast and its upper bound (the run's own, from each check's audit examples; without them the map's
+    constant one), the probes' mean, and (a `check` task) the measured final row's mean."""
     import pandas as pd
 
     table = pd.read_csv(trajectory, sep="\t")
-    upper = next((c for c in table.columns if c.startswith("forecast_upper_")), None)
+    upper = next((c for prefix in ("estimate_upper_", "forecast_upper_") for c in table.columns
+                  if c.startswith(prefix)), None)
     out = {}
     for task, rows in table.groupby("task", sort=False):
         out[str(task)] = {"steps": rows["step"].astype(int).tolist(), "fraction": _round(rows["fraction"]),

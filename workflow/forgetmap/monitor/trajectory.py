@@ -1,11 +1,12 @@
 """Forecast trajectories: the monitor inside forgetmap's own fine-tunes (`finetune.monitor`).
 
-A forecast task's fine-tune scores the forecast's k probes on its live weights at step 0, at each check and
-at its last step (`ProbeChecks`, through the same `ProbeMeter` as the trainer callback), and leaves the
-probes' NLL per check in its checkpoint (`monitor.parquet`). The trajectory job completes each check's
-change since step 0 into a whole row with the forecast job's completion and intervals; for a `check` task it
-scores every check against the task's measured final row, beside the naive monitor that takes the probes'
-mean change as every example's forgetting (`trajectory.tsv`, `trajectory.png`).
+A forecast task's fine-tune scores the forecast's k probes and its audit examples on its live weights at step
+0, at each check and at its last step (`ProbeChecks`, through the same `ProbeMeter` as the trainer callback),
+and leaves their NLL per check in its checkpoint (`monitor.parquet`). The trajectory job completes each
+check's change since step 0 into a whole row with the forecast job's completion and intervals, and bounds the
+row's mean by the check's own audit examples (forgetmap.predict.bound, as the trainer callback bounds it); for
+a `check` task it scores every check against the task's measured final row, beside the naive monitor that
+takes the probes' mean change as every example's forgetting (`trajectory.tsv`, `trajectory.png`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class ProbeChecks:
         from ..io import read_metadata
 
         rows = pd.read_parquet(probes)
-        chosen = read_metadata(probes).get("indices")  # the forecast's probes, not the items that follow them
-        rows = rows if chosen is None else rows.iloc[:len(chosen)]
+        record = read_metadata(probes)  # the forecast's probes and audit examples, not the items that follow them
+        if "indices" in record:
+            rows = rows.iloc[:len(record["indices"]) + len(record.get("audit", []))]
         self.ids = rows["example_id"].astype(str).tolist()
         self.meter = ProbeMeter.for_rows(model, tokenizer, rows, monitor["chat_template"], monitor["max_length"],
                                          monitor["token_budget"], autocast)
@@ -82,12 +84,14 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
     from ..predict.conformal import mean_halfwidths
-    from ..predict.forecast import chosen_probes, fit_completion
+    from ..predict.forecast import audit_positions, chosen_probes, fit_completion, own_bound
     from ..predict.metrics import evaluate
 
     forgetting = ForgettingMatrix.read(matrix)
-    train, usable, index, known = chosen_probes(forgetting, settings["fit_tasks"], matrix, probes,
-                                                read_metadata(probes))
+    chosen = read_metadata(probes)
+    train, usable, index, known = chosen_probes(forgetting, settings["fit_tasks"], matrix, probes, chosen)
+    audit = audit_positions(chosen, usable, probes)
+    measured_ids = forgetting.example_ids[np.concatenate([index, usable[audit]])]
     if len(checkpoints) != len(settings["tasks"]):
         raise DataError(f"{len(checkpoints)} fine-tunes for {len(settings['tasks'])} monitored tasks")
     completion, widths = fit_completion(train, known, settings["method"], settings["params"],
@@ -101,17 +105,25 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     items, items_drawn = ({}, {}) if transitions is None else \
         _item_lines(transitions, probes, base_scores or [], settings, checkpoints, level if level is not None else 0.9)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
-        steps, total, nll, _ = read_probe_record(checkpoint, forgetting.example_ids[index])
-        values = nll[1:] - nll[0]
+        steps, total, nll, _ = read_probe_record(checkpoint, measured_ids)
+        changes = nll[1:] - nll[0]
+        values, audited = changes[:, :len(index)], changes[:, len(index):]
         pred = completion.predict(np.broadcast_to(known, values.shape), values).astype(np.float32)
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
-        drawn[task] = (steps[1:], total, pred, values, truth)
+        bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [level if level is not None else 0.9])
+                  for c in range(len(values))]
+        drawn[task] = (steps[1:], total, pred, values, truth, bounds)
         for c, step in enumerate(steps[1:]):
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),
                     "forecast_forgotten": float(np.mean(pred[c] > settings["threshold"])),
                     "probe_mean": float(values[c].mean())}
-            if level is not None:  # the mean's own conformal interval
+            if level is not None:  # the mean's conformal interval from the fit tasks, the same at every check
                 line[f"forecast_upper_{level:g}"] = float(pred[c].mean()) + mean_widths[level]
+            line.update(bounds[c])  # and its bound from this check's audit examples
+            if step == total and truth is not None and bounds[c] and np.isfinite(truth).all():
+                lvl = level if level is not None else 0.9  # the last check's weights are the measured row's
+                line[f"estimate_covered_{lvl:g}"] = bool(
+                    line[f"estimate_lower_{lvl:g}"] <= float(truth.mean()) <= line[f"estimate_upper_{lvl:g}"])
             if truth is not None:
                 _score_check(line, pred[c], values[c], truth, hidden & np.isfinite(truth), widths, settings, evaluate)
                 for lvl, width in mean_widths.items():
@@ -151,9 +163,10 @@ def _score_check(line: dict, pred, values, truth, hidden, widths, settings, eval
 
 
 def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str, items: dict | None = None) -> None:
-    """Left: one task's mean forecast over training with the mean's interval (`widths`: level -> its
-    half-width; the first measured task, else the first), the naive monitor's probe mean and, where
-    measured, the final row's mean. Then (measured tasks): RMSE against the final row at each check over
+    """Left: one task's mean forecast over training (the first measured task, else the first) with the estimate
+    and its interval from each check's audit examples (without audit examples, the mean's constant interval:
+    `widths`, level -> its half-width), the naive monitor's probe mean and, where measured, the final row's
+    mean. Then (measured tasks): RMSE against the final row at each check over
     the examples that are not probes, forecast and naive monitor. Last, where items are watched: one task's F
     over its steps (forgetmap.monitor.item_trajectory.draw_items)."""
     import matplotlib
@@ -165,14 +178,21 @@ def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str, item
 
     measured = [t for t, d in drawn.items() if d[4] is not None]
     task = (measured or list(drawn))[0]
-    steps, total, pred, values, truth = drawn[task]
+    steps, total, pred, values, truth, bounds = drawn[task]
     fractions = np.asarray(steps) / total
     panels = 1 + bool(measured) + bool(items)
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels + 0.2, 3.8), squeeze=False)
     ax = axes[0][0]
     means = pred.mean(1)
     ax.plot(fractions, means, marker="o", color="tab:blue", label="forecast mean")
-    if level is not None and np.isfinite(widths[level]):
+    shown = level if level is not None else 0.9
+    if all(bounds):  # the run's own bound: the estimate and its interval from each check's audit examples
+        ax.plot(fractions, [b["estimate"] for b in bounds], marker=".", color="tab:green",
+                label="estimate (audit examples)")
+        ax.fill_between(fractions, [b[f"estimate_lower_{shown:g}"] for b in bounds],
+                        [b[f"estimate_upper_{shown:g}"] for b in bounds], color="tab:green", alpha=0.15,
+                        label=f"its {shown:g} interval")
+    elif level is not None and np.isfinite(widths[level]):
         ax.fill_between(fractions, means - widths[level], means + widths[level], color="tab:blue", alpha=0.15,
                         label=f"the mean's {level:g} interval")
     ax.plot(fractions, values.mean(1), marker="s", color="tab:orange", label="probes' mean (naive)")
@@ -185,7 +205,7 @@ def _figure(drawn: dict, widths: dict, level, hidden: np.ndarray, out: str, item
     if measured:
         ax = axes[0][1]
         for name in measured:
-            steps, total, pred, values, truth = drawn[name]
+            steps, total, pred, values, truth, _ = drawn[name]
             mask = hidden & np.isfinite(truth)
             fr = np.asarray(steps) / total
             ax.plot(fr, [np.sqrt(np.mean((p[mask] - truth[mask]) ** 2)) for p in pred], color="tab:blue",

@@ -63,7 +63,7 @@ class ForecastPlan:
             rows["references"] = {t: rows["references"][t] for t in runs}
             rows.pop("checkpoints")
         items = {"items": self.item_draw()} if model in self.plan.item_models else {}
-        return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"],
+        return {"k": forecast["k"], "probes": forecast["probes"], "seed": forecast["seed"], "audit": forecast["audit"],
                 "fit_tasks": self.fit_tasks(model), "rows": rows, **items}
 
     def monitor_settings(self, model: str, task: str) -> dict | None:

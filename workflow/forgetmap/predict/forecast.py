@@ -68,11 +68,13 @@ def choose(train: np.ndarray, k: int, strategy: str, seed: int, where: str) -> n
 def probes_command(settings: dict, shards: list[str], scores: list[str], out: str) -> dict:
     """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
     job, chosen from the fit rows assembled from their own score files (`settings["rows"]`, as the matrix
-    job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. Where the
-    corpus has items (`settings["items"]`), k of them drawn at random follow the probes (those not already
-    probes), so a forecast task's probe scoring also decides them right or wrong (the forecast job's correctness
-    rates); the metadata records which, and every item they were drawn from (multiple choice, or with
-    `generated` free form too) with its number of options (0: free form)."""
+    job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. The audit
+    examples follow them (`settings["audit"]`, drawn uniformly at random from the other usable examples with the
+    seed: what bounds each forecast's mean by its own measurements, forgetmap.predict.bound), their corpus indices
+    recorded as `audit`. Where the corpus has items (`settings["items"]`), k of them drawn at random follow
+    (those not already probes or audit examples), so a forecast task's probe scoring also decides them right or
+    wrong (the forecast job's correctness rates); the metadata records which, and every item they were drawn from
+    (multiple choice, or with `generated` free form too) with its number of options (0: free form)."""
     import pyarrow as pa
 
     from ..data.upstream import present, read_rows
@@ -82,10 +84,12 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     del scores  # the settings name each run's files; the rule lists them so the DAG waits for them
     forgetting = assemble_rows(settings["rows"], shards)
     train, usable = fit_rows(forgetting, settings["fit_tasks"], "the fit rows")
-    index = usable[choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")]
-    rows = read_rows(shards, index)
+    known = choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")
+    index = usable[known]
+    audit = usable[audit_draw(len(usable), known, settings.get("audit", 0), settings["seed"])]
+    rows = read_rows(shards, np.concatenate([index, audit]))
     record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
-              "fit_tasks": settings["fit_tasks"], "usable": len(usable)}
+              "fit_tasks": settings["fit_tasks"], "usable": len(usable), "audit": audit.tolist()}
     items = settings.get("items")
     population, known = chosen_items(shards, items["k"], items["seed"], items["generated"]) \
         if items else ([], [])
@@ -93,14 +97,33 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
         import pandas as pd
 
         chosen = population.iloc[known]
-        extra = chosen[~chosen["index"].isin(index)]
+        extra = chosen[~chosen["index"].isin(np.concatenate([index, audit]))]
         rows = pd.concat([rows, read_rows(shards, extra["index"].to_numpy())], ignore_index=True)
         record["items"] = {"ids": chosen["example_id"].astype(str).tolist(),
                            "population": population["example_id"].astype(str).tolist(),
                            "options": [len(c) if present(c) else 0 for c in population["choices"]]}
     write_table(pa.Table.from_pandas(rows, preserve_index=False), out, record)
     return {"probes": len(index), "strategy": settings["probes"], "fit_tasks": len(settings["fit_tasks"]),
-            "usable": len(usable), "items": len(record.get("items", {}).get("ids", []))}
+            "usable": len(usable), "audit": len(audit), "items": len(record.get("items", {}).get("ids", []))}
+
+
+def audit_draw(usable: int, known: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """The audit examples' positions among the `usable` examples, ascending: `size` drawn uniformly at random without
+    replacement from those that are not probes (every one where there are fewer), a stream of `seed` of their own."""
+    rest = np.setdiff1d(np.arange(usable), known)
+    if size >= len(rest):
+        return rest
+    return np.sort(np.random.default_rng([seed, 1]).choice(rest, size, replace=False))
+
+
+def audit_positions(chosen: dict, usable: np.ndarray, probes: str) -> np.ndarray:
+    """The audit examples' positions among the usable examples, from a probes file's record (none where it holds
+    none), checked against them."""
+    audit = np.asarray(chosen.get("audit", []), dtype=np.int64)
+    positions = np.minimum(np.searchsorted(usable, audit), max(len(usable) - 1, 0))
+    if len(audit) and not np.array_equal(usable[positions], audit):
+        raise DataError(f"{probes}: its audit examples are not usable examples of the matrix: rebuild it")
+    return positions
 
 
 PROBE_RECORD = "monitor.parquet"  # a monitored fine-tune's probes, in its checkpoint directory
@@ -156,36 +179,36 @@ def _step_record(path: Path, missing: str):
     return meta, table, np.stack([table.column(f"step_{s}").to_numpy() for s in meta["steps"]])
 
 
-def read_probe_record(checkpoint: str, probe_ids: np.ndarray) -> tuple[list[int], int, np.ndarray, int]:
-    """(the steps, the fine-tune's total steps, the probes' NLL (step 0 and each check, k), the tokens one
-    check scores) of a monitored fine-tune (forgetmap.monitor.trajectory writes it)."""
+def read_probe_record(checkpoint: str, measured_ids: np.ndarray) -> tuple[list[int], int, np.ndarray, int]:
+    """(the steps, the fine-tune's total steps, the NLL of the probes and then the audit examples (step 0 and each
+    check, k + audit), the tokens one check scores) of a monitored fine-tune (forgetmap.monitor.trajectory writes
+    it); `measured_ids` the probes' ids, then the audit examples'."""
     path = Path(checkpoint) / PROBE_RECORD
     meta, table, nll = _step_record(path, "the fine-tune was not monitored (no probe record); rerun it "
                                           "(finetune.monitor)")
-    if not np.array_equal(table.column("example_id").to_numpy().astype(str), probe_ids):
-        raise DataError(f"{path}: scored other probes than the forecast's: rerun the fine-tune")
+    if not np.array_equal(table.column("example_id").to_numpy().astype(str), measured_ids):
+        raise DataError(f"{path}: scored other probes or audit examples than the forecast's: rerun the fine-tune")
     return meta["steps"], meta["total"], nll, int(meta.get("tokens", 0))
 
 
-def probe_values(scores: str, probe_ids: np.ndarray, base_nll: np.ndarray) -> tuple[np.ndarray, int]:
-    """(Z at the probes, the tokens scored): a probe score job's NLL less the base's; or, from a monitored
-    fine-tune's checkpoint, its last check less its step 0 (the same scorer and settings on the weights it
-    saved and the weights it started from: no scoring job of its own)."""
+def probe_values(scores: str, measured_ids: np.ndarray, base_nll: np.ndarray) -> tuple[np.ndarray, int]:
+    """(Z at the probes and then the audit examples (`measured_ids`), the tokens scored): a probe score job's NLL
+    less the base's; or, from a monitored fine-tune's checkpoint, its last check less its step 0 (the same scorer
+    and settings on the weights it saved and the weights it started from: no scoring job of its own). An audit
+    example without a score (an empty span) is NaN, and the bound leaves it out; a probe must have one."""
     import pyarrow.parquet as pq
 
     if Path(scores).is_dir():
-        _, _, nll, tokens = read_probe_record(scores, probe_ids)
+        _, _, nll, tokens = read_probe_record(scores, measured_ids)
         return nll[-1] - nll[0], tokens
     table = pq.read_table(scores, columns=["example_id", "nll", "n_tokens"])
     tokens = int(table.column("n_tokens").to_numpy().sum())  # the items that follow the probes were scored too
-    table = table.slice(0, len(probe_ids))
+    table = table.slice(0, len(measured_ids))
     ids = table.column("example_id").to_numpy().astype(str)
-    if not np.array_equal(ids, probe_ids):
-        raise DataError(f"{scores}: its examples are not the probes' ({len(ids)} vs {len(probe_ids)}): rescore it")
-    values = table.column("nll").to_numpy().astype(np.float64) - base_nll
-    if not np.isfinite(values).all():
-        raise DataError(f"{scores}: {int((~np.isfinite(values)).sum())} probe(s) without a score (an empty span)")
-    return values, tokens
+    if not np.array_equal(ids, measured_ids):
+        raise DataError(f"{scores}: its examples are not the probes' and audit examples' ({len(ids)} vs "
+                        f"{len(measured_ids)}): rescore it")
+    return table.column("nll").to_numpy().astype(np.float64) - base_nll, tokens
 
 
 def fit_completion(train: np.ndarray, known: np.ndarray, method: str, params: dict, levels: list[float]):
@@ -231,9 +254,15 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     tasks = settings["tasks"]
     if len(scores) != len(tasks):
         raise DataError(f"{len(scores)} probe score files for {len(tasks)} forecast tasks")
-    measured = [probe_values(path, forgetting.example_ids[index], forgetting.base_nll[index].astype(np.float64))
+    audit = audit_positions(chosen, usable, probes)
+    both = np.concatenate([index, usable[audit]])
+    measured = [probe_values(path, forgetting.example_ids[both], forgetting.base_nll[both].astype(np.float64))
                 for path in scores]
-    values = np.stack([v for v, _ in measured])
+    values = np.stack([v[:len(index)] for v, _ in measured])
+    audited = np.stack([v[len(index):] for v, _ in measured])
+    for path, row in zip(scores, values):
+        if not np.isfinite(row).all():
+            raise DataError(f"{path}: {int((~np.isfinite(row)).sum())} probe(s) without a score (an empty span)")
     levels = [float(level) for level in settings["intervals"]]
     pred, widths = complete(train, known, values, settings["method"], settings["params"], levels)
 
@@ -254,11 +283,16 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         "tasks": tasks, "method": settings["method"], "params": settings["params"], "k": settings["k"],
         "probes": chosen["probes"], "fit_tasks": settings["fit_tasks"], "levels": sorted(widths),
         "probe_ids": forgetting.example_ids[index].tolist(),
-        "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)}})
+        "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)},
+        "audit_ids": forgetting.example_ids[usable[audit]].tolist(),
+        "audit_values": {task: audited[t].round(6).tolist() for t, task in enumerate(tasks)}})
 
     upstream_tokens = sum(int(pq.read_table(p, columns=["n_tokens"]).column(0).to_numpy().sum()) for p in base_scores)
     rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
-                             upstream_tokens, widths), **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
+                             upstream_tokens, widths),
+             **own_bound(pred[t], known, values[t], audit, audited[t], levels,
+                         forgetting.row(task)[usable] if task in forgetting.tasks else None),
+             **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
     table = pd.DataFrame(rows)
     with atomic_path(summary) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
@@ -267,6 +301,26 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     return {"tasks": len(tasks), "k": settings["k"], "fit_tasks": len(settings["fit_tasks"]),
             "intervals": sorted(widths), "checked": len(checked),
             "rmse": float(checked["rmse"].mean()) if len(checked) else None}
+
+
+def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.ndarray, audited: np.ndarray,
+              levels: list[float], truth: np.ndarray | None = None) -> dict:
+    """A forecast row's mean over the usable examples bounded by its own audit examples at each level
+    (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, the forecast's
+    `estimate_weight`, the audit's own `audit_mean`); with the measured row (`truth`), whether each interval holds
+    its mean (`estimate_covered_{level}`). None of them without audit examples."""
+    from .bound import mean_bound
+
+    if len(audit) < 2 or np.isfinite(audited).sum() < 2:
+        return {}
+    out = {"audit_mean": float(np.nanmean(audited))}
+    for level in sorted(levels) or [0.9]:
+        bound = mean_bound(row, known, values, audit, audited, level)
+        out.update({"estimate": bound.estimate, "estimate_weight": bound.weight,
+                    f"estimate_lower_{level:g}": bound.lower, f"estimate_upper_{level:g}": bound.upper})
+        if truth is not None and np.isfinite(truth).all():
+            out[f"estimate_covered_{level:g}"] = bool(bound.lower <= float(truth.mean()) <= bound.upper)
+    return out
 
 
 def _task_summary(task, t, settings, forgetting, usable, known, pred, values, probe_tokens, upstream_tokens,
