@@ -83,17 +83,19 @@ def per_item(rate: str, before: np.ndarray, now: np.ndarray) -> np.ndarray:
 
 
 def bounded_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray | None,
-                   before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
+                   before: np.ndarray, options: np.ndarray, level: float,
+                   weight: float | None = None) -> dict[str, MeanBound]:
     """acc, F, BT and their chance-adjusted forms over the items, each bounded at `level`: `forecast` each item's
     probability of being right now (N,), `known` the scored items and `values` their 0/1, `held_out` their
-    cross-fitted forecasts (None: no map, the rates are the k items' own)."""
+    cross-fitted forecasts (None: no map, the rates are the k items' own); `weight` the forecast's (None: tuned
+    on the scored items, forgetmap.predict.bound)."""
     if held_out is None:
         return naive_rates(values, before[known], options[known], level)
     out = {}
     for rate in RATES:  # shares: the estimate and its interval clipped to [0, 1]
         found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
-                               per_item(rate, before[known], held_out), level)
-        out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist())
+                               per_item(rate, before[known], held_out), level, weight)
+        out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist(), found.weight)
     return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
 
 

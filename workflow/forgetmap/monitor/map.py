@@ -126,7 +126,7 @@ class ForecastMap:
         `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
         from ..matrix import ForgettingMatrix
-        from ..predict.forecast import choose, fit_rows
+        from ..predict.forecast import audit_draw, choose, fit_rows
 
         where = str(matrix) if not isinstance(matrix, ForgettingMatrix) else "the forgetting matrix"
         forgetting = matrix if isinstance(matrix, ForgettingMatrix) else ForgettingMatrix.read(matrix)
@@ -158,7 +158,7 @@ class ForecastMap:
         if audit < 0 or audit > len(rest):
             raise DataError(f"{where}: audit {audit} examples: there are {len(rest)} usable examples besides the "
                             f"{len(known)} probes")
-        drawn = np.sort(np.random.default_rng(audit_seed).choice(rest, audit, replace=False)).astype(np.int64)
+        drawn = audit_draw(len(ids), known, audit, audit_seed)
         columns = ["example_id", "source", *UPSTREAM_COLUMNS]
         rows = read_rows(shards, usable[known]).reset_index(drop=True)
         audit_rows = read_rows(shards, usable[drawn]).reset_index(drop=True)[columns] if audit else None

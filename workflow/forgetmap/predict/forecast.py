@@ -109,11 +109,12 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
 
 def audit_draw(usable: int, known: np.ndarray, size: int, seed: int) -> np.ndarray:
     """The audit examples' positions among the `usable` examples, ascending: `size` drawn uniformly at random without
-    replacement from those that are not probes (every one where there are fewer), a stream of `seed` of their own."""
+    replacement (`seed`) from those that are not probes, every one where there are fewer; a trainer's map
+    (forgetmap.monitor.ForecastMap) draws its own the same way."""
     rest = np.setdiff1d(np.arange(usable), known)
     if size >= len(rest):
         return rest
-    return np.sort(np.random.default_rng([seed, 1]).choice(rest, size, replace=False))
+    return np.sort(np.random.default_rng(seed).choice(rest, size, replace=False)).astype(np.int64)
 
 
 def audit_positions(chosen: dict, usable: np.ndarray, probes: str) -> np.ndarray:
