@@ -44,13 +44,26 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """The one shared tiny run of config/test/config.yaml, every target (its output in run.out): read by the
-    workflow tier and, as the local reference of the cluster's matrix, by the SLURM tier. Never modified:
-    tests that change it work on a clone."""
+    workflow tier and, as the local reference of the cluster's matrix, by the SLURM tier and the device tier.
+    Made once per `pytest` run: under pytest-xdist the first process that asks makes it in the run's shared
+    temporary directory, under a lock, and the others wait for it and read it (each used to make its own). Never
+    modified: tests that change it work on a clone."""
+    from filelock import FileLock
+
     from helpers import make_workdir, snakemake
 
-    workdir = make_workdir(tmp_path_factory.mktemp("run") / "wf")
-    # as a user runs it: DeepSpeed (the dev extra) left to choose its accelerator, so that a job importing it shows
-    # its warning in the job's log
-    proc = snakemake(workdir, env={"DS_ACCELERATOR": None})
-    (workdir / "run.out").write_text(proc.stdout + proc.stderr)
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        shared = tmp_path_factory.mktemp("run")
+    else:  # the run's directory, above each process's own
+        shared = tmp_path_factory.getbasetemp().parent / "tiny-run"
+        shared.mkdir(exist_ok=True)
+    with FileLock(str(shared / "made.lock")):
+        workdir = shared / "wf"
+        if (workdir / "run.out").exists():
+            return workdir
+        make_workdir(workdir)
+        # as a user runs it: DeepSpeed (the dev extra) left to choose its accelerator, so that a job importing it
+        # shows its warning in the job's log
+        proc = snakemake(workdir, env={"DS_ACCELERATOR": None})
+        (workdir / "run.out").write_text(proc.stdout + proc.stderr)
     return workdir

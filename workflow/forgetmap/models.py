@@ -5,7 +5,8 @@ A model directory is one of:
 - a LoRA adapter checkpoint (adapter_config.json) with a `base.json` naming the model it adapts;
 - a base pointer: only `base.json`, `{"path": <local dir or HF id>}`, for real base models that the
   user's environment provides.
-transformers and peft are imported inside functions so that importing forgetmap stays cheap.
+torch, transformers and peft are imported inside functions so that importing forgetmap stays cheap (a dry run
+reads the demo's config through `demo_config` without torch).
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
 POINTER = "base.json"
 PAD_CANDIDATES = ("<|padding|>", "<|pad|>", "<pad>")
 
 
 def set_threads(threads: int) -> None:
     """Give torch exactly the rule's threads: oversubscribing small CPUs is 30-50x slower."""
+    import torch
+
     torch.set_num_threads(max(1, int(threads)))
     os.environ["OMP_NUM_THREADS"] = str(max(1, int(threads)))
 
@@ -33,6 +34,8 @@ def set_threads(threads: int) -> None:
 def pick_device(requested: str = "auto") -> torch.device:
     """`auto`: a GPU this job may use, else the CPU. A job whose `gpu` resource is 0 sees no GPU (the CLI
     hides them), so `auto` never lands on a device no lock or scheduler gave it."""
+    import torch
+
     if requested == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     elif requested.startswith("cuda") and not torch.cuda.is_available():
@@ -51,6 +54,8 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
     """`auto` is bf16 on a GPU that supports it, fp32 otherwise."""
+    import torch
+
     if requested == "auto":
         bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float32
@@ -59,6 +64,8 @@ def pick_dtype(requested: str, device: torch.device) -> torch.dtype:
 
 def pick_attention(requested: str, device: torch.device, dtype: torch.dtype) -> str:
     """flash_attention_2 on CUDA in half precision when flash-attn is installed and loads, else sdpa."""
+    import torch
+
     if requested != "auto":
         return requested
     if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and flash_attn_usable():
@@ -90,6 +97,8 @@ def is_flash(model) -> bool:
 def autocast_for(device: torch.device, bf16: bool = True):
     """bf16 autocast on a CUDA device that supports it (training's mixed precision, and any scoring of the
     model being trained: its weights stay fp32, and flash-attention takes only half precision); else none."""
+    import torch
+
     from contextlib import nullcontext
 
     if device.type == "cuda" and bf16 and torch.cuda.is_bf16_supported():
@@ -102,6 +111,8 @@ def release_memory() -> None:
     reference cycles that only the collector frees), then the blocks torch's caching allocator keeps. An
     engine started next in the same process (vLLM) measures the device's free memory and refuses to start
     below its memory fraction while they are held."""
+    import torch
+
     import gc
 
     gc.collect()
@@ -281,6 +292,8 @@ def train_demo_tokenizer(texts: list[str], vocab_size: int):
 
 def build_demo_model(tokenizer, architecture: dict, seed: int):
     """A small Llama-style causal LM with freshly initialised, seeded weights."""
+    import torch
+
     from transformers import LlamaForCausalLM
 
     config = demo_config(len(tokenizer), architecture, tokenizer.pad_token_id, tokenizer.eos_token_id)
