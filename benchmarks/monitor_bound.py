@@ -6,10 +6,9 @@ set is scored, so the mean forgetting of the weights at that check is known. The
 draws of the `--audit` examples (uniform, without replacement, from the examples that are not probes: what a map's
 audit draw is), the bounds on that mean at `--level`:
 
-- the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, weighted as tuned on the
-  audit examples and corrected by them, Student's t on them;
-- weight 1: the same with the forecast's weight fixed at 1 (the plain prediction-powered estimate, the monitor's
-  before its weight was tuned);
+- the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, corrected by the audit
+  examples' residuals, Student's t on them (the forecast's weight 1);
+- the same with the forecast's weight tuned on the audit examples (`weight="tuned"`, PPI++);
 - the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
   leave-one-fit-task-out folds, the same at every check;
 - the naive monitor's: the k probes' measured mean with a t-interval (not a random sample: the D-optimal probes);
@@ -79,14 +78,14 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     constant = forecast_map.mean_halfwidth(level)
     rest = np.setdiff1d(np.arange(len(truth)), known)
     rng = np.random.default_rng(seed)
-    out = {"run's own": [], "weight 1": [], "a random sample's": []}
+    out = {"run's own": [], "tuned weight": [], "a random sample's": []}
     for _ in range(draws):
         drawn = np.sort(rng.choice(rest, audit, replace=False))
         own = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
-        plain = mean_bound(row, known, truth[known], drawn, truth[drawn], level, weight=1.0)
+        tuned = mean_bound(row, known, truth[known], drawn, truth[drawn], level, weight="tuned")
         sample = sample_interval(truth[drawn], level)
         out["run's own"].append((own.lower, own.upper))
-        out["weight 1"].append((plain.lower, plain.upper))
+        out["tuned weight"].append((tuned.lower, tuned.upper))
         out["a random sample's"].append((sample.lower, sample.upper))
     for over in shares:  # the share forgotten by more than `over`, bounded the same way
         out[f"share over {over:g}"] = []
@@ -187,11 +186,14 @@ def main() -> None:
     print(own.groupby("step")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
     print("\nby task (the run's own bound):")
     print(own.groupby("task")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
-    print("\nby run, mean half-width over its checks and draws (the run's own and weight 1 against a random sample's):")
-    widths = table[table["bound"].isin(["run's own", "weight 1", "a random sample's"])].pivot_table(
-        index=["task", "seed"], columns="bound", values="halfwidth", aggfunc="mean")
+    print("\nby run, mean half-width over its checks and draws and coverage (the run's own, weight 1, and with the "
+          "weight tuned, against a random sample's):")
+    chosen = table[table["bound"].isin(["run's own", "tuned weight", "a random sample's"])]
+    widths = chosen.pivot_table(index=["task", "seed"], columns="bound", values="halfwidth", aggfunc="mean")
     widths["own / sample"] = widths["run's own"] / widths["a random sample's"]
-    widths["weight 1 / sample"] = widths["weight 1"] / widths["a random sample's"]
+    widths["tuned / sample"] = widths["tuned weight"] / widths["a random sample's"]
+    covered = chosen.pivot_table(index=["task", "seed"], columns="bound", values="covered", aggfunc="mean")
+    widths = widths.join(covered.add_prefix("covered: "))
     print(widths.to_string(float_format=lambda v: f"{v:.3f}"))
     decided = pd.DataFrame(decisions)
     print(f"\na budget with patience {args.patience} (share of runs, each run averaged over the draws):")

@@ -122,9 +122,9 @@ def estimates(truth, before, options, models: dict, level: float, draws: int, se
                     continue
                 row, held = complete_items(model, known, values, n)
                 add(f"{name}, k={k}", bounded_rates(row, known, values, held, before, options, level))
-                if k == 30 and name == next(iter(models)):  # the forecast's weight fixed at 1, as before tuning
-                    add(f"{name}, k={k}, weight 1", bounded_rates(row, known, values, held, before, options, level,
-                                                                  weight=1.0))
+                if k == 30 and name == next(iter(models)):  # the forecast's weight tuned on the scored items
+                    add(f"{name}, k={k}, tuned weight", bounded_rates(row, known, values, held, before, options,
+                                                                      level, weight="tuned"))
             if k == 30:
                 add("naive, k=30", naive_rates(values, before[known], options[known], level))
     return {name: {rate: np.asarray(v) for rate, v in found.items()} for name, found in out.items()}

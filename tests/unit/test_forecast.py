@@ -106,8 +106,8 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     for name, t in (("checked", FIT), ("new", FIT + 1)):
         measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
         bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9)
-        assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9", "estimate_weight"]].tolist() \
-            == pytest.approx([bound.estimate, bound.lower, bound.upper, bound.weight], rel=1e-5, abs=1e-6)
+        assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9"]].tolist() \
+            == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
         assert table.loc[name, "audit_mean"] == pytest.approx(measured[25:].mean(), abs=1e-6)
     assert table.loc["checked", "estimate_covered_0.9"] == \
         (table.loc["checked", "estimate_lower_0.9"] <= z[FIT].mean() <= table.loc["checked", "estimate_upper_0.9"])

@@ -494,8 +494,8 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     for c, share in enumerate((0.5, 1.0)):
         row = complete(train, known, share * truth[None, :8].astype(np.float32), "mf", {}, [])[0][0]
         bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8)
-        assert table.loc[c, ["estimate", "estimate_lower_0.8", "estimate_upper_0.8", "estimate_weight"]].tolist() \
-            == pytest.approx([bound.estimate, bound.lower, bound.upper, bound.weight], rel=1e-5, abs=1e-6)
+        assert table.loc[c, ["estimate", "estimate_lower_0.8", "estimate_upper_0.8"]].tolist() \
+            == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
     measured = float(matrix.row("task5")[usable].mean())  # the last check's weights are the measured row's
     assert table["estimate_covered_0.8"].iloc[-1] == \
         (table["estimate_lower_0.8"].iloc[-1] <= measured <= table["estimate_upper_0.8"].iloc[-1])

@@ -311,9 +311,6 @@ def test_a_trl_run_logs_accuracy_F_and_BT_with_intervals_and_writes_each_items_f
         for rate in ("acc", "F", "BT", "F_true", "BT_true", "naive_acc", "naive_F", "naive_BT"):
             value = entry[f"eval_forget_items_{rate}"]
             assert entry[f"eval_forget_items_{rate}_lower"] <= value <= entry[f"eval_forget_items_{rate}_upper"]
-        # the map's forecast weighted as tuned on the scored items (predict.bound); the naive rates have no forecast
-        assert all(entry[f"eval_forget_items_{rate}_weight"] >= 0 for rate in ("acc", "F", "BT"))
-        assert "eval_forget_items_naive_acc_weight" not in entry and "eval_forget_items_F_true_weight" not in entry
         assert entry["eval_forget_items_acc_before"] == pytest.approx(frame.loc["base"].mean())
     out = tmp_path / "run" / "forgetmap-monitor"
     table = pd.read_parquet(out / "items-00000004.parquet")

@@ -84,11 +84,11 @@ def per_item(rate: str, before: np.ndarray, now: np.ndarray) -> np.ndarray:
 
 def bounded_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray | None,
                    before: np.ndarray, options: np.ndarray, level: float,
-                   weight: float | None = None) -> dict[str, MeanBound]:
+                   weight: float | str = 1.0) -> dict[str, MeanBound]:
     """acc, F, BT and their chance-adjusted forms over the items, each bounded at `level`: `forecast` each item's
     probability of being right now (N,), `known` the scored items and `values` their 0/1, `held_out` their
-    cross-fitted forecasts (None: no map, the rates are the k items' own); `weight` the forecast's (None: tuned
-    on the scored items, forgetmap.predict.bound)."""
+    cross-fitted forecasts (None: no map, the rates are the k items' own); `weight` the forecast's
+    (forgetmap.predict.bound: 1, or "tuned" on the scored items)."""
     if held_out is None:
         return naive_rates(values, before[known], options[known], level)
     out = {}

@@ -277,7 +277,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             scalars["audit_mean"] = float(np.nanmean(audited))
         if self.level is not None and len(audited):  # the run's own bound (predict.bound)
             bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
-            scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper, weight=bound.weight)
+            scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
         elif self.level is not None:  # a map without audit examples: its constant half-width
             scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
         if self.budget is not None:

@@ -287,8 +287,6 @@ class ItemWatch:
                 out[stem + rate] = bound.estimate
                 out[stem + rate + "_lower"] = bound.lower
                 out[stem + rate + "_upper"] = bound.upper
-                if np.isfinite(bound.weight):  # the forecast's weight in a map's estimate (predict.bound)
-                    out[stem + rate + "_weight"] = bound.weight
         out["items_acc_drop_upper"] = out["items_acc_before"] - rates["all"]["acc"].lower
         return out
 

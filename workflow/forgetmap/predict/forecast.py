@@ -307,8 +307,8 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
 def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.ndarray, audited: np.ndarray,
               levels: list[float], truth: np.ndarray | None = None) -> dict:
     """A forecast row's mean over the usable examples bounded by its own audit examples at each level
-    (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, the forecast's
-    `estimate_weight`, the audit's own `audit_mean`); with the measured row (`truth`), whether each interval holds
+    (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, and the audit's own
+    `audit_mean`); with the measured row (`truth`), whether each interval holds
     its mean (`estimate_covered_{level}`). None of them without audit examples."""
     from .bound import mean_bound
 
@@ -317,8 +317,8 @@ def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.
     out = {"audit_mean": float(np.nanmean(audited))}
     for level in sorted(levels) or [0.9]:
         bound = mean_bound(row, known, values, audit, audited, level)
-        out.update({"estimate": bound.estimate, "estimate_weight": bound.weight,
-                    f"estimate_lower_{level:g}": bound.lower, f"estimate_upper_{level:g}": bound.upper})
+        out.update({"estimate": bound.estimate, f"estimate_lower_{level:g}": bound.lower,
+                    f"estimate_upper_{level:g}": bound.upper})
         if truth is not None and np.isfinite(truth).all():
             out[f"estimate_covered_{level:g}"] = bool(bound.lower <= float(truth.mean()) <= bound.upper)
     return out
