@@ -383,7 +383,8 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
     assert rows["probe"].sum() == 8 and np.isfinite(rows["json_profile"]).all()
     assert (rows["halfwidth_0.9"] >= rows["halfwidth_0.8"]).all() and (rows["halfwidth_0.8"] > 0).all()
     summary = pd.read_csv(workdir / "results/tiny/forecast/summary.tsv", sep="\t").set_index("task")
-    assert summary.loc["json_profile", "mode"] == "forecast" and summary.loc["json_profile", "token_ratio"] > 10
+    # 8 probes, 30 audit examples and the items that are neither, of the tiny corpus's 140 examples
+    assert summary.loc["json_profile", "mode"] == "forecast" and summary.loc["json_profile", "token_ratio"] > 3
     assert ForgettingMatrix.read(workdir / MATRIX).tasks == ["city_qa", "mod10_add", "hex_copy"]
     replay = workdir / "results/tiny/mitigation/predicted/seed-0/replay/json_profile.parquet"
     assert len(pd.read_parquet(replay)) > 0

@@ -84,9 +84,9 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     del scores  # the settings name each run's files; the rule lists them so the DAG waits for them
     forgetting = assemble_rows(settings["rows"], shards)
     train, usable = fit_rows(forgetting, settings["fit_tasks"], "the fit rows")
-    known = choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")
-    index = usable[known]
-    audit = usable[audit_draw(len(usable), known, settings.get("audit", 0), settings["seed"])]
+    probes = choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")
+    index = usable[probes]
+    audit = usable[audit_draw(len(usable), probes, settings.get("audit", 0), settings["seed"])]
     rows = read_rows(shards, np.concatenate([index, audit]))
     record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
               "fit_tasks": settings["fit_tasks"], "usable": len(usable), "audit": audit.tolist()}
@@ -98,7 +98,8 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
 
         chosen = population.iloc[known]
         extra = chosen[~chosen["index"].isin(np.concatenate([index, audit]))]
-        rows = pd.concat([rows, read_rows(shards, extra["index"].to_numpy())], ignore_index=True)
+        if len(extra):  # (none where the probes and the audit examples hold every item)
+            rows = pd.concat([rows, read_rows(shards, extra["index"].to_numpy())], ignore_index=True)
         record["items"] = {"ids": chosen["example_id"].astype(str).tolist(),
                            "population": population["example_id"].astype(str).tolist(),
                            "options": [len(c) if present(c) else 0 for c in population["choices"]]}

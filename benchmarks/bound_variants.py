@@ -1,0 +1,100 @@
+"""Other intervals for the monitor's bound, on the truths `monitor_bound.py` saved (BENCHMARKS.md; issue: coverage at
+the level on a heavy tail).
+
+After `python benchmarks/monitor_bound.py --workdir . --seeds 3 --truths truths.npz`: at each saved check of each run,
+`--draws` draws of 30 audit examples (uniform, from the usable examples that are not probes), and for the mean and
+for the shares forgotten by more than 0.2 and 0.5 nats per token, each weight on the forecast (1: the monitor's;
+0: the sample alone; tuned: forgetmap.predict.bound's `tuned_weights`; tuned and clipped to [0, 1]) with Student's
+t or a bootstrap-t (999 resamples of the corrected values) interval, and for the shares the exact binomial
+(Clopper-Pearson) interval on the audit's own count. Printed: coverage at `--level` and mean half-width.
+
+    python benchmarks/bound_variants.py --workdir . --truths truths.npz --draws 60   # after monitor_bound.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monitor import demo_setup  # noqa: E402
+
+
+def main() -> None:
+    from scipy.stats import beta, t as student
+
+    from forgetmap.predict.bound import tuned_weights
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("."))
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--truths", type=Path, required=True)
+    parser.add_argument("--draws", type=int, default=60)
+    parser.add_argument("--audit", type=int, default=30)
+    parser.add_argument("--level", type=float, default=0.9)
+    args = parser.parse_args()
+    saved = np.load(args.truths)
+    forecast_map = demo_setup(args.workdir, args.model, str(saved["tasks"][0]))[-1]
+    known = forecast_map.known
+    n, k, m, level = len(forecast_map.example_ids), len(known), args.audit, args.level
+    rest = np.setdiff1d(np.arange(n), known)
+    fpc = np.sqrt(1 - m / (n - k))
+    rng = np.random.default_rng(0)
+
+    def t_interval(d):
+        half = student.ppf((1 + level) / 2, m - 1) * d.std(ddof=1) / np.sqrt(m) * fpc
+        return d.mean() - half, d.mean() + half
+
+    def bootstrap_t(d):
+        resampled = d[rng.integers(0, m, size=(999, m))]
+        se = d.std(ddof=1) / np.sqrt(m)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats = (resampled.mean(1) - d.mean()) / (resampled.std(1, ddof=1) / np.sqrt(m))
+        stats = stats[np.isfinite(stats)]
+        if se == 0 or len(stats) < 10:
+            return d.mean(), d.mean()
+        low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+        return d.mean() - high * se * fpc, d.mean() - low * se * fpc
+
+    def exact(count):
+        tail = (1 - level) / 2
+        return (0.0 if count == 0 else beta.ppf(tail, count, m - count + 1),
+                1.0 if count == m else beta.ppf(1 - tail, count + 1, m - count))
+
+    found: dict = {}
+
+    def add(name, low, high, probes, truth):  # the others' interval made the mean's over all n
+        low, high = (probes + (n - k) * low) / n, (probes + (n - k) * high) / n
+        found.setdefault(name, []).append((low <= truth <= high, (high - low) / 2))
+
+    for truths in saved["truths"]:
+        for z in truths:
+            row = forecast_map.forecast(z[known])[0].astype(np.float64)
+            for over in (None, 0.2, 0.5):
+                values, forecast = (z, row) if over is None else ((z > over) * 1.0, (row > over) * 1.0)
+                tag, truth, centre = ("mean" if over is None else f"share over {over:g}", values.mean(),
+                                      forecast[rest].mean())
+                probes = values[known].sum()
+                for _ in range(args.draws):
+                    drawn = np.sort(rng.choice(rest, m, replace=False))
+                    tuned = tuned_weights(values[drawn], forecast[drawn])
+                    for weight, lam in (("1", np.ones(m)), ("0", np.zeros(m)), ("tuned", tuned),
+                                        ("tuned, at most 1", np.minimum(tuned, 1.0))):
+                        corrected = values[drawn] - lam * (forecast[drawn] - centre)
+                        add(f"{tag}: weight {weight}, t", *t_interval(corrected), probes, truth)
+                        add(f"{tag}: weight {weight}, bootstrap-t", *bootstrap_t(corrected), probes, truth)
+                    if over is not None:
+                        add(f"{tag}: the audit's count, exact binomial", *exact(int(values[drawn].sum())), probes,
+                            truth)
+    print(f"{len(saved['truths'])} runs x {saved['truths'].shape[1]} checks x {args.draws} draws of {m}, level {level}")
+    for name in sorted(found):
+        covered, half = np.asarray(found[name]).T
+        print(f"{name:52s} covers {covered.mean():.3f}  half-width {half.mean():.4f}")
+
+
+if __name__ == "__main__":
+    main()
