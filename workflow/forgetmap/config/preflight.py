@@ -71,55 +71,36 @@ def check_arena(plan, model: str) -> None:
     """Every arena knob fits the architecture: no more trained blocks than it has, no LoRA rank above its
     hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`), generations shorter
     than its positions."""
+    from ..mitigation.freezing import blocks, module_names
     from ..mitigation.knobs import generates, knob_values
+    from ..models import matching_modules
 
     arms = {name: spec for name, spec in plan.cfg["mitigation"]["arms"].items()
             if any(spec.get(k) for k in ("train_top", "train_modules", "lora")) or generates(spec)}
     if not arms:
         return
-    config = plan.base_config(model)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    built = []
-
-    def net():  # the module tree, built on the meta device only where a name or a count needs it (torch's import
-        if not built:  # and the build are most of a dry run's start otherwise)
-            built.append(architecture(plan, model))
-        return built[0]
-
-    def where() -> str:  # for an error: the class the config builds
-        return f"the base of model {model!r} ({type(net()).__name__})"
-
+    net = architecture(plan, model)
+    where = f"the base of model {model!r} ({type(net).__name__})"
     for name, spec in arms.items():
         key = f"config key mitigation.arms.{name}"
         tops = knob_values(spec, "train_top")
-        if tops:
-            layers = getattr(config, "num_hidden_layers", None)
-            if layers is None:
-                from ..mitigation.freezing import blocks
-
-                layers = len(blocks(net()))
-            if max(tops) > layers:
-                raise ConfigError(f"{key}.train_top: value {spec['train_top']}: {where()} has {layers} transformer "
-                                  f"blocks")
+        if tops and max(tops) > len(blocks(net)):
+            raise ConfigError(f"{key}.train_top: value {spec['train_top']}: {where} has {len(blocks(net))} "
+                              f"transformer blocks")
         ranks = knob_values(spec, "lora.r")
-        hidden = getattr(config, "hidden_size", None)
+        hidden = getattr(net.config, "hidden_size", None)
         if ranks and hidden and max(ranks) > hidden:
-            raise ConfigError(f"{key}.lora.r: value {spec['lora']['r']}: above the hidden size of {where()}, {hidden}")
-        positions = getattr(config, "max_position_embeddings", None)
+            raise ConfigError(f"{key}.lora.r: value {spec['lora']['r']}: above the hidden size of {where}, {hidden}")
+        positions = getattr(net.config, "max_position_embeddings", None)
         if generates(spec) and positions and spec["generation"]["max_new_tokens"] >= positions:
             raise ConfigError(f"{key}.generation.max_new_tokens: value {spec['generation']['max_new_tokens']}: "
-                              f"{where()} has {positions} positions, and a generated text needs its prompt beside it")
+                              f"{where} has {positions} positions, and a generated text needs its prompt beside it")
         for sub, names in (("train_modules", spec.get("train_modules")),
                            ("lora.target_modules", (spec.get("lora") or {}).get("target_modules"))):
-            if not names:
-                continue
-            from ..mitigation.freezing import module_names
-            from ..models import matching_modules
-
-            missing = [t for t, found in matching_modules(net(), names).items() if not found]
+            missing = [t for t, found in matching_modules(net, names or []).items() if not found]
             if missing:
-                raise ConfigError(f"{key}.{sub}: {', '.join(missing)} not in {where()}; its modules: "
-                                  f"{', '.join(module_names(net()))}")
+                raise ConfigError(f"{key}.{sub}: {', '.join(missing)} not in {where}; its modules: "
+                                  f"{', '.join(module_names(net))}")
 
 
 def check_base(plan, model: str, directory: Path) -> None:
