@@ -25,9 +25,9 @@ from monitor import demo_setup  # noqa: E402
 
 
 def main() -> None:
-    from scipy.stats import beta, t as student
+    from scipy.stats import t as student
 
-    from forgetmap.predict.bound import tuned_weights
+    from forgetmap.predict.bound import binomial_interval, tuned_weights
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("."))
@@ -60,11 +60,6 @@ def main() -> None:
         low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
         return d.mean() - high * se * fpc, d.mean() - low * se * fpc
 
-    def exact(count):
-        tail = (1 - level) / 2
-        return (0.0 if count == 0 else beta.ppf(tail, count, m - count + 1),
-                1.0 if count == m else beta.ppf(1 - tail, count + 1, m - count))
-
     found: dict = {}
 
     def add(name, low, high, probes, truth):  # the others' interval made the mean's over all n
@@ -88,8 +83,8 @@ def main() -> None:
                         add(f"{tag}: weight {weight}, t", *t_interval(corrected), probes, truth)
                         add(f"{tag}: weight {weight}, bootstrap-t", *bootstrap_t(corrected), probes, truth)
                     if over is not None:
-                        add(f"{tag}: the audit's count, exact binomial", *exact(int(values[drawn].sum())), probes,
-                            truth)
+                        exact = binomial_interval(int(values[drawn].sum()), m, level)
+                        add(f"{tag}: the audit's count, exact binomial", exact.lower, exact.upper, probes, truth)
     print(f"{len(saved['truths'])} runs x {saved['truths'].shape[1]} checks x {args.draws} draws of {m}, level {level}")
     for name in sorted(found):
         covered, half = np.asarray(found[name]).T
