@@ -102,16 +102,18 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}
+    shown = level if level is not None else 0.9  # the level the run's own bound and the items are given at
     items, items_drawn = ({}, {}) if transitions is None else \
-        _item_lines(transitions, probes, base_scores or [], settings, checkpoints, level if level is not None else 0.9)
+        _item_lines(transitions, probes, base_scores or [], settings, checkpoints, shown)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
         steps, total, nll, _ = read_probe_record(checkpoint, measured_ids)
         changes = nll[1:] - nll[0]
         values, audited = changes[:, :len(index)], changes[:, len(index):]
         pred = completion.predict(np.broadcast_to(known, values.shape), values).astype(np.float32)
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
-        bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [level if level is not None else 0.9])
-                  for c in range(len(values))]
+        # each check's bound from its audit examples; the last check's weights are the measured row's
+        bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [shown],
+                            truth if step == total else None) for c, step in enumerate(steps[1:])]
         drawn[task] = (steps[1:], total, pred, values, truth, bounds)
         for c, step in enumerate(steps[1:]):
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),
@@ -120,10 +122,6 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
             if level is not None:  # the mean's conformal interval from the fit tasks, the same at every check
                 line[f"forecast_upper_{level:g}"] = float(pred[c].mean()) + mean_widths[level]
             line.update(bounds[c])  # and its bound from this check's audit examples
-            if step == total and truth is not None and bounds[c] and np.isfinite(truth).all():
-                lvl = level if level is not None else 0.9  # the last check's weights are the measured row's
-                line[f"estimate_covered_{lvl:g}"] = bool(
-                    line[f"estimate_lower_{lvl:g}"] <= float(truth.mean()) <= line[f"estimate_upper_{lvl:g}"])
             if truth is not None:
                 _score_check(line, pred[c], values[c], truth, hidden & np.isfinite(truth), widths, settings, evaluate)
                 for lvl, width in mean_widths.items():
