@@ -5,8 +5,14 @@ After `python benchmarks/monitor_bound.py --workdir . --seeds 3 --truths truths.
 `--draws` draws of 30 audit examples (uniform, from the usable examples that are not probes), and for the mean and
 for the shares forgotten by more than 0.2 and 0.5 nats per token, each weight on the forecast (1: the monitor's;
 0: the sample alone; tuned: forgetmap.predict.bound's `tuned_weights`; tuned and clipped to [0, 1]) with Student's
-t or a bootstrap-t (999 resamples of the corrected values) interval, and for the shares the exact binomial
-(Clopper-Pearson) interval on the audit's own count. Printed: coverage at `--level` and mean half-width.
+t or a bootstrap-t (999 resamples of the corrected values) interval; for the shares also the exact binomial
+(Clopper-Pearson) interval on the audit's own count and the monitor's own (`share_bound`: weight 1, its spread with
+half a pseudo-example of each (measured, forecast) pair); for the mean also Hall's (1992) skewness-removing
+transformation of t, with the audit's own skewness or with the map's (the median skewness of the fit tasks'
+leave-one-task-out residuals: known before the run), and an audit drawn by two strata of the fit tasks' mean |Z|
+per example (the top `--stratum` share, default 10 %, and the rest; Neyman's allocation from the leave-one-task-out
+residuals' spread in each, a stratified estimate with Welch-Satterthwaite's degrees of freedom). Printed: coverage
+at `--level` and mean half-width. `--audit 60`: the same with a larger audit.
 
     python benchmarks/bound_variants.py --workdir . --truths truths.npz --draws 60   # after monitor_bound.py
 """
@@ -27,7 +33,10 @@ from monitor import demo_setup  # noqa: E402
 def main() -> None:
     from scipy.stats import t as student
 
-    from forgetmap.predict.bound import binomial_interval, tuned_weights
+    from scipy.stats import skew
+
+    from forgetmap.predict.bound import binomial_interval, share_bound, tuned_weights
+    from forgetmap.predict.conformal import fold_predictions
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("."))
@@ -36,6 +45,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=60)
     parser.add_argument("--audit", type=int, default=30)
     parser.add_argument("--level", type=float, default=0.9)
+    parser.add_argument("--stratum", type=float, default=0.1, help="the top stratum's share of the examples")
     args = parser.parse_args()
     saved = np.load(args.truths)
     forecast_map = demo_setup(args.workdir, args.model, str(saved["tasks"][0]))[-1]
@@ -48,6 +58,41 @@ def main() -> None:
     def t_interval(d):
         half = student.ppf((1 + level) / 2, m - 1) * d.std(ddof=1) / np.sqrt(m) * fpc
         return d.mean() - half, d.mean() + half
+
+    # known before any run: the fit tasks' leave-one-task-out residuals (their skewness; each stratum's spread)
+    model = forecast_map.completion()[0]
+    residuals = np.stack([forecast_map.train[row] - predicted for row, predicted in
+                          fold_predictions(forecast_map.train, known, model, forecast_map.method, forecast_map.params)])
+    residuals = residuals[:, rest].astype(np.float64)
+    map_skew = float(np.median(skew(residuals, axis=1)))
+    score = np.abs(forecast_map.train[:, rest]).mean(axis=0)
+    top = score > np.quantile(score, 1 - args.stratum)
+    strata = [np.flatnonzero(~top), np.flatnonzero(top)]
+    spreads = np.array([residuals[:, s].std(axis=1).mean() for s in strata])
+    shares = np.array([len(s) for s in strata]) / len(rest)
+    n_top = int(np.clip(round(m * shares[1] * spreads[1] / (shares * spreads).sum()), 3, m - 3))
+    sizes = [m - n_top, n_top]
+    print(f"the map's residual skewness {map_skew:.2f}; strata of {[len(s) for s in strata]} examples, "
+          f"audit {sizes}")
+
+    def hall(d, gamma):  # Hall (1992): t's skewness removed by a monotone cubic transformation
+        mean, se, q = d.mean(), d.std(ddof=1) / np.sqrt(m), student.ppf((1 + level) / 2, m - 1)
+        if not np.isfinite(gamma) or abs(gamma) < 1e-8 or se == 0:
+            return mean - q * se * fpc, mean + q * se * fpc
+        root = np.sqrt(m)
+        inverse = lambda x: 3 * root / gamma * (np.cbrt(1 + gamma / root * (x - gamma / (6 * root))) - 1)  # noqa: E731
+        return mean - se * fpc * inverse(q), mean - se * fpc * inverse(-q)
+
+    def stratified(values, forecast):  # weight 1 within each stratum; the others' mean and its interval
+        parts = [rng.choice(s, size, replace=False) for s, size in zip(strata, sizes)]
+        means = [np.mean(values[rest[p]] - forecast[rest[p]]) for p in parts]
+        terms = [shares[h] ** 2 * np.var(values[rest[p]] - forecast[rest[p]], ddof=1) / len(p)
+                 * (1 - len(p) / len(strata[h])) for h, p in enumerate(parts)]
+        variance = sum(terms)
+        df = variance ** 2 / sum(t * t / (len(p) - 1) for t, p in zip(terms, parts)) if variance > 0 else m - 1
+        centre = forecast[rest].mean() + float(np.dot(shares, means))
+        half = student.ppf((1 + level) / 2, df) * np.sqrt(variance)
+        return centre - half, centre + half
 
     def bootstrap_t(d):
         resampled = d[rng.integers(0, m, size=(999, m))]
@@ -85,6 +130,16 @@ def main() -> None:
                     if over is not None:
                         exact = binomial_interval(int(values[drawn].sum()), m, level)
                         add(f"{tag}: the audit's count, exact binomial", exact.lower, exact.upper, probes, truth)
+                        own = share_bound(row, known, z[known], drawn, z[drawn], over, level)
+                        add(f"{tag}: weight 1, paired spread (share_bound)", *(np.array([own.lower, own.upper]) * n
+                                                                                 - probes) / (n - k), probes, truth)
+                    else:
+                        corrected = values[drawn] - (forecast[drawn] - centre)
+                        add(f"{tag}: weight 1, Hall, the audit's skewness",
+                            *hall(corrected, skew(corrected, bias=False)), probes, truth)
+                        add(f"{tag}: weight 1, Hall, the map's skewness", *hall(corrected, map_skew), probes, truth)
+                        add(f"{tag}: weight 1, t, two strata of the map's mean |Z|",
+                            *stratified(values, forecast), probes, truth)
     print(f"{len(saved['truths'])} runs x {saved['truths'].shape[1]} checks x {args.draws} draws of {m}, level {level}")
     for name in sorted(found):
         covered, half = np.asarray(found[name]).T

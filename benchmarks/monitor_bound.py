@@ -7,7 +7,9 @@ draws of the `--audit` examples (uniform, without replacement, from the examples
 audit draw is), the bounds on that mean at `--level`:
 
 - the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, corrected by the audit
-  examples' residuals, Student's t on them (the forecast's weight 1);
+  examples' residuals (the forecast's weight 1), Hall's transformation of Student's t at the skewness of the map's
+  leave-one-task-out residuals (what the monitor logs);
+- the same with Student's t (the monitor's before);
 - the same with the forecast's weight tuned on the audit examples (`weight="tuned"`, PPI++);
 - the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
   leave-one-fit-task-out folds, the same at every check;
@@ -78,13 +80,16 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     constant = forecast_map.mean_halfwidth(level)
     rest = np.setdiff1d(np.arange(len(truth)), known)
     rng = np.random.default_rng(seed)
-    out = {"run's own": [], "tuned weight": [], "a random sample's": []}
+    out = {"run's own": [], "run's own, t": [], "tuned weight": [], "a random sample's": []}
+    skew = forecast_map.residual_skew()
     for _ in range(draws):
         drawn = np.sort(rng.choice(rest, audit, replace=False))
-        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
+        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew)
+        plain = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
         tuned = mean_bound(row, known, truth[known], drawn, truth[drawn], level, weight="tuned")
         sample = sample_interval(truth[drawn], level)
         out["run's own"].append((own.lower, own.upper))
+        out["run's own, t"].append((plain.lower, plain.upper))
         out["tuned weight"].append((tuned.lower, tuned.upper))
         out["a random sample's"].append((sample.lower, sample.upper))
     for over in shares:  # the share forgotten by more than `over`, bounded the same way
@@ -188,9 +193,10 @@ def main() -> None:
     print(own.groupby("task")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
     print("\nby run, mean half-width over its checks and draws and coverage (the run's own, weight 1, and with the "
           "weight tuned, against a random sample's):")
-    chosen = table[table["bound"].isin(["run's own", "tuned weight", "a random sample's"])]
+    chosen = table[table["bound"].isin(["run's own", "run's own, t", "tuned weight", "a random sample's"])]
     widths = chosen.pivot_table(index=["task", "seed"], columns="bound", values="halfwidth", aggfunc="mean")
     widths["own / sample"] = widths["run's own"] / widths["a random sample's"]
+    widths["own, t / sample"] = widths["run's own, t"] / widths["a random sample's"]
     widths["tuned / sample"] = widths["tuned weight"] / widths["a random sample's"]
     covered = chosen.pivot_table(index=["task", "seed"], columns="bound", values="covered", aggfunc="mean")
     widths = widths.join(covered.add_prefix("covered: "))

@@ -233,3 +233,23 @@ def half_only_attention(name: str) -> str:
 
     AttentionInterface.register(name, half_only)
     return name
+
+
+def refit_skew(train, known, method: str = "mf", params: dict | None = None) -> float:
+    """The median skewness of a completed row's leave-one-fit-task-out residuals over the hidden examples, each fold
+    as the conformal intervals make it (the method fitted on every fit row, then its `without` the left-out one):
+    forgetmap.predict.conformal.fold_skewness recomputed, as the monitor's bound takes it."""
+    from scipy.stats import skew
+
+    from forgetmap.predict.registry import make_method
+
+    train, known = np.asarray(train), np.asarray(known)
+    hidden = np.ones(train.shape[1], dtype=bool)
+    hidden[known] = False
+    model = make_method(method, **(params or {})).fit(train)
+    found = []
+    for row in range(len(train)):
+        fitted = model.without(train, row)
+        predicted = fitted.predict(known[None, :], train[row, known][None, :].astype(np.float64))[0]
+        found.append(skew((train[row] - predicted)[hidden].astype(np.float64)))
+    return float(np.median(found))

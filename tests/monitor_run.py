@@ -55,7 +55,7 @@ def monitored_base(root, device: str = "cpu"):
                               {t: "all" for t in tasks}, {"all": "g"})
     matrix.write(root / "forgetting.parquet", {"model": "standin"})
     forecast_map = ForecastMap.from_matrix(root / "forgetting.parquet", root / "upstream", k=8, max_length=MAX_LENGTH,
-                                           model=model, tokenizer=tokenizer)
+                                           model=model, tokenizer=tokenizer, audit=30)  # (not the default 60: cheaper checks)
     forecast_map.write(root / "map.parquet")
     return base, root / "forgetting.parquet", root / "upstream", root / "map.parquet"
 

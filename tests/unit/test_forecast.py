@@ -9,6 +9,7 @@ from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.predict.bound import mean_bound
 from forgetmap.predict.forecast import choose, complete, fit_rows, forecast_command, probes_command
+from helpers import refit_skew
 
 N, FIT = 600, 16
 
@@ -103,9 +104,13 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     assert not table.loc["new", "measured"] and np.isnan(table.loc["new", "rmse"])
     assert table.loc["new", "probe_tokens"] == 3 * 65 and table.loc["new", "upstream_tokens"] == 7 * N
     # each row's mean bounded by its own 40 audit examples (predict.bound), the measured one's interval holding it
+    # and the interval skewed as the fit rows' leave-one-task-out residuals are (Hall's transformation)
+    train, _ = fit_rows(ForgettingMatrix.read(tmp_path / "forgetting.parquet"), fit, "m")
+    skew = refit_skew(train, index)
+    assert abs(skew) > 0.05
     for name, t in (("checked", FIT), ("new", FIT + 1)):
         measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
-        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9)
+        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, skew=skew)
         assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9"]].tolist() \
             == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
         assert table.loc[name, "audit_mean"] == pytest.approx(measured[25:].mean(), abs=1e-6)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import page_data, released_fixture
+from helpers import page_data, refit_skew, released_fixture
 from monitor_run import MAX_LENGTH, N_CHAT, N_LM, TASKS, make_trainer, monitored_base
 from standins import TULU_TEMPLATE, save_standin, sentences
 
@@ -97,7 +97,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
-                           np.asarray(meta["audit_values"]), 0.8)
+                           np.asarray(meta["audit_values"]), 0.8, skew=refit_skew(forecast_map.train, forecast_map.known))
         assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
             (bound.estimate, bound.upper), abs=1e-5)
         share = share_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
@@ -493,7 +493,7 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     # each check's mean bounded by its own 12 audit examples (predict.bound), as the trainer callback bounds it
     for c, share in enumerate((0.5, 1.0)):
         row = complete(train, known, share * truth[None, :8].astype(np.float32), "mf", {}, [])[0][0]
-        bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8)
+        bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8, skew=refit_skew(train, known))
         assert table.loc[c, ["estimate", "estimate_lower_0.8", "estimate_upper_0.8"]].tolist() \
             == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
     measured = float(matrix.row("task5")[usable].mean())  # the last check's weights are the measured row's

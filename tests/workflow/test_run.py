@@ -358,11 +358,12 @@ def test_mitigation_reruns_only_what_a_change_touches(finished, tmp_path):
 
 def forecast_config(mode=True, **forecast):
     """json_profile added as a forecast task (fitted on the 3 measured tasks), its fine-tune monitored (the
-    probes scored after steps 2 and 4 of 4), predicted replay on it."""
+    probes scored after steps 2 and 4 of 4), predicted replay on it; 30 audit examples (not the default 60: the
+    tiny corpus has 140 examples, and a forecast is to score few of them)."""
     return edited(tiny_config(), lambda c: (
         c["tasks"].update(json_profile={"category": "world", "n_examples": 24, "forecast": mode,
                                         "finetune": {"monitor": {"every": 2}}}),
-        c.update(forecast={"k": 8, **forecast}),
+        c.update(forecast={"k": 8, "audit": 30, **forecast}),
         c["mitigation"].update(tasks=["json_profile"], arms={"predicted": {"replay": "predicted", "method": "mf",
                                                                             "ratio": 0.25}})))
 

@@ -189,6 +189,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                             f"and max_length {scoring['max_length']}")
         if self.map is not None and self.level is not None:
             self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
+            if len(self.map.audit):
+                self.map.residual_skew()
         if self.baseline is None:
             self.baseline = self.meter.measure().tolist()
             self._check_base(np.asarray(self.baseline))
@@ -276,7 +278,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         if len(audited):
             scalars["audit_mean"] = float(np.nanmean(audited))
         if self.level is not None and len(audited):  # the run's own bound (predict.bound)
-            bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level)
+            bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level,
+                               skew=self.map.residual_skew())
             scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
         elif self.level is not None:  # a map without audit examples: its constant half-width
             scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)

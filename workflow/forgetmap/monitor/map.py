@@ -26,7 +26,7 @@ from ..errors import DataError
 FORMAT = "forecast_map"
 FORMAT_VERSION = 1
 UPSTREAM_COLUMNS = ("kind", "text", "prompt", "response")
-AUDIT = 30  # examples drawn at random to bound the mean (predict.bound): as many as the probes by default
+AUDIT = 60  # examples drawn at random to bound the mean (predict.bound): as the workflow's `forecast.audit`
 MAP_RECORD = ("fit_tasks", "method", "params", "levels", "scoring", "identity", "about")  # the metadata a map holds
 DEFAULT_LEVELS = (0.8, 0.9)  # as prediction.intervals
 
@@ -94,6 +94,7 @@ class ForecastMap:
     path: str | None = None
     _completion: tuple | None = field(default=None, repr=False)
     _mean_widths: dict | None = field(default=None, repr=False)
+    _skew: float | None = field(default=None, repr=False)
 
     @property
     def k(self) -> int:
@@ -189,6 +190,15 @@ class ForecastMap:
             self._mean_widths = mean_halfwidths(self.train, self.known, model, self.method, self.params,
                                                 sorted(widths)) if widths else {}
         return self._mean_widths.get(level, float("inf"))
+
+    def residual_skew(self) -> float:
+        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it (NaN with
+        fewer than 3 fit tasks): the bound on the mean at a check takes it (forgetmap.predict.bound)."""
+        if self._skew is None:
+            from ..predict.conformal import fold_skewness
+
+            self._skew = fold_skewness(self.train, self.known, self.completion()[0], self.method, self.params)
+        return self._skew
 
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, dict[float, np.ndarray]]:
         """(the forecast row over the usable examples (U,) float32, {level: half-width (U,)}) from the

@@ -83,7 +83,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
 
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
-    from ..predict.conformal import mean_halfwidths
+    from ..predict.conformal import fold_skewness, mean_halfwidths
     from ..predict.forecast import audit_positions, chosen_probes, fit_completion, own_bound
     from ..predict.metrics import evaluate
 
@@ -99,6 +99,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     level = max(widths) if widths else None
     mean_widths = mean_halfwidths(train, known, completion, settings["method"], settings["params"],
                                   sorted(widths)) if widths else {}
+    skew = fold_skewness(train, known, completion, settings["method"], settings["params"]) if len(audit) else None
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}
@@ -113,7 +114,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
         # each check's bound from its audit examples; the last check's weights are the measured row's
         bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [shown],
-                            truth if step == total else None) for c, step in enumerate(steps[1:])]
+                            truth if step == total else None, skew) for c, step in enumerate(steps[1:])]
         drawn[task] = (steps[1:], total, pred, values, truth, bounds)
         for c, step in enumerate(steps[1:]):
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),

@@ -21,15 +21,29 @@ against 0.88 at 0.9, BENCHMARKS.md): a sample of 30 rarely holds the tail, and t
 so it is not the default. The interval at `level` is Student's t on the m corrected values, with the finite
 population's correction (the audit is drawn without replacement from the N − k others):
 
-    half-width = t_{m−1, (1+level)/2} · (N − k)/N · sd(corrected) / √m · √(1 − m / (N − k)).
+    half-width = t_{m−1, (1+level)/2} · (N − k)/N · sd(corrected) / √m · √(1 − m / (N − k)),
+
+or, given the corrected values' skewness γ (`skew`), Hall's (1992) transformation of it (`hall_quantiles`): the
+same scale, the upper end t's quantile pushed out and the lower end drawn in for γ > 0. Per-example forgetting
+has a long upper tail (kurtosis 40-60 on the demo's later checks), which a sample of 30 or 60 mostly misses, so
+t's interval misses the mean from below more often than the level allows (0.876 at 0.9 on the demo, 30
+examples). The sample's own skewness is no help (it misses the tail too: 0.826); the map's is: the monitor and
+the workflow give the median skewness of the fit tasks' leave-one-task-out residuals
+(forgetmap.predict.conformal.fold_skewness), known before the run, and with 60 audit examples the interval covered
+0.896 at a mean half-width no wider than the 60 examples' own t-interval (BENCHMARKS.md).
 
 It promises, over the draw of the audit examples (not over tasks or runs), that the interval covers the mean
-forgetting of the weights at that check with probability about `level`: t's approximation to the corrected
-values' mean, which per-example forgetting's heavy tail strains at small m (BENCHMARKS.md measures the coverage).
-The audit's own t-interval (`sample_interval`) is the valid bound a random sample gives without a map.
+forgetting of the weights at that check with probability about `level`: an approximation to the corrected
+values' mean, which a heavy tail strains at small m (BENCHMARKS.md measures the coverage). The audit's own
+t-interval (`sample_interval`) is the valid bound a random sample gives without a map.
 
 A share of examples forgotten by more than x nats (`share_bound`, what a user may mean by a budget) is the mean
-of indicators, bounded the same way (t on indicator residuals: rough where the share is near 0 or 1).
+of indicators, bounded the same way, except for the spread: a rare share's audit often holds no example where the
+measured and the forecast indicators disagree, and its plain t-interval is then of width 0 (it covered 0.59 at
+level 0.9 for the demo's share above 0.5 nats). In the manner of Agresti & Min's interval for paired proportions
+(2005), the spread is the corrected values' with half a pseudo-example of each of the four (measured, forecast)
+pairs added (`paired_spread`); the estimate is left as it is. On the demo it covered 0.945 and 0.986 for the
+shares above 0.2 and 0.5 nats (BENCHMARKS.md).
 
 Where fewer than two audit examples have a value, there is no bound (NaN).
 """
@@ -60,13 +74,16 @@ def _t(level: float, df: int) -> float:
 
 
 def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
-               audit_values: np.ndarray, level: float, weight: float | str = 1.0) -> MeanBound:
+               audit_values: np.ndarray, level: float, weight: float | str = 1.0,
+               indicators: bool = False, skew: float | None = None) -> MeanBound:
     """The mean of z over every usable example at a check, bounded at `level`: `forecast` the completed row (N,),
     `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
     of them probes) and `audit_values` their measured z. `weight`: the forecast's (1: the plain prediction-powered
-    estimate; 0: the audit's own mean; "tuned": tuned on the audit, `tuned_weights`)."""
+    estimate; 0: the audit's own mean; "tuned": tuned on the audit, `tuned_weights`); `indicators`: 0/1 values
+    (`share_bound`); `skew`: the corrected values' skewness as the map knows it (`hall_quantiles`; None: t's)."""
     forecast = np.asarray(forecast, dtype=np.float64)
-    return corrected_mean(forecast, known, probe_values, audit_values, forecast[audit], level, weight=weight)
+    return corrected_mean(forecast, known, probe_values, audit_values, forecast[audit], level, weight=weight,
+                          indicators=indicators, skew=skew)
 
 
 def crossfit_bound(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray,
@@ -102,9 +119,38 @@ def tuned_weights(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return np.maximum(slope, 0.0)
 
 
+def hall_quantiles(level: float, m: int, skew: float | None) -> tuple[float, float]:
+    """(a, b): the interval at `level` on a mean of m values is [mean − b · se, mean + a · se]. Student's t's
+    quantile on both sides where `skew` is None, NaN or 0; otherwise Hall's (1992) transformation of the studentised
+    mean, g(t) = t + γ t² / (3√m) + γ² t³ / (27 m) + γ / (6√m), monotone in t, inverted at t's quantiles ±q:
+    for γ > 0 (a long upper tail, which a small sample underrepresents) the upper end reaches further than t's and
+    the lower end less far."""
+    q = _t(level, m - 1)
+    if skew is None or not np.isfinite(skew) or abs(skew) < 1e-12:
+        return q, q
+    root = np.sqrt(m)
+
+    def inverse(x: float) -> float:
+        return 3 * root / skew * (np.cbrt(1 + skew / root * (x - skew / (6 * root))) - 1)
+
+    return float(-inverse(-q)), float(inverse(q))
+
+
+def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, centre: float) -> float:
+    """The standard deviation of the corrected values z - λ (ẑ - centre) of 0/1 indicators, with half a
+    pseudo-example of each of the four (measured, forecast) pairs added to the m sampled (Agresti & Min's adjustment
+    for paired proportions): never 0 where the sample holds no disagreement, as a rare share's often does."""
+    lam_mean = float(np.mean(lam)) if len(lam) else 1.0
+    pairs = np.array([(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)])
+    values = np.concatenate([measured - lam * (predicted - centre), pairs[:, 0] - lam_mean * (pairs[:, 1] - centre)])
+    weights = np.concatenate([np.ones(len(measured)), np.full(4, 0.5)])
+    mean = float(np.sum(weights * values) / weights.sum())
+    return float(np.sqrt(np.sum(weights * (values - mean) ** 2) / (weights.sum() - 1)))
+
+
 def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, sampled: np.ndarray,
                    sampled_forecast: np.ndarray, level: float, disjoint: bool = False,
-                   weight: float | str = 1.0) -> MeanBound:
+                   weight: float | str = 1.0, indicators: bool = False, skew: float | None = None) -> MeanBound:
     """The examples at `known` counted as measured (`values`), the N - k others' mean estimated from examples drawn
     at random (`sampled` measured there, `sampled_forecast` the forecast of each that did not see it) as
 
@@ -115,7 +161,9 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     keeps the estimate unbiased; λ = 1 (`weight`'s default) is the plain prediction-powered estimate, λ = 0 the
     sample's own mean, and `weight` "tuned" tunes it per example on the rest of the sample (`tuned_weights`), so
     that a forecast that does not help costs next to nothing and one that does narrows the interval by √(1 - ρ²),
-    ρ the correlation of forecast and value over the sample."""
+    ρ the correlation of forecast and value over the sample. `indicators`: the values are 0/1 (a share), and the
+    spread is `paired_spread`'s. `skew`: the interval is Hall's transformation of t at that skewness
+    (`hall_quantiles`), for an audit drawn from the others (not `disjoint`)."""
     forecast = np.asarray(forecast, dtype=np.float64)
     n, k = len(forecast), len(known)
     z, f = np.asarray(sampled, dtype=np.float64), np.asarray(sampled_forecast, dtype=np.float64)
@@ -138,23 +186,26 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
         lam = np.full(m, float(weight))
     corrected = z - lam * (f - centre)
     estimate = (float(np.sum(values)) + (n - k) * float(corrected.mean())) / n
-    spread = float(corrected.std(ddof=1)) / np.sqrt(m)
+    spread = (paired_spread(z, f, lam, centre) if indicators else float(corrected.std(ddof=1))) / np.sqrt(m)
     if disjoint:
         half = _t(level, m - 1) * spread * np.sqrt((n - k) / n)
-    else:
-        half = _t(level, m - 1) * (n - k) / n * spread * np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
-    return MeanBound(estimate, estimate - half, estimate + half, float(lam.mean()))
+        return MeanBound(estimate, estimate - half, estimate + half, float(lam.mean()))
+    up, down = hall_quantiles(level, m, None if indicators else skew)
+    scale = (n - k) / n * spread * np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
+    return MeanBound(estimate, estimate - down * scale, estimate + up * scale, float(lam.mean()))
 
 
 def share_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
                 audit_values: np.ndarray, over: float, level: float, weight: float | str = 1.0) -> MeanBound:
     """The share of usable examples forgotten by more than `over` nats per token at a check, bounded at `level`:
-    `mean_bound` on the indicators (the forecast's, the probes' and the audit examples' measured ones)."""
+    `mean_bound` on the indicators (the forecast's, the probes' and the audit examples' measured ones), its spread
+    `paired_spread`'s."""
     def above(z):
         z = np.asarray(z, dtype=np.float64)
         return np.where(np.isfinite(z), (z > over).astype(np.float64), np.nan)
 
-    bound = mean_bound(above(forecast), known, above(probe_values), audit, above(audit_values), level, weight)
+    bound = mean_bound(above(forecast), known, above(probe_values), audit, above(audit_values), level, weight,
+                       indicators=True)
     return MeanBound(bound.estimate, max(0.0, bound.lower), min(1.0, bound.upper), bound.weight)
 
 

@@ -98,6 +98,24 @@ def mean_halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, pa
     return {level: quantile(errors.copy(), level) for level in levels}
 
 
+def fold_skewness(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                  folds: int = MAX_FOLDS) -> float:
+    """The median over the leave-one-task-out folds of the skewness of a left-out row's residuals z − ẑ over its
+    hidden entries: how lopsided a completed row's errors are, known from the fit tasks before any run (the
+    forgetting monitor's bound takes it, forgetmap.predict.bound). NaN with fewer than 3 fit tasks."""
+    from scipy.stats import skew
+
+    train = np.asarray(train)
+    if len(train) < 3:
+        return float("nan")
+    hidden = np.ones(train.shape[1], dtype=bool)
+    hidden[known] = False
+    found = [float(skew((train[row] - pred)[hidden].astype(np.float64)))
+             for row, pred in fold_predictions(train, known, model, method, params, folds)]
+    found = [v for v in found if np.isfinite(v)]
+    return float(np.median(found)) if found else float("nan")
+
+
 def quantile(scores: np.ndarray, level: float) -> float:
     """The ⌈(n + 1) level⌉-th smallest score (inf where n is too small for the level). Reorders
     `scores` in place (a partition: no copy), which leaves any other level's answer unchanged."""

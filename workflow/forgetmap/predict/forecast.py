@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from .conformal import coverage, halfwidths
+from .conformal import coverage, fold_skewness, halfwidths
 from .metrics import evaluate
 from .probes import choose_probes, design
 from .protocol import interval_capable, interval_column
@@ -266,7 +266,9 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         if not np.isfinite(row).all():
             raise DataError(f"{path}: {int((~np.isfinite(row)).sum())} probe(s) without a score (an empty span)")
     levels = [float(level) for level in settings["intervals"]]
-    pred, widths = complete(train, known, values, settings["method"], settings["params"], levels)
+    model, widths = fit_completion(train, known, settings["method"], settings["params"], levels)
+    pred = model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False)
+    skew = fold_skewness(train, known, model, settings["method"], settings["params"]) if len(audit) else None
 
     n = forgetting.shape[1]
     columns = {"example_id": pa.array(forgetting.example_ids.astype(str)), "source": pa.array(forgetting.sources)}
@@ -293,7 +295,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
                              upstream_tokens, widths),
              **own_bound(pred[t], known, values[t], audit, audited[t], levels,
-                         forgetting.row(task)[usable] if task in forgetting.tasks else None),
+                         forgetting.row(task)[usable] if task in forgetting.tasks else None, skew),
              **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
     table = pd.DataFrame(rows)
     with atomic_path(summary) as tmp:
@@ -306,18 +308,19 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
 
 
 def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.ndarray, audited: np.ndarray,
-              levels: list[float], truth: np.ndarray | None = None) -> dict:
+              levels: list[float], truth: np.ndarray | None = None, skew: float | None = None) -> dict:
     """A forecast row's mean over the usable examples bounded by its own audit examples at each level
     (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, and the audit's own
     `audit_mean`); with the measured row (`truth`), whether each interval holds
-    its mean (`estimate_covered_{level}`). None of them without audit examples."""
+    its mean (`estimate_covered_{level}`). None of them without audit examples. `skew`: the map's residual
+    skewness (forgetmap.predict.conformal.fold_skewness), which the interval takes as the monitor's does."""
     from .bound import mean_bound
 
     if len(audit) < 2 or np.isfinite(audited).sum() < 2:
         return {}
     out = {"audit_mean": float(np.nanmean(audited))}
     for level in sorted(levels) or [0.9]:
-        bound = mean_bound(row, known, values, audit, audited, level)
+        bound = mean_bound(row, known, values, audit, audited, level, skew=skew)
         out.update({"estimate": bound.estimate, f"estimate_lower_{level:g}": bound.lower,
                     f"estimate_upper_{level:g}": bound.upper})
         if truth is not None and np.isfinite(truth).all():
