@@ -88,8 +88,7 @@ def bench(tmp_path_factory):
     """(the base's directory, the lm-eval task's directory, the item map's path, its rows' correctness): a Llama
     stand-in (its tokenizer prepends BOS), and a map of six runs of the same base (its weights moved at random)."""
     os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from forgetmap.correctness.benchmark import from_lm_eval
     from forgetmap.monitor.items import ItemMap
@@ -101,18 +100,26 @@ def bench(tmp_path_factory):
     benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
     rows = {}
     for r in range(7):
-        model = AutoModelForCausalLM.from_pretrained(base)
-        if r:
-            generator = torch.Generator().manual_seed(r)
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.add_(torch.randn(p.shape, generator=generator) * 0.05)
-        rows["base" if r == 0 else f"run{r}"] = correctness(model, tokenizer, benchmark)
+        rows["base" if r == 0 else f"run{r}"] = correctness(perturbed(base, r), tokenizer, benchmark)
     frame = pd.DataFrame(rows).T
     frame.columns = benchmark.ids
     item_map = ItemMap.from_rows(frame.drop(index="base"), before=frame.loc["base"], sources=benchmark.sources)
     item_map.write(root / "items.parquet")
     return base, tasks, root / "items.parquet", frame
+
+
+def perturbed(base, run: int):
+    """The base (run 0), or run `run` of the map: its weights moved at random with that seed."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    if run:
+        generator = torch.Generator().manual_seed(run)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    return model
 
 
 def correctness(model, tokenizer, benchmark) -> np.ndarray:
@@ -338,6 +345,61 @@ def test_a_trl_run_logs_accuracy_F_and_BT_with_intervals_and_writes_each_items_f
     assert meta["k"] == 12 and meta["method"] == "additive" and meta["benchmark"]["lm_eval"] == ["bench_mc"]
 
 
+def test_an_item_map_from_lm_eval_logs_is_its_checkpoints_decisions_and_watches_a_run(bench, tmp_path):
+    """lm-eval's own per-sample logs of the base and three of the map's runs (its evaluator's samples, written by its
+    EvaluationTracker as `lm_eval --log_samples` writes them) made into a map by `forgetmap item-map`: each row is
+    the decisions forgetmap measures on that run, the base's the map's `before`, the items named as the monitor names
+    them; a run watched through it logs its rates. A checkpoint logged on other items, or a file not named as lm-eval
+    names its logs, is refused, naming them as text."""
+    import lm_eval
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoTokenizer
+
+    from forgetmap.cli import main
+    from forgetmap.correctness.benchmark import task_manager
+    from forgetmap.errors import DataError
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.item_logs import item_map_from_logs
+    from forgetmap.monitor.items import ItemMap, ItemWatch
+
+    base, tasks, _, frame = bench
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    manager = task_manager((str(tasks),))
+    names = ["base", "run1", "run2", "run3"]
+    for r, name in enumerate(names):  # as lm-eval's command saves a run's results and samples
+        tracker = EvaluationTracker(output_path=str(tmp_path / "logs" / name))
+        results = lm_eval.simple_evaluate(model=HFLM(pretrained=perturbed(base, r), tokenizer=tokenizer, batch_size=4),
+                                          tasks=["bench_mc"], task_manager=manager, log_samples=True,
+                                          evaluation_tracker=tracker, verbosity="ERROR")
+        samples = results.pop("samples")
+        tracker.save_results_aggregated(results=results, samples=samples)
+        tracker.save_results_samples(task_name="bench_mc", samples=samples["bench_mc"])
+    out = tmp_path / "map.parquet"
+    assert main(["item-map", *(f"--checkpoint={n}={tmp_path}/logs/{n}/**/samples_bench_mc_*.jsonl" for n in names),
+                 "--base", "base", "--out", str(out)]) == 0
+    made = ItemMap.read(out)
+    assert made.rows == names[1:] and made.item_ids.tolist() == [f"bench_mc/{i}" for i in range(N_ITEMS)]
+    np.testing.assert_array_equal(made.train, frame.loc[names[1:], made.item_ids].to_numpy())
+    np.testing.assert_array_equal(made.before, frame.loc["base", made.item_ids].to_numpy())
+    monitor = ForgettingMonitor(items=ItemWatch("bench_mc", str(out), k=12, lm_eval={"include_path": tasks}))
+    trainer = make_trainer("hf", base, tmp_path / "run", monitor, max_steps=2)
+    trainer.train()
+    entry = [e for e in trainer.state.log_history if "eval_forget_items_acc" in e][-1]
+    assert entry["eval_forget_items_acc_lower"] <= entry["eval_forget_items_acc"] <= entry["eval_forget_items_acc_upper"]
+    assert entry["eval_forget_items_acc_before"] == pytest.approx(frame.loc["base"].mean())
+    # refused: a checkpoint logged on fewer items; a file lm-eval did not name
+    (first,) = (tmp_path / "logs" / "run1").rglob("samples_bench_mc_*.jsonl")
+    short = tmp_path / "short" / first.name
+    short.parent.mkdir()
+    short.write_text("".join(first.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(DataError, match=r"checkpoint 'short' lacks 1 of checkpoint 'run1'.s items \(first: bench_mc/35\)"):
+        item_map_from_logs({"run1": str(first), "short": str(short)})
+    renamed = short.rename(short.with_name("results.jsonl"))
+    with pytest.raises(DataError, match=r"results.jsonl: not named as lm_eval names its per-sample logs"):
+        item_map_from_logs({"run1": str(first), "other": str(renamed)})
+
+
 def test_with_every_item_scored_F_and_BT_are_harmons_counting_and_a_resume_keeps_the_baseline(bench, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -448,7 +510,8 @@ def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
     fewer.write(tmp_path / "fewer.parquet")
     trainer = make_trainer("hf", base, tmp_path / "run", ForgettingMonitor(
         items=ItemWatch("bench_mc", str(tmp_path / "fewer.parquet"), lm_eval={"include_path": tasks})))
-    with pytest.raises(DataError, match=r"fewer.parquet: 3 of the 36 items of lm-eval task\(s\) bench_mc are not"):
+    with pytest.raises(DataError, match=r"fewer.parquet: 3 of the 36 items of lm-eval task\(s\) bench_mc are not "
+                                        r"among its 33 items \(first: bench_mc/33, bench_mc/34, bench_mc/35\)"):
         trainer.train()
     assert trainer.state.global_step == 0
     # a map of another base: a sibling's correctness recorded as the map's base

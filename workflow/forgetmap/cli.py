@@ -107,6 +107,18 @@ COMMANDS = [
      "correctness.logs:logged_scores",
      [arg("--table", required=True, help="the row's aligned logs (eval-log's output)"),
       arg("--shard", required=True), OUT], False),
+    ("item-map", "an item map for the forgetting monitor from per-sample evaluation logs of several checkpoints "
+                 "(lm-eval --log_samples, LightEval details)", "monitor.item_logs:item_map_command",
+     [arg("--checkpoint", action="append", required=True, metavar="NAME=FILE_OR_GLOB",
+          help="a checkpoint's log file(s) (a glob; repeat for several files or checkpoints): one row of the map"),
+      arg("--format", default="lm_eval", choices=("lm_eval", "lighteval")),
+      arg("--metric", default=None, help="the log's per-sample metric (default: acc for lm_eval, extractive_match "
+                                         "for lighteval)"),
+      arg("--id", default="{task}/{doc_id}", help="how an item is named, over the log's task, doc_id and doc "
+                                                   "(default: as the monitor names an lm-eval task's items)"),
+      arg("--base", default=None, help="the checkpoint that is the base itself: its correctness is the map's "
+                                       "record of the base, not a row"),
+      arg("--method", default="additive", help="the completion method the map carries"), OUT], False),
     ("forgetting-matrix", "assemble Z from the base and per-task scores", "matrix:matrix_command",
      [SETTINGS, SHARDS, OUT], False),
     ("lowrank", "R² by rank, spectrum, heatmap and significant components of Z", "lowrank:lowrank_command",

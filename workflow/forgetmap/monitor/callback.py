@@ -185,8 +185,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         scoring = self.map.scoring if self.map is not None else {"chat_template": "auto", "max_length": 2048}
         self.meter = _meter(model, tokenizer, rows, scoring, self.token_budget, args, optimizer)
         if self.meter.empty:
-            raise DataError(f"probe example(s) {self.meter.empty[:5]} have nothing to score under this tokenizer "
-                            f"and max_length {scoring['max_length']}")
+            raise DataError(f"probe example(s) {', '.join(map(str, self.meter.empty[:5]))} have nothing to score "
+                            f"under this tokenizer and max_length {scoring['max_length']}")
         if self.map is not None and self.level is not None:
             self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
             if len(self.map.audit):

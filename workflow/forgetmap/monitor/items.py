@@ -5,9 +5,9 @@ The pieces:
 
 - `ItemMap`, the correctness map: rows of other runs of the same base (fine-tunes, checkpoints) over the items,
   each a 0/1 or a seed mean; the workflow's transitions file makes one (`from_transitions`), and so do any rows a
-  user holds (`from_rows`: lm-eval logs of other checkpoints). A completion method fitted on its rows folds in a
-  new row from its k scored items (`additive` by default; `irt`, tinyBenchmarks' item response model; any of
-  forgetmap.predict's).
+  user holds (`from_rows`; from lm-eval and LightEval logs of other checkpoints, forgetmap.monitor.item_logs).
+  A completion method fitted on its rows folds in a new row from its k scored items (`additive` by default;
+  `irt`, tinyBenchmarks' item response model; any of forgetmap.predict's).
 - `ItemWatch`: which items (a `Benchmark`: an lm-eval task's, or a forgetmap correctness stage's), which map,
   which k items (drawn at random by default: the bound below needs a random draw; `dopt` chooses the most
   informative for the map, and then the interval promises nothing), the level and a budget.
@@ -107,7 +107,8 @@ class ItemMap:
         rows = list(matrix.tasks) if rows is None else list(rows)
         missing = [r for r in rows if r not in matrix.tasks]
         if missing:
-            raise DataError(f"{path}: row(s) {missing[:5]} are not among its runs {matrix.tasks[:5]}")
+            raise DataError(f"{path}: row(s) {', '.join(map(str, missing[:5]))} are not among its runs "
+                            f"{', '.join(map(str, matrix.tasks[:5]))}")
         codes = matrix.values[[matrix.tasks.index(r) for r in rows]]
         befores = np.floor(codes / 2)
         same = np.all(befores == befores[0], axis=0)
@@ -121,8 +122,9 @@ class ItemMap:
         missing = [e for e in ids if e not in position]
         if missing:
             raise DataError(f"{self.path or 'the item map'}: {len(missing)} of the {len(ids)} items of {where} are "
-                            f"not among its {len(self.item_ids)} items (first: {missing[:3]}): a map forecasts the "
-                            f"items it was measured on; watch those, or build the map on these items")
+                            f"not among its {len(self.item_ids)} items (first: {', '.join(map(str, missing[:3]))}): "
+                            f"a map forecasts the items it was measured on; watch those, or build the map on these "
+                            f"items")
         return np.array([position[e] for e in ids], dtype=np.int64)
 
     # --- the file -------------------------------------------------------------------------------------

@@ -147,8 +147,8 @@ class ForecastMap:
             position = {e: i for i, e in enumerate(ids)}
             missing = [p for p in probe_ids if p not in position]
             if missing:
-                raise DataError(f"{where}: probe example(s) {missing[:5]} are not usable examples of the map "
-                                f"(absent, or unmeasured under a fit task)")
+                raise DataError(f"{where}: probe example(s) {', '.join(map(str, missing[:5]))} are not usable "
+                                f"examples of the map (absent, or unmeasured under a fit task)")
             known = np.sort(np.array([position[p] for p in probe_ids], dtype=np.int64))
             strategy = "given"
         else:
