@@ -353,25 +353,30 @@ def test_lighteval_details_import_item_by_item(logged):
 
 
 def test_an_item_map_is_made_from_lm_eval_and_lighteval_logs_of_checkpoints(logged):
-    """The monitor's item map from the logs the tools wrote: sft's lm-eval samples and dpo's and its LightEval
-    details, every item named by its example id (each tool's template), each row the tool's own verdicts."""
+    """The monitor's item map from the logs the tools wrote: sft's and dpo's lm-eval samples and dpo's LightEval
+    details, every item named as the monitor names an lm-eval task's (`bench_mc/{doc_id}`: lm-eval's document
+    number, LightEval's document id, both the item's row in the task's data), each row the tool's own verdicts."""
     import json
 
     from forgetmap.monitor.item_logs import item_map_from_logs
 
     lighteval = {"files": str(logged / "evals/dpo-lighteval/results/details/**/*.parquet"), "format": "lighteval",
-                 "metric": "acc", "id": "{task}/{doc_id}"}
+                 "metric": "acc"}
     item_map = item_map_from_logs({"sft": str(logged / "evals/sft/results/*/samples_bench_mc_*.jsonl"),
-                                  "dpo": str(logged / "evals/dpo/results/*/samples_*.jsonl"), "dpo_lighteval": lighteval},
-                                 id="{task}/{doc[example_id]}")
-    assert item_map.rows == ["sft", "dpo", "dpo_lighteval"] and len(item_map.item_ids) == 12
+                                   "dpo": str(logged / "evals/dpo/results/*/samples_*.jsonl"),
+                                   "dpo_lighteval": lighteval})
+    assert item_map.rows == ["sft", "dpo", "dpo_lighteval"]
+    assert item_map.item_ids.tolist() == [f"bench_mc/{i}" for i in range(12)]
     details = pd.concat([pd.read_parquet(p) for p in sorted((logged / "evals/dpo-lighteval/results").rglob("*.parquet"))])
     verdict = {f"bench_mc/{d['id']}": int(m["acc"]) for d, m in zip(details["doc"], details["metric"])}
     assert item_map.train[2].tolist() == [verdict[i] for i in item_map.item_ids]
     (samples,) = (logged / "evals/sft/results").rglob("samples_bench_mc_*.jsonl")
     records = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
-    sft = {f"bench_mc/{r['doc']['example_id']}": int(r["acc"]) for r in records}
+    sft = {f"bench_mc/{r['doc_id']}": int(r["acc"]) for r in records}
     assert item_map.train[0].tolist() == [sft[i] for i in item_map.item_ids]
+    # the same item under both tools: the same document of the task's data
+    queries = {f"bench_mc/{d['id']}": d["query"] for d in details["doc"]}
+    assert all(r["doc"]["prompt"] in queries[f"bench_mc/{r['doc_id']}"] for r in records)
 
 
 # --- the example config, in miniature ---------------------------------------------------------------------------

@@ -8,9 +8,9 @@ Per checkpoint, one or more files (or globs) of one format:
   count (`bench_mc` of `custom|bench_mc|0` or `bench_mc|0`).
 
 An item is named as the forgetting monitor names an lm-eval task's items (forgetmap.correctness.benchmark):
-`{task}/{doc_id}`, lm-eval's document number. `id` is another template over the log's fields (`task`, `doc_id`,
-`doc`): LightEval's `doc_id` is its document's `id` field, so a map from LightEval details that a run watches as
-an lm-eval task needs the lm-eval name, e.g. `{task}/{doc[row]}` where the document carries its row. Every
+`{task}/{doc_id}`, lm-eval's document number, which is the document's row in the task's data; LightEval's
+document `id` is that row too, so both tools' logs of one task name its items alike. `id` is another template
+over the log's fields (`task`, `doc_id`, `doc`), e.g. `{task}/{doc[id]}` for documents with ids of their own. Every
 checkpoint must hold the same items (its row of the map is complete); one named `base` is the map's record of
 the base's correctness (`before`), checked against a run's baseline, and not a row.
 """
