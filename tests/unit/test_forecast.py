@@ -107,7 +107,7 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     # and the interval skewed as the fit rows' leave-one-task-out residuals are (Hall's transformation)
     train, _ = fit_rows(ForgettingMatrix.read(tmp_path / "forgetting.parquet"), fit, "m")
     skew = refit_skew(train, index)
-    assert abs(skew) > 0.05
+    assert abs(skew) > 0.05 and meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
     for name, t in (("checked", FIT), ("new", FIT + 1)):
         measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
         bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, skew=skew)

@@ -96,8 +96,10 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         # the bound: the forecast corrected by the 30 audit examples' residuals (predict.bound), at level 0.8
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
+        skew = refit_skew(forecast_map.train, forecast_map.known)  # the map's, recorded with the check
+        assert meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
-                           np.asarray(meta["audit_values"]), 0.8, skew=refit_skew(forecast_map.train, forecast_map.known))
+                           np.asarray(meta["audit_values"]), 0.8, skew=skew)
         assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
             (bound.estimate, bound.upper), abs=1e-5)
         share = share_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
@@ -347,7 +349,7 @@ def test_the_monitor_refuses_a_map_of_another_model_before_training(mapped, tmp_
         make_trainer("hf", sibling, tmp_path / "g", ForgettingMonitor(str(map_path), base_tolerance=None),
                      max_steps=2).train()
     assert "the forecast is through another model's map" in caplog.text
-    with pytest.raises(DataError, match=r"probe example\(s\) \['lm-5', 'nowhere'\] are not usable examples"):
+    with pytest.raises(DataError, match=r"probe example\(s\) lm-5, nowhere are not usable examples"):
         ForecastMap.from_matrix(matrix_path, upstream, probe_ids=["lm-1", "lm-5", "nowhere"])
     with pytest.raises(ValueError, match="a budget acts on the forecast's upper bound, and a forecast needs a map"):
         ForgettingMonitor(probes=pd.read_parquet(upstream / "shard-0.parquet").head(5), budget=0.5)

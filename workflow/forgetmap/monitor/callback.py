@@ -360,6 +360,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                     {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
                      "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
                      "audit_ids": self.map.audit_ids.tolist(), "audit_values": np.round(audited, 6).tolist(),
+                     "residual_skew": _finite(self.map.residual_skew()) if len(self.map.audit) else None,
                      "method": self.map.method, "levels": sorted(widths), "level": self.level, "budget": self.budget,
                      "scalars": scalars})
 
@@ -441,3 +442,8 @@ def _write_trajectory(path: Path, checks: list[dict]) -> None:
 
     with atomic_path(path) as tmp:
         pd.DataFrame(checks).to_csv(tmp, sep="\t", index=False, float_format="%.6g")
+
+
+def _finite(value: float) -> float | None:
+    """A figure for a JSON record: None where it is NaN or infinite."""
+    return float(value) if np.isfinite(value) else None

@@ -42,8 +42,8 @@ of indicators, bounded the same way, except for the spread: a rare share's audit
 measured and the forecast indicators disagree, and its plain t-interval is then of width 0 (it covered 0.59 at
 level 0.9 for the demo's share above 0.5 nats). In the manner of Agresti & Min's interval for paired proportions
 (2005), the spread is the corrected values' with half a pseudo-example of each of the four (measured, forecast)
-pairs added (`paired_spread`); the estimate is left as it is. On the demo it covered 0.945 and 0.986 for the
-shares above 0.2 and 0.5 nats (BENCHMARKS.md).
+pairs added (`paired_spread`); the estimate is left as it is. On the demo it covered 0.92 and 0.97 for the
+shares above 0.2 and 0.5 nats with 60 audit examples, 0.95 and 0.99 with 30 (BENCHMARKS.md).
 
 Where fewer than two audit examples have a value, there is no bound (NaN).
 """
