@@ -35,7 +35,7 @@ def main() -> None:
 
     from scipy.stats import skew
 
-    from forgetmap.predict.bound import binomial_interval, share_bound, tuned_weights
+    from forgetmap.predict.bound import binomial_interval, hall_quantiles, share_bound, tuned_weights
     from forgetmap.predict.conformal import fold_predictions
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,7 +64,7 @@ def main() -> None:
     residuals = np.stack([forecast_map.train[row] - predicted for row, predicted in
                           fold_predictions(forecast_map.train, known, model, forecast_map.method, forecast_map.params)])
     residuals = residuals[:, rest].astype(np.float64)
-    map_skew = float(np.median(skew(residuals, axis=1)))
+    map_skew = forecast_map.residual_skew()  # what the monitor's interval takes
     score = np.abs(forecast_map.train[:, rest]).mean(axis=0)
     top = score > np.quantile(score, 1 - args.stratum)
     strata = [np.flatnonzero(~top), np.flatnonzero(top)]
@@ -75,13 +75,10 @@ def main() -> None:
     print(f"the map's residual skewness {map_skew:.2f}; strata of {[len(s) for s in strata]} examples, "
           f"audit {sizes}")
 
-    def hall(d, gamma):  # Hall (1992): t's skewness removed by a monotone cubic transformation
-        mean, se, q = d.mean(), d.std(ddof=1) / np.sqrt(m), student.ppf((1 + level) / 2, m - 1)
-        if not np.isfinite(gamma) or abs(gamma) < 1e-8 or se == 0:
-            return mean - q * se * fpc, mean + q * se * fpc
-        root = np.sqrt(m)
-        inverse = lambda x: 3 * root / gamma * (np.cbrt(1 + gamma / root * (x - gamma / (6 * root))) - 1)  # noqa: E731
-        return mean - se * fpc * inverse(q), mean - se * fpc * inverse(-q)
+    def hall(d, gamma):  # the monitor's interval: Hall's (1992) transformation of t (forgetmap.predict.bound)
+        up, down = hall_quantiles(level, m, gamma)
+        se = d.std(ddof=1) / np.sqrt(m) * fpc
+        return d.mean() - down * se, d.mean() + up * se
 
     def stratified(values, forecast):  # weight 1 within each stratum; the others' mean and its interval
         parts = [rng.choice(s, size, replace=False) for s, size in zip(strata, sizes)]

@@ -188,9 +188,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             raise DataError(f"probe example(s) {', '.join(map(str, self.meter.empty[:5]))} have nothing to score "
                             f"under this tokenizer and max_length {scoring['max_length']}")
         if self.map is not None and self.level is not None:
-            self.map.mean_halfwidth(self.level)  # the completion and its intervals, fitted before the first step
-            if len(self.map.audit):
-                self.map.residual_skew()
+            self.map.mean_halfwidth(self.level)  # the completion, its intervals and its folds, before the first step
         if self.baseline is None:
             self.baseline = self.meter.measure().tolist()
             self._check_base(np.asarray(self.baseline))
@@ -360,7 +358,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                     {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
                      "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
                      "audit_ids": self.map.audit_ids.tolist(), "audit_values": np.round(audited, 6).tolist(),
-                     "residual_skew": _finite(self.map.residual_skew()) if len(self.map.audit) else None,
+                     "residual_skew": self.map.residual_skew() if len(self.map.audit) else None,
                      "method": self.map.method, "levels": sorted(widths), "level": self.level, "budget": self.budget,
                      "scalars": scalars})
 
@@ -442,8 +440,3 @@ def _write_trajectory(path: Path, checks: list[dict]) -> None:
 
     with atomic_path(path) as tmp:
         pd.DataFrame(checks).to_csv(tmp, sep="\t", index=False, float_format="%.6g")
-
-
-def _finite(value: float) -> float | None:
-    """A figure for a JSON record: None where it is NaN or infinite."""
-    return float(value) if np.isfinite(value) else None

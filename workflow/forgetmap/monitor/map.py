@@ -93,8 +93,8 @@ class ForecastMap:
     about: dict = field(default_factory=dict)   # where it came from: matrix, model name, strategy, seed
     path: str | None = None
     _completion: tuple | None = field(default=None, repr=False)
+    _folds: tuple | None = field(default=None, repr=False)
     _mean_widths: dict | None = field(default=None, repr=False)
-    _skew: float | None = field(default=None, repr=False)
 
     @property
     def k(self) -> int:
@@ -180,25 +180,31 @@ class ForecastMap:
             self._completion = fit_completion(self.train, self.known, self.method, self.params, self.levels)
         return self._completion
 
+    def _fold_residuals(self) -> tuple:
+        """The completion's leave-one-fit-task-out folds, passed over once for the mean's half-widths and the
+        residuals' skewness (forgetmap.predict.conformal.fold_residuals)."""
+        if self._folds is None:
+            from ..predict.conformal import fold_residuals
+
+            self._folds = fold_residuals(self.train, self.known, self.completion()[0], self.method, self.params)
+        return self._folds
+
     def mean_halfwidth(self, level: float) -> float:
         """The half-width of the conformal interval around a forecast row's mean at `level` (inf where the
         map has too few fit tasks for it): what bounds the mean forgetting a budget is set on."""
         if self._mean_widths is None:
             from ..predict.conformal import mean_halfwidths
 
-            model, widths = self.completion()
-            self._mean_widths = mean_halfwidths(self.train, self.known, model, self.method, self.params,
-                                                sorted(widths)) if widths else {}
+            widths = self.completion()[1]
+            self._mean_widths = mean_halfwidths(self._fold_residuals()[0], sorted(widths)) if widths else {}
         return self._mean_widths.get(level, float("inf"))
 
-    def residual_skew(self) -> float:
-        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it (NaN with
+    def residual_skew(self) -> float | None:
+        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it (None with
         fewer than 3 fit tasks): the bound on the mean at a check takes it (forgetmap.predict.bound)."""
-        if self._skew is None:
-            from ..predict.conformal import fold_skewness
+        from ..predict.conformal import median_skewness
 
-            self._skew = fold_skewness(self.train, self.known, self.completion()[0], self.method, self.params)
-        return self._skew
+        return median_skewness(self._fold_residuals()[1])
 
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, dict[float, np.ndarray]]:
         """(the forecast row over the usable examples (U,) float32, {level: half-width (U,)}) from the

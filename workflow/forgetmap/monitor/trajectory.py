@@ -83,7 +83,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
 
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
-    from ..predict.conformal import fold_skewness, mean_halfwidths
+    from ..predict.conformal import fold_residuals, mean_halfwidths, median_skewness
     from ..predict.forecast import audit_positions, chosen_probes, fit_completion, own_bound
     from ..predict.metrics import evaluate
 
@@ -97,9 +97,11 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     completion, widths = fit_completion(train, known, settings["method"], settings["params"],
                                         [float(v) for v in settings["intervals"]])
     level = max(widths) if widths else None
-    mean_widths = mean_halfwidths(train, known, completion, settings["method"], settings["params"],
-                                  sorted(widths)) if widths else {}
-    skew = fold_skewness(train, known, completion, settings["method"], settings["params"]) if len(audit) else None
+    # the folds, passed over once: the mean's conformal half-widths and, with audit examples, the residuals' skewness
+    errors, skews = fold_residuals(train, known, completion, settings["method"], settings["params"]) \
+        if widths or len(audit) else ((), ())
+    mean_widths = mean_halfwidths(errors, sorted(widths)) if widths else {}
+    skew = median_skewness(skews) if len(audit) else None
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}

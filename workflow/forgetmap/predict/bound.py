@@ -29,7 +29,7 @@ has a long upper tail (kurtosis 40-60 on the demo's later checks), which a sampl
 t's interval misses the mean from below more often than the level allows (0.876 at 0.9 on the demo, 30
 examples). The sample's own skewness is no help (it misses the tail too: 0.826); the map's is: the monitor and
 the workflow give the median skewness of the fit tasks' leave-one-task-out residuals
-(forgetmap.predict.conformal.fold_skewness), known before the run, and with 60 audit examples the interval covered
+(forgetmap.predict.conformal.median_skewness), known before the run, and with 60 audit examples the interval covered
 0.896 at a mean half-width no wider than the 60 examples' own t-interval (BENCHMARKS.md).
 
 It promises, over the draw of the audit examples (not over tasks or runs), that the interval covers the mean
@@ -140,7 +140,7 @@ def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, 
     """The standard deviation of the corrected values z - λ (ẑ - centre) of 0/1 indicators, with half a
     pseudo-example of each of the four (measured, forecast) pairs added to the m sampled (Agresti & Min's adjustment
     for paired proportions): never 0 where the sample holds no disagreement, as a rare share's often does."""
-    lam_mean = float(np.mean(lam)) if len(lam) else 1.0
+    lam_mean = float(np.mean(lam))
     pairs = np.array([(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)])
     values = np.concatenate([measured - lam * (predicted - centre), pairs[:, 0] - lam_mean * (pairs[:, 1] - centre)])
     weights = np.concatenate([np.ones(len(measured)), np.full(4, 0.5)])

@@ -84,36 +84,46 @@ def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, 
     return scores.reshape(-1)
 
 
-def mean_halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                    levels: list[float], folds: int = MAX_FOLDS) -> dict[float, float]:
-    """level -> the half-width of an interval around a completed row's mean over its hidden entries: the
-    ⌈(n + 1) level⌉-th smallest |mean(z) − mean(ẑ)| of the n leave-one-task-out folds (inf where too few
-    tasks for the level). A row's mean is what a forgetting budget bounds; averaging each entry's interval
-    would bound it by a single entry's uncertainty, far wider."""
-    train = np.asarray(train)
-    hidden = np.ones(train.shape[1], dtype=bool)
-    hidden[known] = False
-    errors = np.array([abs(float(train[row][hidden].mean()) - float(pred[hidden].mean()))
-                       for row, pred in fold_predictions(train, known, model, method, params, folds)])
-    return {level: quantile(errors.copy(), level) for level in levels}
-
-
-def fold_skewness(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                  folds: int = MAX_FOLDS) -> float:
-    """The median over the leave-one-task-out folds of the skewness of a left-out row's residuals z − ẑ over its
-    hidden entries: how lopsided a completed row's errors are, known from the fit tasks before any run (the
-    forgetting monitor's bound takes it, forgetmap.predict.bound). NaN with fewer than 3 fit tasks."""
+def fold_residuals(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                   folds: int = MAX_FOLDS) -> tuple[np.ndarray, np.ndarray]:
+    """One pass over the leave-one-task-out folds, for what a completed row's mean needs: (each left-out row's
+    |mean(z) − mean(ẑ)| over its hidden entries, the skewness of its residuals z − ẑ there); both empty with
+    fewer than 3 fit tasks."""
     from scipy.stats import skew
 
     train = np.asarray(train)
     if len(train) < 3:
-        return float("nan")
+        return np.zeros(0), np.zeros(0)
     hidden = np.ones(train.shape[1], dtype=bool)
     hidden[known] = False
-    found = [float(skew((train[row] - pred)[hidden].astype(np.float64)))
-             for row, pred in fold_predictions(train, known, model, method, params, folds)]
-    found = [v for v in found if np.isfinite(v)]
-    return float(np.median(found)) if found else float("nan")
+    errors, skews = [], []
+    for row, pred in fold_predictions(train, known, model, method, params, folds):
+        errors.append(abs(float(train[row][hidden].mean()) - float(pred[hidden].mean())))
+        skews.append(float(skew((train[row] - pred)[hidden].astype(np.float64))))
+    return np.array(errors), np.array(skews)
+
+
+def mean_halfwidths(errors: np.ndarray, levels: list[float]) -> dict[float, float]:
+    """level -> the half-width of an interval around a completed row's mean over its hidden entries: the
+    ⌈(n + 1) level⌉-th smallest of the n folds' |mean(z) − mean(ẑ)| (`fold_residuals`; inf where too few
+    tasks for the level). A row's mean is what a forgetting budget bounds; averaging each entry's interval
+    would bound it by a single entry's uncertainty, far wider."""
+    return {level: quantile(np.array(errors, dtype=np.float64), level) for level in levels}
+
+
+def median_skewness(skews: np.ndarray) -> float | None:
+    """The median of the folds' residual skewness (`fold_residuals`): how lopsided a completed row's errors are,
+    known from the fit tasks before any run (the forgetting monitor's bound takes it, forgetmap.predict.bound).
+    None where no fold gives one (fewer than 3 fit tasks)."""
+    found = np.asarray(skews, dtype=np.float64)
+    found = found[np.isfinite(found)]
+    return float(np.median(found)) if len(found) else None
+
+
+def fold_skewness(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                  folds: int = MAX_FOLDS) -> float | None:
+    """`median_skewness` of the folds' residuals, where nothing else needs the folds (the forecast job)."""
+    return median_skewness(fold_residuals(train, known, model, method, params, folds)[1])
 
 
 def quantile(scores: np.ndarray, level: float) -> float:

@@ -290,7 +290,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)},
         "audit_ids": forgetting.example_ids[usable[audit]].tolist(),
         "audit_values": {task: audited[t].round(6).tolist() for t, task in enumerate(tasks)},
-        "residual_skew": skew if skew is not None and np.isfinite(skew) else None})
+        "residual_skew": skew})
 
     upstream_tokens = sum(int(pq.read_table(p, columns=["n_tokens"]).column(0).to_numpy().sum()) for p in base_scores)
     rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
