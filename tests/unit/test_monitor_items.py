@@ -98,12 +98,14 @@ def bench(tmp_path_factory):
     tasks = write_task(root / "tasks", items_frame())
     tokenizer = AutoTokenizer.from_pretrained(base)
     benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
-    rows = {}
+    rows, margins = {}, {}
     for r in range(7):
-        rows["base" if r == 0 else f"run{r}"] = correctness(perturbed(base, r), tokenizer, benchmark)
-    frame = pd.DataFrame(rows).T
-    frame.columns = benchmark.ids
-    item_map = ItemMap.from_rows(frame.drop(index="base"), before=frame.loc["base"], sources=benchmark.sources)
+        name = "base" if r == 0 else f"run{r}"
+        rows[name], margins[name] = correctness(perturbed(base, r), tokenizer, benchmark, with_margins=True)
+    frame, gaps = pd.DataFrame(rows).T, pd.DataFrame(margins).T
+    frame.columns = gaps.columns = benchmark.ids
+    item_map = ItemMap.from_rows(frame.drop(index="base"), before=frame.loc["base"], sources=benchmark.sources,
+                                 margins=gaps.drop(index="base"))
     item_map.write(root / "items.parquet")
     return base, tasks, root / "items.parquet", frame
 
@@ -122,10 +124,12 @@ def perturbed(base, run: int):
     return model
 
 
-def correctness(model, tokenizer, benchmark) -> np.ndarray:
+def correctness(model, tokenizer, benchmark, with_margins: bool = False):
+    """Each item right (1) or wrong (0); `with_margins`: and each item's option margin."""
     from forgetmap.meter import OptionMeter
 
-    return benchmark.decide(OptionMeter.for_items(model, tokenizer, benchmark).measure())
+    values = OptionMeter.for_items(model, tokenizer, benchmark).measure()
+    return (benchmark.decide(values), benchmark.margins(values)) if with_margins else benchmark.decide(values)
 
 
 def lm_eval_logliks(model, tokenizer, tasks, num_fewshot=None) -> list[np.ndarray]:
@@ -273,6 +277,13 @@ def test_a_corpus_free_form_items_are_judged_as_the_score_jobs_judge_them(bench)
     _, items = encode_items(tokenizer, frame, settings)
     jobs = evaluate_torch(model, tokenizer, items, settings, TorchScorer(model, tokenizer.eos_token_id, 4096))
     assert ours.tolist() == jobs["correct"].tolist() and 0 < ours[4:].sum() < 10
+    from forgetmap.errors import DataError
+    from forgetmap.monitor.items import ItemMap, ItemWatch
+
+    assert np.isnan(benchmark.margins(OptionMeter.for_items(model, tokenizer, benchmark, np.arange(4, 6)).measure(),
+                                      np.arange(4, 6))).all()  # a free-form item has no option margin
+    with pytest.raises(DataError, match="the corpus: 10 of its 14 items are free form, which have no option margin"):
+        ItemWatch(benchmark, ItemMap.read(bench[2]), estimate="margins").prepare(tokenizer, 0.9)
 
 
 @pytest.mark.parametrize("shots", [None, 2])
@@ -382,11 +393,16 @@ def test_an_item_map_from_lm_eval_logs_is_its_checkpoints_decisions_and_watches_
     assert made.rows == names[1:] and made.item_ids.tolist() == [f"bench_mc/{i}" for i in range(N_ITEMS)]
     np.testing.assert_array_equal(made.train, frame.loc[names[1:], made.item_ids].to_numpy())
     np.testing.assert_array_equal(made.before, frame.loc["base", made.item_ids].to_numpy())
-    monitor = ForgettingMonitor(items=ItemWatch("bench_mc", str(out), k=12, lm_eval={"include_path": tasks}))
+    measured = ItemMap.read(bench[2])  # the rows' option margins: lm-eval's log-likelihoods, forgetmap's within 1e-4
+    np.testing.assert_allclose(made.margins, measured.margins[:3, measured.columns_of(made.item_ids, "the log")],
+                               atol=1e-4)
+    monitor = ForgettingMonitor(items=ItemWatch("bench_mc", str(out), k=12, lm_eval={"include_path": tasks},
+                                                estimate="margins"))
     trainer = make_trainer("hf", base, tmp_path / "run", monitor, max_steps=2)
     trainer.train()
     entry = [e for e in trainer.state.log_history if "eval_forget_items_acc" in e][-1]
     assert entry["eval_forget_items_acc_lower"] <= entry["eval_forget_items_acc"] <= entry["eval_forget_items_acc_upper"]
+    assert 0 < entry["eval_forget_items_F_upper"] - entry["eval_forget_items_F_lower"] < 1
     assert entry["eval_forget_items_acc_before"] == pytest.approx(frame.loc["base"].mean())
     # refused: a checkpoint logged on fewer items; a file lm-eval did not name
     (first,) = (tmp_path / "logs" / "run1").rglob("samples_bench_mc_*.jsonl")
@@ -485,6 +501,52 @@ def test_a_budget_on_the_accuracy_drop_stops_training(bench, tmp_path):
     assert trainer.state.global_step == 4  # over at steps 2 and 4: saved and stopped
 
 
+def test_the_margins_estimate_is_the_checks_margins_fitted_against_the_baselines_and_an_F_budget_stops(bench,
+                                                                                                         tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forgetmap.correctness.benchmark import from_lm_eval
+    from forgetmap.monitor import ForgettingMonitor
+    from forgetmap.monitor.items import ItemMap, ItemWatch
+
+    base, tasks, map_path, frame = bench
+    assert ItemMap.read(map_path).margins.shape == (6, N_ITEMS)  # the map's rows carry their margins
+    watch = ItemWatch("bench_mc", str(map_path), k=12, lm_eval={"include_path": tasks}, estimate="margins",
+                      budget={"F": -1.0})
+    monitor = ForgettingMonitor(items=watch, patience=2)
+    trainer = make_trainer("hf", base, tmp_path / "run", monitor, max_steps=10)
+    trainer.train()
+    assert trainer.state.global_step == 4  # F's upper end over -1 at steps 2 and 4: saved and stopped
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    benchmark = from_lm_eval("bench_mc", tokenizer, include_path=tasks)
+    base_margins = benchmark.margins(lm_eval_logliks(AutoModelForCausalLM.from_pretrained(base), tokenizer, tasks))
+    assert np.allclose(monitor.item_baseline_margins, base_margins, atol=1e-5)  # lm-eval's log-likelihoods
+    logliks = lm_eval_logliks(AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-4"), tokenizer, tasks)
+    known = watch.known
+    now, values = benchmark.margins(logliks)[known], benchmark.decide(logliks)[known]
+    row = plain_chances(base_margins, known, now, values)  # the fit redone by hand on lm-eval's margins
+    before = frame.loc["base"].to_numpy().astype(float)
+    entry = [e for e in trainer.state.log_history if e.get("step") == 4 and "eval_forget_items_F" in e][0]
+    assert entry["eval_forget_items_F"] == pytest.approx(np.mean(before * (1 - row)), abs=1e-6)
+    assert entry["eval_forget_items_acc"] == pytest.approx(row.mean(), abs=1e-6)
+    assert entry["eval_forget_items_F_lower"] <= entry["eval_forget_items_F"] <= entry["eval_forget_items_F_upper"]
+    meta = json.loads(__import__("pyarrow.parquet", fromlist=["x"]).read_schema(
+        tmp_path / "run" / "forgetmap-monitor" / "items-00000004.parquet").metadata[b"forgetmap"])
+    assert meta["estimate"] == "margins" and all(0 < f < np.inf for f in meta["factors"].values())
+    table = pd.read_parquet(tmp_path / "run" / "forgetmap-monitor" / "items-00000004.parquet")
+    assert np.allclose(table["forecast"], row, atol=1e-6)
+
+
+def plain_chances(base, known, now, values):
+    """Each item's share of the k items' residuals (margin now on margin at the baseline, np.polyfit) that leave
+    its fitted margin above 0; the k as measured."""
+    slope, shift = np.polyfit(base[known], now, 1)
+    residuals = now - (shift + slope * base[known])
+    row = np.array([np.mean(shift + slope * u + residuals > 0) for u in base])
+    row[known] = values
+    return row
+
+
 def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
     from transformers import AutoTokenizer
 
@@ -508,6 +570,10 @@ def test_bad_items_and_maps_are_refused_before_training(bench, tmp_path):
     fewer = ItemMap.read(map_path)
     fewer = ItemMap(fewer.item_ids[:-3], fewer.sources[:-3], fewer.train[:, :-3], fewer.rows, fewer.before[:-3])
     fewer.write(tmp_path / "fewer.parquet")
+    with pytest.raises(ValueError, match="estimate='margins' calibrates its interval on a map's rows' option margins"):
+        ItemWatch("bench_mc", str(tmp_path / "fewer.parquet"), estimate="margins")  # a map without margins
+    with pytest.raises(ValueError, match="estimate is 'completion' or 'margins', not 'model'"):
+        ItemWatch("bench_mc", str(map_path), estimate="model")
     trainer = make_trainer("hf", base, tmp_path / "run", ForgettingMonitor(
         items=ItemWatch("bench_mc", str(tmp_path / "fewer.parquet"), lm_eval={"include_path": tasks})))
     with pytest.raises(DataError, match=r"fewer.parquet: 3 of the 36 items of lm-eval task\(s\) bench_mc are not "

@@ -105,6 +105,17 @@ class Benchmark:
                                 item.gold)[1]
         return out
 
+    def margins(self, values: list, which: np.ndarray | None = None) -> np.ndarray:
+        """(len(which),) float64: each item's gold option's score less the best other's (right where above 0;
+        forgetmap.correctness.margins), NaN for a free-form item, in `which` order."""
+        which = np.arange(len(self.items)) if which is None else np.asarray(which)
+        out = np.full(len(which), np.nan)
+        for n, (i, value) in enumerate(zip(which, values)):
+            item = self.items[i]
+            if not item.free_form:
+                out[n] = choose(option_scores(np.asarray(value, dtype=np.float64), item.texts, self.metric), item.gold)[2]
+        return out
+
     def record(self) -> dict:
         """What a map or a check file records of the items (their count, metric and origin)."""
         return {"items": len(self.items), "metric": self.metric, "generated": len(self.generated), **self.origin}

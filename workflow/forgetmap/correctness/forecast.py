@@ -96,7 +96,7 @@ def bounded_rates(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, h
         found = crossfit_bound(per_item(rate, before, forecast), known, per_item(rate, before[known], values),
                                per_item(rate, before[known], held_out), level, weight)
         out[rate] = MeanBound(*np.clip([found.estimate, found.lower, found.upper], 0.0, 1.0).tolist(), found.weight)
-    return {**out, **_chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
+    return {**out, **chance_adjusted(out, before, np.clip(forecast, 0, 1), options)}
 
 
 def naive_rates(values: np.ndarray, before: np.ndarray, options: np.ndarray, level: float) -> dict[str, MeanBound]:
@@ -105,11 +105,13 @@ def naive_rates(values: np.ndarray, before: np.ndarray, options: np.ndarray, lev
     before = np.asarray(before, dtype=np.float64)
     out = {rate: binomial_interval(int(round(per_item(rate, before, values).sum())), len(values), level)
            for rate in RATES}
-    return {**out, **_chance_adjusted(out, before, values, options)}
+    return {**out, **chance_adjusted(out, before, values, options)}
 
 
-def _chance_adjusted(rates: dict[str, MeanBound], before: np.ndarray, now: np.ndarray,
-                     options: np.ndarray) -> dict[str, MeanBound]:
+def chance_adjusted(rates: dict[str, MeanBound], before: np.ndarray, now: np.ndarray,
+                    options: np.ndarray) -> dict[str, MeanBound]:
+    """F_true and BT_true: F and BT less the expected share of spurious flips at the accuracies `before` and `now`
+    (`spurious`), whose own uncertainty is not carried into their interval."""
     s = spurious(before, now, options)
 
     def less(bound):

@@ -108,6 +108,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         self.replay_share: float | None = None
         self.item_baseline: list[int] | None = None  # every item right (1) or wrong (0) at the baseline
         self.item_known: list[int] | None = None     # the items scored at each check
+        self.item_baseline_margins: list[float] | None = None  # every item's option margin there (estimate='margins')
         self.meter = None
         self.item_meter = None
 
@@ -130,7 +131,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                          "write_rows": self.write_rows},
                 "attributes": {"baseline": self.baseline, "checks": self.checks, "over": self.over,
                                "replay_share": self.replay_share, "item_baseline": self.item_baseline,
-                               "item_known": self.item_known}}
+                               "item_known": self.item_known, "item_baseline_margins": self.item_baseline_margins}}
 
     def _map_path(self) -> str | None:
         return None if self.map is None else self.map.path
@@ -205,12 +206,21 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         if self.item_baseline is None:
             started = time.perf_counter()
             every = _meter(model, tokenizer, None, None, self.token_budget, args, optimizer, benchmark)
-            before = benchmark.decide(every.measure())
+            measured = every.measure()
+            before = benchmark.decide(measured)
             watch.check_base(before)
             self.item_baseline = before.tolist()
+            if watch.estimate == "margins":
+                self.item_baseline_margins = benchmark.margins(measured).tolist()
             log.info("forgetting monitor: baseline of %d items of %s (accuracy %.3f) in %.2f s; %d scored at each "
                      "check%s", len(benchmark), benchmark.describe(), before.mean(), time.perf_counter() - started,
                      len(watch.known), "" if watch.map is None else f", forecast through {watch.map.path or 'the item map'}")
+        if watch.estimate == "margins":
+            if self.item_baseline_margins is None:
+                raise DataError("forgetting monitor: the checkpoint resumed from kept no baseline margins of the items "
+                                "(its run watched them with estimate='completion'): resume it with that estimate")
+            watch.calibrate(np.asarray(self.item_baseline_margins), np.asarray(self.item_baseline, dtype=np.float64),
+                            self.item_level)
         self.item_meter = _meter(model, tokenizer, None, None, self.token_budget, args, optimizer, benchmark,
                                  watch.known)
 
@@ -297,9 +307,12 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         """The items' check: k items scored, every item forecast, the rates bounded; the budgets exceeded."""
         watch = self.items
         started = time.perf_counter()
-        values = watch.benchmark.decide(self.item_meter.measure(), watch.known)
+        measured = self.item_meter.measure()
+        values = watch.benchmark.decide(measured, watch.known)
         before = np.asarray(self.item_baseline, dtype=np.float64)
-        row, rates = watch.rates(values, before, self.item_level)
+        margins = None if watch.estimate != "margins" else \
+            (np.asarray(self.item_baseline_margins), watch.benchmark.margins(measured, watch.known))
+        row, rates = watch.rates(values, before, self.item_level, margins)
         found = watch.scalars(rates, before)
         found["items_seconds"] = time.perf_counter() - started
         scalars.update(found)

@@ -58,6 +58,7 @@ class ItemMap:
     params: dict = field(default_factory=dict)
     about: dict = field(default_factory=dict)
     path: str | None = None
+    margins: np.ndarray | None = None  # (R, N) float32: each row's option margin at each item (NaN: free form)
 
     def __post_init__(self):
         self.item_ids = np.asarray(self.item_ids).astype(str)
@@ -65,6 +66,10 @@ class ItemMap:
         where = self.path or "the item map"
         if self.train.ndim != 2 or self.train.shape[1] != len(self.item_ids):
             raise DataError(f"{where}: {self.train.shape} correctness values for {len(self.item_ids)} items")
+        if self.margins is not None:
+            self.margins = np.asarray(self.margins, dtype=np.float32)
+            if self.margins.shape != self.train.shape:
+                raise DataError(f"{where}: {self.margins.shape} margins for {self.train.shape} correctness values")
         outside = ~np.isfinite(self.train) | (self.train < 0) | (self.train > 1)
         if outside.any():
             r, i = np.argwhere(outside)[0]
@@ -78,10 +83,11 @@ class ItemMap:
 
     @classmethod
     def from_rows(cls, correct, before=None, sources=None, method: str = "additive", params: dict | None = None,
-                  about: dict | None = None) -> "ItemMap":
+                  about: dict | None = None, margins=None) -> "ItemMap":
         """A map from a frame of correctness (a row per run of the base, a column per item id; 0/1 or seed means):
         what lm-eval logs of other checkpoints give (forgetmap.correctness.logs reads them). `before`: the base's
-        correctness per item (a Series or an array in column order), to check a run's base against."""
+        correctness per item (a Series or an array in column order), to check a run's base against; `margins`: a
+        frame of the rows' option margins like `correct` (forgetmap.correctness.margins)."""
         import pandas as pd
 
         frame = pd.DataFrame(correct)
@@ -89,15 +95,19 @@ class ItemMap:
         base = np.full(len(ids), np.nan, np.float32) if before is None else \
             np.asarray(pd.Series(before).reindex(ids).to_numpy() if isinstance(before, pd.Series) else before,
                        dtype=np.float32)
+        gaps = None if margins is None else \
+            pd.DataFrame(margins).reindex(index=frame.index, columns=frame.columns).to_numpy(dtype=np.float32)
         return cls(ids, np.asarray(sources if sources is not None else [""] * len(ids)).astype(str),
                    frame.to_numpy(dtype=np.float32), [str(r) for r in frame.index], base, method, dict(params or {}),
-                   dict(about or {}))
+                   dict(about or {}), margins=gaps)
 
     @classmethod
     def from_transitions(cls, path, rows: list[str] | None = None, method: str = "additive",
-                         params: dict | None = None) -> "ItemMap":
+                         params: dict | None = None, scores=None) -> "ItemMap":
         """A map from the workflow's transitions file (`results/{model}/correctness/transitions.parquet`): each
-        fine-tune's correctness after (its row), and the base's before where every row's reference is the base."""
+        fine-tune's correctness after (its row), and the base's before where every row's reference is the base.
+        `scores`: the folder of the rows' score files (`results/{model}/scores`), whose option margins the map then
+        carries too (forgetmap.correctness.margins)."""
         from ..matrix import ForgettingMatrix
 
         matrix = ForgettingMatrix.read(path)
@@ -112,9 +122,12 @@ class ItemMap:
         codes = matrix.values[[matrix.tasks.index(r) for r in rows]]
         befores = np.floor(codes / 2)
         same = np.all(befores == befores[0], axis=0)
+        margins = None if scores is None else np.stack([scored_margins(Path(scores) / r, matrix.example_ids)
+                                                         for r in rows])
         return cls(matrix.example_ids, matrix.sources, np.mod(codes, 2), rows,
                    np.where(same, befores[0], np.nan).astype(np.float32), method, dict(params or {}),
-                   {"transitions": str(path)})
+                   {"transitions": str(path), **({"scores": str(scores)} if scores is not None else {})},
+                   margins=margins)
 
     def columns_of(self, ids: np.ndarray, where: str) -> np.ndarray:
         """The map's column of each item id, refusing items the map does not hold."""
@@ -138,6 +151,8 @@ class ItemMap:
                    "before": pa.array(self.before, pa.float32())}
         for r, name in enumerate(self.rows):
             columns[f"row:{name}"] = pa.array(self.train[r], pa.float32())
+            if self.margins is not None:
+                columns[f"margin:{name}"] = pa.array(self.margins[r], pa.float32())
         write_table(pa.table(columns), path, {"format": FORMAT, "format_version": FORMAT_VERSION, "rows": self.rows,
                                               "method": self.method, "params": self.params, "about": self.about})
         self.path = str(path)
@@ -165,9 +180,29 @@ class ItemMap:
         if missing or "rows" not in meta:
             raise DataError(f"{path}: the item map lacks {', '.join(missing) or 'its rows record'}: write it again")
         train = np.stack([frame[f"row:{r}"].to_numpy(dtype=np.float32) for r in meta["rows"]])
+        margins = np.stack([frame[f"margin:{r}"].to_numpy(dtype=np.float32) for r in meta["rows"]]) \
+            if all(f"margin:{r}" in frame.columns for r in meta["rows"]) else None
         return cls(frame["item_id"].to_numpy(), frame["source"].to_numpy().astype(str), train, list(meta["rows"]),
                    frame["before"].to_numpy(dtype=np.float32), meta.get("method", "additive"),
-                   meta.get("params", {}), meta.get("about", {}), str(path))
+                   meta.get("params", {}), meta.get("about", {}), str(path), margins)
+
+
+def scored_margins(folder: Path, ids: np.ndarray) -> np.ndarray:
+    """Each of `ids`' option margin in a run's score files (`folder`/shard-*.parquet; NaN for a free-form item)."""
+    import pyarrow.parquet as pq
+
+    files = sorted(Path(folder).glob("shard-*.parquet"))
+    if not files:
+        raise DataError(f"{folder}: no score files (shard-*.parquet): the margins of this row were not scored")
+    found = {}
+    for path in files:
+        table = pq.read_table(path, columns=["example_id", "margin"])
+        found.update(zip(table.column("example_id").to_numpy(zero_copy_only=False).astype(str),
+                         table.column("margin").to_numpy(zero_copy_only=False).astype(np.float64)))
+    missing = [e for e in np.asarray(ids).astype(str) if e not in found]
+    if missing:
+        raise DataError(f"{folder}: item(s) {', '.join(missing[:3])} are not in its score files")
+    return np.array([found[e] for e in np.asarray(ids).astype(str)], dtype=np.float32)
 
 
 # --- the watch --------------------------------------------------------------------------------------------------
@@ -179,13 +214,18 @@ class ItemWatch:
     returning a `Benchmark`. `map`: an `ItemMap` or its file (None: the naive estimate from the k items
     alone). `k`: items scored at each check; `choose`: `random` (the interval's validity needs it) or `dopt`
     (the most informative for the map; its interval promises nothing). `budget`: {"acc_drop": x} (the accuracy's
-    drop from the baseline) or {"F": x}, acting on the interval's upper end like the monitor's NLL budget."""
+    drop from the baseline) or {"F": x}, acting on the interval's upper end like the monitor's NLL budget.
+    `estimate`: `completion` (the map's completion corrected by the k items: a design's interval) or `margins`
+    (the k items' option margins against the baseline's: forgetmap.correctness.margins, a model's estimate,
+    its interval calibrated on the map's rows' margins; multiple-choice items only)."""
 
     def __init__(self, items, map=None, *, k: int = K, choose: str = "random", seed: int = 0,
                  method: str | None = None, params: dict | None = None, budget: dict | None = None,
-                 lm_eval: dict | None = None):
+                 lm_eval: dict | None = None, estimate: str = "completion"):
         if choose not in ("random", "dopt"):
             raise ValueError(f"ItemWatch: choose is 'random' or 'dopt', not {choose!r}")
+        if estimate not in ("completion", "margins"):
+            raise ValueError(f"ItemWatch: estimate is 'completion' or 'margins', not {estimate!r}")
         if k < 2:
             raise ValueError(f"ItemWatch: k must be at least 2 items, not {k}")
         budget = dict(budget or {})
@@ -199,6 +239,14 @@ class ItemWatch:
         self.map = map if isinstance(map, ItemMap) or map is None else ItemMap.read(map)
         if self.map is not None and method is not None:
             self.map.method, self.map.params = method, dict(params or {})
+        if estimate == "margins" and (self.map is None or self.map.margins is None):
+            raise ValueError("ItemWatch: estimate='margins' calibrates its interval on a map's rows' option margins: "
+                             "give a map that carries them (ItemMap.from_transitions(..., scores=), or "
+                             "from_rows(..., margins=))")
+        if estimate == "margins" and choose != "random":
+            raise ValueError("ItemWatch: estimate='margins' fits the margins of items drawn at random (choose='random')")
+        self.estimate = estimate
+        self.factors: dict[str, float] | None = None  # the margins' interval factors, once calibrated
         self.benchmark = None
 
     def prepare(self, tokenizer, level: float, known: list[int] | None = None) -> None:
@@ -215,6 +263,10 @@ class ItemWatch:
             self.benchmark = self.items(tokenizer)
         n = len(self.benchmark)
         self.options = self.benchmark.options
+        free = int((self.options == 0).sum())
+        if self.estimate == "margins" and free:
+            raise DataError(f"{self.benchmark.describe()}: {free} of its {n} items are free form, which have no option "
+                            f"margin: watch them with estimate='completion'")
         self.columns = None if self.map is None else self.map.columns_of(self.benchmark.ids, self.benchmark.describe())
         if known is not None:
             self.known = np.asarray(known, dtype=np.int64)
@@ -228,7 +280,7 @@ class ItemWatch:
             self.known = np.sort(np.asarray(choose(self.map.train[:, self.columns], self.k, "dopt", self.seed,
                                                    self.map.path or "the item map"), dtype=np.int64))
         self.model, self.widths = None, np.full(n, np.nan)
-        if self.map is not None and len(self.known) < n:
+        if self.map is not None and len(self.known) < n and self.estimate == "completion":
             from ..predict.conformal import halfwidths
             from ..predict.registry import make_method
 
@@ -255,19 +307,45 @@ class ItemWatch:
                             f"{AGREEMENT:.0%} for the same base in another precision): the map is of another base, or "
                             f"its items were asked otherwise (prompt, shots, chat template)")
 
+    def calibrate(self, base_margins: np.ndarray, before: np.ndarray, level: float) -> None:
+        """The margins' interval factors at `level` (forgetmap.correctness.margins.calibration) on the map's rows
+        that carry a margin at every watched item, against the run's baseline margins and correctness."""
+        from ..correctness.margins import calibration
+
+        if self.estimate != "margins" or len(self.known) >= len(self.benchmark):
+            return
+        margins, correct = self.map.margins[:, self.columns], self.map.train[:, self.columns]
+        usable = np.isfinite(margins).all(axis=1)
+        if not usable.any():
+            raise DataError(f"{self.map.path or 'the item map'}: none of its {len(margins)} rows carries a margin at "
+                            f"every item of {self.benchmark.describe()}: estimate='margins' has nothing to calibrate "
+                            f"its interval on")
+        self.factors = calibration(base_margins, before, margins[usable], correct[usable], len(self.known), level,
+                                   seed=self.seed)
+
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(every item's probability of being right now (N,), the scored items' cross-fitted forecasts (k,) or
         None without a map)."""
         return complete_items(self.model, self.known, values, len(self.benchmark))
 
-    def rates(self, values: np.ndarray, before: np.ndarray, level: float) -> tuple[np.ndarray, dict]:
+    def rates(self, values: np.ndarray, before: np.ndarray, level: float,
+              margins: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
         """(the forecast row, {scope: {rate: MeanBound}}): `all` the items, each benchmark by name where there
-        are several, and `naive` the k items' own estimate."""
-        row, held = self.forecast(values)
+        are several, and `naive` the k items' own estimate. `margins`: (every item's at the baseline, the k's now),
+        which `estimate='margins'` reads."""
         before = np.asarray(before, dtype=np.float64)
-        out = {"all": bounded_rates(row, self.known, values, held, before, self.options, level),
-               "naive": naive_rates(values, before[self.known], self.options[self.known], level)}
+        naive = naive_rates(values, before[self.known], self.options[self.known], level)
         names = np.unique(self.benchmark.sources)
+        if self.estimate == "margins" and len(self.known) < len(self.benchmark):
+            from ..correctness.margins import margin_rates
+
+            members = {name: np.flatnonzero(self.benchmark.sources == name) for name in names} if len(names) > 1 \
+                else None
+            row, out = margin_rates(margins[0], self.known, margins[1], values, before, self.options, self.factors,
+                                    members, seed=self.seed)
+            return row, {**out, "naive": naive}
+        row, held = self.forecast(values)
+        out = {"all": bounded_rates(row, self.known, values, held, before, self.options, level), "naive": naive}
         if len(names) > 1:
             for name in names:
                 members = np.flatnonzero(self.benchmark.sources == name)
@@ -323,5 +401,6 @@ class ItemWatch:
 
     def record(self) -> dict:
         return {"benchmark": self.benchmark.record(), "map": None if self.map is None else self.map.path,
-                "method": None if self.model is None else self.map.method, "choose": self.choose,
+                "method": None if self.model is None else self.map.method, "estimate": self.estimate,
+                "factors": self.factors, "choose": self.choose,
                 "k": len(self.known), "seed": self.seed, "known": self.benchmark.ids[self.known].tolist()}
