@@ -377,6 +377,16 @@ def test_an_item_map_is_made_from_lm_eval_and_lighteval_logs_of_checkpoints(logg
     # the same item under both tools: the same document of the task's data
     queries = {f"bench_mc/{d['id']}": d["query"] for d in details["doc"]}
     assert all(r["doc"]["prompt"] in queries[f"bench_mc/{r['doc_id']}"] for r in records)
+    # each row's option margins, the gold option's log-likelihood less the best other's, as each tool logged them
+
+    def margin(scores, gold):
+        return scores[gold] - max(v for j, v in enumerate(scores) if j != gold)
+    lm_eval_margins = {f"bench_mc/{r['doc_id']}": margin([v[0] for v in r["filtered_resps"]], int(r["target"]))
+                       for r in records}
+    lighteval_margins = {f"bench_mc/{d['id']}": margin(list(m["logprobs"]), int(np.atleast_1d(d["gold_index"])[0]))
+                         for d, m in zip(details["doc"], details["model_response"])}
+    np.testing.assert_allclose(item_map.margins[0], [lm_eval_margins[i] for i in item_map.item_ids], rtol=1e-6)
+    np.testing.assert_allclose(item_map.margins[2], [lighteval_margins[i] for i in item_map.item_ids], rtol=1e-6)
 
 
 # --- the example config, in miniature ---------------------------------------------------------------------------

@@ -127,6 +127,15 @@ def test_the_run_scores_the_quiz_items_and_writes_their_transitions(finished):
     assert items["example_id"].tolist() == codes.example_ids.tolist() and items["k"].isin([0, 2, 3, 4, 5]).all()
     base_right = items["correct"].to_numpy() == 1
     np.testing.assert_array_equal(codes.values[0] >= 2, base_right)  # the code's high bit is the base's answer
+    from forgetmap.monitor.items import ItemMap  # the monitor's map of these fine-tunes, with their option margins
+
+    item_map = ItemMap.from_transitions(finished / "results/tiny/correctness/transitions.parquet",
+                                        scores=finished / "results/tiny/scores")
+    scored = pd.concat([pd.read_parquet(finished / f"results/tiny/scores/mod10_add/shard-{k}.parquet")
+                        for k in (0, 1)]).set_index("example_id").loc[item_map.item_ids]
+    np.testing.assert_array_equal(item_map.margins[1], scored["margin"].to_numpy(np.float32))
+    assert np.isnan(item_map.margins[1][scored["k"].to_numpy() == 0]).all()  # a free-form item has none
+    assert np.isfinite(item_map.margins[1][scored["k"].to_numpy() > 0]).all()
     assert np.isnan(y.values[:, ~base_right]).all() and np.isfinite(y.values[:, base_right]).all()
     rates = pd.read_csv(finished / "results/tiny/correctness/rates.tsv", sep="\t")
     tasks = rates[rates["level"] == "task"]

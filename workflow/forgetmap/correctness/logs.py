@@ -74,15 +74,19 @@ def read_lm_eval(path: str, metric: str) -> pd.DataFrame:
             context = first.get("arg_0", first.get(0, ""))
             responses = record.get("filtered_resps") or []
             loglik = len(requests) > 1 and all(isinstance(r, list) and len(r) == 2 for r in responses)
+            margin = np.nan
             if loglik:  # multiple choice: the option with the highest log-likelihood
                 scores = [float(r[0]) for r in responses]
                 option = requests[int(np.argmax(scores))]
                 predicted = str(option.get("arg_1", option.get(1, ""))).strip()
+                if metric == "acc":
+                    margin = option_margin(scores, record.get("target"),
+                                           [str(r.get("arg_1", r.get(1, ""))).strip() for r in requests])
             else:
                 predicted = str(responses[0]) if responses else ""
             rows.append({"prompt": str(context), "doc_id": record.get("doc_id"), "doc": record.get("doc") or {},
                          "correct": round(_value(record, metric, where)), "k": len(requests) if loglik else 0,
-                         "predicted": predicted, "where": where})
+                         "predicted": predicted, "margin": margin, "where": where})
     return pd.DataFrame(rows)
 
 
@@ -102,16 +106,36 @@ def read_lighteval(path: str, metric: str) -> pd.DataFrame:
         text = [] if response.get("text") is None else list(response["text"])
         logprobs = [] if response.get("logprobs") is None else list(response["logprobs"])
         choices = [] if doc.get("choices") is None else [str(c) for c in doc["choices"]]
+        margin = np.nan
         if text:  # a generated answer
             predicted = str(text[0])
         elif choices and len(logprobs) == len(choices):  # options scored: the most likely one
             predicted = choices[int(np.argmax(logprobs))].strip()
+            gold = doc.get("gold_index")
+            gold = list(gold) if isinstance(gold, (list, tuple, np.ndarray)) else [gold]
+            if len(gold) == 1:
+                margin = option_margin([float(v) for v in logprobs], gold[0], [c.strip() for c in choices])
         else:
             predicted = ""
         rows.append({"prompt": str(doc.get("query", "")), "doc_id": doc.get("id", i), "doc": doc,
                      "correct": round(_value(dict(metrics or {}), metric, where)),
-                     "k": len(choices) if len(choices) >= 2 else 0, "predicted": predicted, "where": where})
+                     "k": len(choices) if len(choices) >= 2 else 0, "predicted": predicted, "margin": margin,
+                     "where": where})
     return pd.DataFrame(rows)
+
+
+def option_margin(scores: list[float], gold, options: list[str]) -> float:
+    """The gold option's summed log-likelihood less the best other's (forgetmap.correctness.margins), the gold an
+    index or an option's text; NaN where the log names no gold among the options."""
+    if isinstance(gold, (int, np.integer)) or (isinstance(gold, str) and gold.strip().isdigit()):
+        index = int(gold)
+    elif isinstance(gold, str) and gold.strip() in options:
+        index = options.index(gold.strip())
+    else:
+        return float("nan")
+    if not 0 <= index < len(scores):
+        return float("nan")
+    return float(scores[index] - max(s for j, s in enumerate(scores) if j != index))
 
 
 READERS = {"lm_eval": read_lm_eval, "lighteval": read_lighteval}

@@ -46,12 +46,15 @@ def task_of(path: str, format: str) -> str:
 
 
 def logged_correctness(files: list[str], format: str = "lm_eval", metric: str | None = None,
-                       id: str = ID) -> pd.Series:
-    """One checkpoint's correctness (0/1) per item id, from its log files (several tasks are several files)."""
+                       id: str = ID) -> tuple[pd.Series, pd.Series]:
+    """One checkpoint's correctness (0/1) per item id and each item's option margin (the gold option's summed
+    log-likelihood less the best other's, where the log holds the options' and the metric is `acc` (lm-eval) or
+    the log-likelihoods are LightEval's; NaN otherwise), from its log files (several tasks are several files)."""
     if format not in FORMATS:
         raise DataError(f"format {format!r}: one of {', '.join(FORMATS)}")
     metric = metric or DEFAULT_METRIC[format]
     found: dict[str, int] = {}
+    margins: dict[str, float] = {}
     for path in files:
         task = task_of(path, format)
         logged = READERS[format](path, metric)
@@ -63,7 +66,8 @@ def logged_correctness(files: list[str], format: str = "lm_eval", metric: str | 
             if key in found:
                 raise DataError(f"{record.where}: item {key} is logged twice for this checkpoint")
             found[key] = int(record.correct)
-    return pd.Series(found, dtype=np.float32)
+            margins[key] = float(record.margin)
+    return pd.Series(found, dtype=np.float32), pd.Series(margins, dtype=np.float32)
 
 
 def item_map_from_logs(checkpoints: dict, format: str = "lm_eval", metric: str | None = None, id: str = ID,
@@ -74,7 +78,7 @@ def item_map_from_logs(checkpoints: dict, format: str = "lm_eval", metric: str |
     map's `before`, not a row); `id`: how an item is named (ID: as the monitor names an lm-eval task's). A
     checkpoint evaluated by the other tool gives {"files": ..., "format": ..., "metric": ..., "id": ...} instead:
     its items named by its own template as the others' are."""
-    rows, recorded = {}, {}
+    rows, gaps, recorded = {}, {}, {}
     for name, given in checkpoints.items():
         spec = dict(given) if isinstance(given, dict) else {"files": given}
         unknown = sorted(set(spec) - {"files", "format", "metric", "id"})
@@ -86,7 +90,7 @@ def item_map_from_logs(checkpoints: dict, format: str = "lm_eval", metric: str |
         if not files:
             raise DataError(f"checkpoint {name!r}: no log file matches {', '.join(map(str, patterns))}")
         used = {"format": spec.get("format", format), "metric": spec.get("metric", metric), "id": spec.get("id", id)}
-        rows[str(name)] = logged_correctness(files, **used)
+        rows[str(name)], gaps[str(name)] = logged_correctness(files, **used)
         recorded[str(name)] = {"files": list(map(str, patterns)), **used}
     if base is not None and base not in rows:
         raise DataError(f"base {base!r}: not among the checkpoints ({', '.join(rows)})")
@@ -102,11 +106,14 @@ def item_map_from_logs(checkpoints: dict, format: str = "lm_eval", metric: str |
                             f"items")
     order = sorted(items, key=_natural)
     before = rows.pop(base).reindex(order) if base is not None else None
+    gaps.pop(base, None)
     if len(rows) < 2:
         raise DataError(f"{len(rows)} checkpoint(s) besides the base: an item map needs at least two rows")
     frame = pd.DataFrame({name: row.reindex(order) for name, row in rows.items()}).T
+    margins = pd.DataFrame({name: gap.reindex(order) for name, gap in gaps.items()}).T
     about = {"logs": recorded, "base": base}
-    return ItemMap.from_rows(frame, before=before, method=method, params=params, about=about)
+    return ItemMap.from_rows(frame, before=before, method=method, params=params, about=about,
+                             margins=margins if np.isfinite(margins.to_numpy()).any() else None)
 
 
 def _natural(item: str) -> tuple:
