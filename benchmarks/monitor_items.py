@@ -10,9 +10,12 @@ of k items (uniform, without replacement: what the monitor's `choose="random"` d
 
 - the map's forecast (forgetmap.monitor.items: the correctness map of the demo's 12 fit tasks, from its
   transitions file; the check tasks are never among its rows), from k = 30, by `--methods`;
-- the naive estimate from the same 30 (their own shares, exact binomial intervals);
+- the naive estimate from the same 30 (their own shares, exact binomial intervals), and from 60 and 100;
 - an item-response estimate (tinyBenchmarks' p-IRT: a two-parameter logistic model fitted on the same rows, the
-  ability placed from the scored items) from 30 and from 100 items.
+  ability placed from the scored items) from 30 and from 100 items;
+- the margins' estimate (forgetmap.correctness.margins: the k items' option margins now against every item's at
+  step 0, its interval calibrated on the map's rows' margins from their score files) from each of `--margin-k`
+  items, on the multiple-choice items (with `--generated`, those among the quiz).
 
 Printed: per estimate and rate, the mean absolute error against the truth and its interval's coverage at
 `--level` (every task, seed, check and draw); the truth's typical size; and the trajectory of one task's F over
@@ -57,7 +60,8 @@ def quiz(workdir: Path, model: str, tokenizer, generated: bool = False):
 
 
 def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmark):
-    """(the check steps, every item's 0/1 at step 0, and at each check (checks x N))."""
+    """(the check steps, every item's 0/1 at step 0, and at each check (checks x N), every item's option margin at
+    step 0 and at each check (NaN for a free-form item))."""
     from transformers import logging as hf_logging
 
     from forgetmap.meter import OptionMeter
@@ -67,10 +71,14 @@ def truths(workdir: Path, model: str, task: str, seed: int, every: int, benchmar
 
     def measuring(net):
         meter = OptionMeter.for_items(net, tokenizer, benchmark, token_budget=16384)
-        return lambda: benchmark.decide(meter.measure())
+
+        def measure():
+            values = meter.measure()
+            return benchmark.decide(values), benchmark.margins(values)
+        return measure
 
     steps, before, rows_at = along_training(spec, base, tokenizer, data, seed, every, measuring)
-    return steps, before, np.stack(rows_at)
+    return (steps, before[0], np.stack([r[0] for r in rows_at]), before[1], np.stack([r[1] for r in rows_at]))
 
 
 def check_cost(workdir: Path, model: str, task: str, benchmark, item_map, every: int = 5) -> dict:
@@ -100,9 +108,13 @@ def check_cost(workdir: Path, model: str, task: str, benchmark, item_map, every:
             "training seconds with the monitor": total}
 
 
-def estimates(truth, before, options, models: dict, level: float, draws: int, seed: int) -> dict:
-    """{estimate: {rate: (estimates, lowers, uppers) over the draws}} at one check."""
+def estimates(truth, before, options, models: dict, level: float, draws: int, seed: int,
+              margins: dict | None = None) -> dict:
+    """{estimate: {rate: (estimates, lowers, uppers) over the draws}} at one check. `margins`: {"base": every
+    item's margin at step 0, "now": at this check, "choice": the multiple-choice items' positions, "factors": {k:
+    the calibrated factors}}: the margins' estimate over the multiple-choice items from each k, on draws of its own."""
     from forgetmap.correctness.forecast import bounded_rates, complete_items, naive_rates
+    from forgetmap.correctness.margins import margin_rates
 
     n = len(truth)
     rng = np.random.default_rng(seed)
@@ -114,19 +126,25 @@ def estimates(truth, before, options, models: dict, level: float, draws: int, se
                 (found[rate].estimate, found[rate].lower, found[rate].upper))
 
     for _ in range(draws):
-        for k in (30, 100):
+        for k in (30, 60, 100):
             known = np.sort(rng.choice(n, k, replace=False))
             values = truth[known].astype(np.float64)
             for name, model in models.items():
-                if k == 100 and name != "irt":
+                if k == 60 or (k == 100 and name != "irt"):
                     continue
                 row, held = complete_items(model, known, values, n)
                 add(f"{name}, k={k}", bounded_rates(row, known, values, held, before, options, level))
                 if k == 30 and name == next(iter(models)):  # the forecast's weight tuned on the scored items
                     add(f"{name}, k={k}, tuned weight", bounded_rates(row, known, values, held, before, options,
                                                                       level, weight="tuned"))
-            if k == 30:
-                add("naive, k=30", naive_rates(values, before[known], options[known], level))
+            add(f"naive, k={k}", naive_rates(values, before[known], options[known], level))
+        for k, factors in (margins or {}).get("factors", {}).items():
+            choice = margins["choice"]
+            known = np.sort(rng.choice(len(choice), k, replace=False))
+            values = truth[choice][known].astype(np.float64)
+            _, found = margin_rates(margins["base"][choice], known, margins["now"][choice][known], values,
+                                    before[choice], options[choice], factors, seed=int(rng.integers(2**31)))
+            add(f"margins, k={k} (multiple choice)", found["all"])
     return {name: {rate: np.asarray(v) for rate, v in found.items()} for name, found in out.items()}
 
 
@@ -139,6 +157,8 @@ def main() -> None:
     parser.add_argument("--level", type=float, default=0.9)
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--methods", nargs="+", default=["additive", "mf", "irt"])
+    parser.add_argument("--margin-k", type=int, nargs="*", default=[30, 60, 100],
+                        help="the margins' estimate from each of these k (none: not run)")
     parser.add_argument("--cost", action="store_true", help="also time the items' checks inside a Trainer")
     parser.add_argument("--generated", action="store_true",
                         help="every quiz item, the free-form ones answered greedily too (default: multiple choice)")
@@ -152,6 +172,7 @@ def main() -> None:
     from forgetmap.config import fit_tasks, resolve
     from forgetmap.config.views import forecast_modes
     from forgetmap.models import load_tokenizer
+    from forgetmap.correctness.margins import calibration
     from forgetmap.monitor.items import ItemMap
     from forgetmap.predict.registry import make_method
 
@@ -161,7 +182,8 @@ def main() -> None:
     tokenizer = load_tokenizer(workdir / f"results/{args.model}/base")
     benchmark = quiz(workdir, args.model, tokenizer, args.generated)
     fits = fit_tasks(cfg, args.model)
-    item_map = ItemMap.from_transitions(workdir / f"results/{args.model}/correctness/transitions.parquet", fits)
+    item_map = ItemMap.from_transitions(workdir / f"results/{args.model}/correctness/transitions.parquet", fits,
+                                        scores=workdir / f"results/{args.model}/scores")
     train = item_map.train[:, item_map.columns_of(benchmark.ids, "the demo's quiz")]
     models = {name: make_method(name).fit(train) for name in args.methods}
     tasks = sorted(t for t, mode in forecast_modes(cfg, args.model).items() if mode == "check")
@@ -179,20 +201,38 @@ def main() -> None:
     print(f"{len(benchmark)} quiz items, {len(benchmark.generated)} of them free form ({len(item_map.rows)} map rows: the fit tasks), "
           f"{len(runs)} runs, checks every {args.every} steps, {args.draws} draws per check, level {args.level}\n")
     options = benchmark.options
+    choice = np.flatnonzero(options > 0)
+    columns = item_map.columns_of(benchmark.ids, "the demo's quiz")[choice]
     errors: dict = {}
-    sizes = {rate: [] for rate in RATES}
+    factors = {}
+    together = [np.corrcoef(base[choice], now[choice])[0, 1] for _, _, _, base, at in runs.values() for now in at]
+    print(f"the margins at a check against step 0's, correlation over the multiple-choice items: "
+          f"{min(together):.2f}-{max(together):.2f}")
+    if args.margin_k:  # every run's step 0 is the same base: its margins and correctness calibrate the interval
+        _, base_before, _, base_margins, _ = next(iter(runs.values()))
+        for k in args.margin_k:
+            factors[k] = calibration(base_margins[choice], base_before[choice].astype(np.float64),
+                                     item_map.margins[:, columns], item_map.train[:, columns], k, args.level)
+            print(f"the margins' interval factors from {k} items (acc, F, BT): "
+                  + ", ".join(f"{factors[k][r]:.2f}" for r in RATES))
+    sizes, sizes_choice = {rate: [] for rate in RATES}, {rate: [] for rate in RATES}
     trajectory = []
-    for (task, seed), (steps, before, after) in runs.items():
+    for (task, seed), (steps, before, after, base_margins, margins_at) in runs.items():
         before = before.astype(np.float64)
-        for step, truth in zip(steps, after):
+        for step, truth, now in zip(steps, after, margins_at):
             true = {"acc": truth.mean(), "F": np.mean(before * (1 - truth)), "BT": np.mean((1 - before) * truth)}
+            true_choice = {"acc": truth[choice].mean(), "F": np.mean(before[choice] * (1 - truth[choice])),
+                           "BT": np.mean((1 - before[choice]) * truth[choice])}
             for rate in RATES:
                 sizes[rate].append(true[rate])
-            found = estimates(truth, before, options, models, args.level, args.draws, seed * 1000 + step)
+                sizes_choice[rate].append(true_choice[rate])
+            found = estimates(truth, before, options, models, args.level, args.draws, seed * 1000 + step,
+                              {"base": base_margins, "now": now, "choice": choice, "factors": factors})
             for name, per_rate in found.items():
+                reference = true_choice if name.startswith("margins") else true
                 for rate, values in per_rate.items():
-                    error = np.abs(values[:, 0] - true[rate])
-                    covered = (values[:, 1] <= true[rate]) & (true[rate] <= values[:, 2])
+                    error = np.abs(values[:, 0] - reference[rate])
+                    covered = (values[:, 1] <= reference[rate]) & (reference[rate] <= values[:, 2])
                     errors.setdefault(name, {}).setdefault(rate, []).append((error, covered))
             if seed == 0:
                 main_method = f"{args.methods[0]}, k=30"
@@ -200,8 +240,9 @@ def main() -> None:
                                    "forecast F": float(np.mean(found[main_method]["F"][:, 0])),
                                    "naive F": float(np.mean(found["naive, k=30"]["F"][:, 0])),
                                    "true acc": true["acc"], "forecast acc": float(np.mean(found[main_method]["acc"][:, 0]))})
-    print("truth: mean accuracy {:.3f}, F {:.3f}, BT {:.3f} (over every check)\n".format(
-        *(np.mean(sizes[r]) for r in RATES)))
+    print("truth: mean accuracy {:.3f}, F {:.3f}, BT {:.3f} (over every check); over the {} multiple-choice items "
+          "(the margins'): {:.3f}, {:.3f}, {:.3f}\n".format(*(np.mean(sizes[r]) for r in RATES), len(choice),
+                                                           *(np.mean(sizes_choice[r]) for r in RATES)))
     lines = []
     for name, per_rate in errors.items():
         line = {"estimate": name}
