@@ -11,8 +11,12 @@ half a pseudo-example of each (measured, forecast) pair); for the mean also Hall
 transformation of t, with the audit's own skewness or with the map's (the median skewness of the fit tasks'
 leave-one-task-out residuals: known before the run), and an audit drawn by two strata of the fit tasks' mean |Z|
 per example (the top `--stratum` share, default 10 %, and the rest; Neyman's allocation from the leave-one-task-out
-residuals' spread in each, a stratified estimate with Welch-Satterthwaite's degrees of freedom). Printed: coverage
-at `--level` and mean half-width. `--audit 60`: the same with a larger audit.
+residuals' spread in each, a stratified estimate with Welch-Satterthwaite's degrees of freedom); and, for a run's
+width against the sample's own, Hall's interval for the sample alone (weight 0) at the map's skewness of the values
+themselves, and for the tuned weight at the map's skewness of z - λ ẑ at the weight tuned (the folds' median at
+each λ). Printed: coverage at `--level` and mean half-width; per task, each mean bound's half-width over the
+sample's own t-interval's and its coverage; and per task, over every check, what decides a weight's width: the slope
+of the values on the forecast and the spread of z - ẑ over z's. `--audit 60`: the same with a larger audit.
 
     python benchmarks/bound_variants.py --workdir . --truths truths.npz --draws 60   # after monitor_bound.py
 """
@@ -61,9 +65,11 @@ def main() -> None:
 
     # known before any run: the fit tasks' leave-one-task-out residuals (their skewness; each stratum's spread)
     model = forecast_map.completion()[0]
-    residuals = np.stack([forecast_map.train[row] - predicted for row, predicted in
-                          fold_predictions(forecast_map.train, known, model, forecast_map.method, forecast_map.params)])
-    residuals = residuals[:, rest].astype(np.float64)
+    folds = [(forecast_map.train[row][rest].astype(np.float64), predicted[rest].astype(np.float64)) for row, predicted
+             in fold_predictions(forecast_map.train, known, model, forecast_map.method, forecast_map.params)]
+    residuals = np.stack([values - predicted for values, predicted in folds])
+    grid = np.linspace(-0.5, 4, 91)  # the folds' median skewness of z - λ ẑ at each weight λ
+    skew_at_weight = np.array([np.median([skew(v - w * (f - f.mean()), bias=False) for v, f in folds]) for w in grid])
     map_skew = forecast_map.residual_skew()  # what the monitor's interval takes
     score = np.abs(forecast_map.train[:, rest]).mean(axis=0)
     top = score > np.quantile(score, 1 - args.stratum)
@@ -72,8 +78,8 @@ def main() -> None:
     shares = np.array([len(s) for s in strata]) / len(rest)
     n_top = int(np.clip(round(m * shares[1] * spreads[1] / (shares * spreads).sum()), 3, m - 3))
     sizes = [m - n_top, n_top]
-    print(f"the map's residual skewness {map_skew:.2f}; strata of {[len(s) for s in strata]} examples, "
-          f"audit {sizes}")
+    print(f"the map's residual skewness {map_skew:.2f} (of the values themselves "
+          f"{np.interp(0.0, grid, skew_at_weight):.2f}); strata of {[len(s) for s in strata]} examples, audit {sizes}")
 
     def hall(d, gamma):  # the monitor's interval: Hall's (1992) transformation of t (forgetmap.predict.bound)
         up, down = hall_quantiles(level, m, gamma)
@@ -104,13 +110,21 @@ def main() -> None:
 
     found: dict = {}
 
+    by_task: dict = {}
+    population: list = []
+
     def add(name, low, high, probes, truth):  # the others' interval made the mean's over all n
         low, high = (probes + (n - k) * low) / n, (probes + (n - k) * high) / n
         found.setdefault(name, []).append((low <= truth <= high, (high - low) / 2))
+        if name.startswith("mean"):
+            by_task.setdefault((task, name), []).append((low <= truth <= high, (high - low) / 2))
 
-    for truths in saved["truths"]:
+    for task, truths in zip(saved["tasks"], saved["truths"]):
         for z in truths:
             row = forecast_map.forecast(z[known])[0].astype(np.float64)
+            shifted = row[rest] - row[rest].mean()
+            population.append((task, float(np.cov(z[rest], shifted)[0, 1] / shifted.var(ddof=1)),
+                               float((z[rest] - shifted).std() / z[rest].std())))
             for over in (None, 0.2, 0.5):
                 values, forecast = (z, row) if over is None else ((z > over) * 1.0, (row > over) * 1.0)
                 tag, truth, centre = ("mean" if over is None else f"share over {over:g}", values.mean(),
@@ -137,10 +151,28 @@ def main() -> None:
                         add(f"{tag}: weight 1, Hall, the map's skewness", *hall(corrected, map_skew), probes, truth)
                         add(f"{tag}: weight 1, t, two strata of the map's mean |Z|",
                             *stratified(values, forecast), probes, truth)
+                        add(f"{tag}: weight 0, Hall, the map's skewness of the values", *hall(
+                            values[drawn], float(np.interp(0.0, grid, skew_at_weight))), probes, truth)
+                        corrected = values[drawn] - tuned * (forecast[drawn] - centre)
+                        add(f"{tag}: weight tuned, Hall, the map's skewness at the weight", *hall(
+                            corrected, float(np.interp(tuned.mean(), grid, skew_at_weight))), probes, truth)
     print(f"{len(saved['truths'])} runs x {saved['truths'].shape[1]} checks x {args.draws} draws of {m}, level {level}")
     for name in sorted(found):
         covered, half = np.asarray(found[name]).T
         print(f"{name:52s} covers {covered.mean():.3f}  half-width {half.mean():.4f}")
+    import pandas as pd
+
+    table = pd.DataFrame([(task, name.removeprefix("mean: "), *np.mean(v, axis=0)) for (task, name), v in
+                          by_task.items()], columns=["task", "bound", "covers", "halfwidth"])
+    sample = table[table["bound"] == "weight 0, t"].set_index("task")["halfwidth"]
+    table["over the sample's t"] = table["halfwidth"] / table["task"].map(sample)
+    pd.set_option("display.width", 200)
+    print("\nper task, the mean's bounds: half-width over the sample's own t-interval's, and coverage")
+    print(table.pivot(index="bound", columns="task", values="over the sample's t").to_string(float_format=lambda v: f"{v:.2f}"))
+    print(table.pivot(index="bound", columns="task", values="covers").to_string(float_format=lambda v: f"{v:.3f}"))
+    facts = pd.DataFrame(population, columns=["task", "slope of z on the forecast", "sd(z - forecast) / sd(z)"])
+    print("\nper task, over its checks (every example that is not a probe):")
+    print(facts.groupby("task").mean().to_string(float_format=lambda v: f"{v:.2f}"))
 
 
 if __name__ == "__main__":
