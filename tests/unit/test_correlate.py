@@ -6,7 +6,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 
 from forgetmap.correlate import category_summary, cosine_similarity, cross_task, pair_correlations
-from forgetmap.data.chat import encode_chat
+from forgetmap.data.chat import Encoded, encode_chat
 from forgetmap.gradients import CountSketch, projected_gradients
 from helpers import tiny_model, tiny_tokenizer
 
@@ -116,6 +116,41 @@ def test_kept_hashes_project_exactly_as_hashes_computed_for_each_example(monkeyp
     monkeypatch.setattr(gradients, "KEPT", 0)
     assert CountSketch(model, 32).kept == set()
     np.testing.assert_array_equal(kept, projected_gradients(model, examples, dim=32, seed=0))
+
+
+@pytest.mark.parametrize("architecture", ["demo", "gpt_neox", "olmo2"])
+def test_examples_differentiated_together_project_as_one_at_a_time_and_a_tasks_mean_as_their_mean(architecture,
+                                                                                                   monkeypatch):
+    """Examples of unequal lengths, right-padded and differentiated in one batch (vmap of grad), get the projections
+    the one-at-a-time path gives (float32 rounding); a task's mean projection, one backward of the mean loss, is the
+    mean of its examples' (one without a target among them counting 0). On the demo's Llama-like model and on
+    stand-ins of two other architectures."""
+    from forgetmap import gradients
+    from forgetmap.gradients import mean_projection
+
+    if architecture == "demo":
+        tok = tiny_tokenizer()
+        model, template = tiny_model(tok), "olmo"
+    else:
+        from standins import build_model, train_tokenizer
+
+        tok = train_tokenizer(architecture, None, 400)
+        model, template = build_model(architecture, tok, seed=1).eval(), "auto"
+    prompts = ["Compute 1 + 2.", "Spell cat.", "Name the capital of France, please, in one word.", "Sort b a c."]
+    responses = ["1 + 2 = 3.", "c-a-t", "Paris", "a b c, in the order of the alphabet"]
+    examples = encode_chat(tok, prompts, responses, template, 48)
+    first = examples[0]
+    examples.append(Encoded(first.ids[:first.target_start], first.target_start, first.target_start))
+    assert len({len(e.ids) for e in examples}) == len(examples)  # every length its own: padded in the batch
+    monkeypatch.setattr(gradients, "BATCH_TOKENS", 64)  # batches of 2 and 3 examples: padding within each
+    together = projected_gradients(model, examples, dim=64, seed=1)
+    mean = mean_projection(model, examples, dim=64, seed=1)
+    assert all(p.grad is None for p in model.parameters())
+    monkeypatch.setattr(gradients, "GRADIENT_BYTES", 0)  # one example at a time, as a large model's are
+    alone = projected_gradients(model, examples, dim=64, seed=1)
+    assert not alone[-1].any() and not together[-1].any()  # no target: no gradient
+    np.testing.assert_allclose(together, alone, rtol=1e-4, atol=1e-6 * np.abs(alone).max())
+    np.testing.assert_allclose(mean, alone.mean(axis=0), rtol=1e-4, atol=1e-6 * np.abs(alone).max())
 
 
 def test_count_sketch_preserves_inner_products_on_average():

@@ -162,7 +162,7 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
 
     from . import plots
     from .data.chat import encode_chat, encode_examples
-    from .gradients import projected_gradients
+    from .gradients import mean_projection, projected_gradients
     from .models import load_model, load_tokenizer, pick_device
 
     matrix, upstream = _load(matrix_path, shard_paths)
@@ -178,7 +178,7 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
         frame = frame[frame["split"] == "train"].iloc[:settings["max_task_examples"]]
         encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
                               settings["chat_template"], settings["max_length"])
-        task_vectors.append(projected_gradients(model, encoded, settings["dim"], settings["seed"]).mean(0))
+        task_vectors.append(mean_projection(model, encoded, settings["dim"], settings["seed"]))
     score = (np.stack(task_vectors).astype(np.float64) @ upstream_grads.T.astype(np.float64)) / settings["dim"]
     table = pair_correlations(matrix.values, score.astype(np.float32), matrix.tasks)
     _write(table, out_tsv)

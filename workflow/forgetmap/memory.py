@@ -481,17 +481,21 @@ def gradient_need(model: Shape, max_length: int, dim: int = 1024, fused_attentio
     """A gradient-similarity job's memory (forgetmap.gradients): the fp32 weights and one example's projected
     gradient, traced: its forward and backward at `max_length` tokens (activations, the fp32 logits), each
     parameter's gradient projected and freed as the backward pass writes it. `fused_attention`: a GPU's
-    (forgetmap.meta_peak); False: the math path's scores, as a CPU's fp32 backward keeps them."""
+    (forgetmap.meta_peak); False: the math path's scores, as a CPU's fp32 backward keeps them. A model small enough
+    to differentiate several examples at once (forgetmap.gradients.together) holds each further one's activations
+    and float32 gradient too (bounded by GRADIENT_BYTES: not traced)."""
     import torch
 
-    from .gradients import CountSketch, example_projection
+    from .gradients import CountSketch, example_projection, together
     from .meta_peak import meta_model, peak_bytes
 
     net = meta_model(_config(model.config), "float32")
     sketch = CountSketch(net, dim)
     ids = torch.zeros((1, max(2, max_length)), dtype=torch.long, device="meta")
     example = peak_bytes(lambda: example_projection(net, sketch, ids, 1), flash=fused_attention)
-    return Need({"weights": 4.0 * model.parameters, "one_example": float(example)}, {})
+    batch = together(model.parameters, max_length)  # a small model's examples differentiated together
+    extra = {} if batch == 1 else {"examples_together": (batch - 1) * (float(example) + 4.0 * model.parameters)}
+    return Need({"weights": 4.0 * model.parameters, "one_example": float(example), **extra}, {})
 
 
 @functools.lru_cache(maxsize=None)  # planning asks once per model and settings
