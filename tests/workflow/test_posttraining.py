@@ -379,7 +379,8 @@ def test_an_item_map_is_made_from_lm_eval_and_lighteval_logs_of_checkpoints(logg
     assert all(r["doc"]["prompt"] in queries[f"bench_mc/{r['doc_id']}"] for r in records)
     # each row's option margins, the gold option's log-likelihood less the best other's, as each tool logged them
 
-    def margin(scores, gold):
+    def margin(scores, gold):  # lm-eval's samples file holds each log-likelihood as text
+        scores = [float(v) for v in scores]
         return scores[gold] - max(v for j, v in enumerate(scores) if j != gold)
     lm_eval_margins = {f"bench_mc/{r['doc_id']}": margin([v[0] for v in r["filtered_resps"]], int(r["target"]))
                        for r in records}
