@@ -482,8 +482,9 @@ def gradient_need(model: Shape, max_length: int, dim: int = 1024, fused_attentio
     gradient, traced: its forward and backward at `max_length` tokens (activations, the fp32 logits), each
     parameter's gradient projected and freed as the backward pass writes it. `fused_attention`: a GPU's
     (forgetmap.meta_peak); False: the math path's scores, as a CPU's fp32 backward keeps them. A model small enough
-    to differentiate several examples at once (forgetmap.gradients.together) holds each further one's activations
-    and float32 gradient too (bounded by GRADIENT_BYTES: not traced)."""
+    to differentiate several examples at once (forgetmap.gradients.together) holds each further one's activations,
+    every one's float32 gradient (within GRADIENT_BYTES) and its largest weight's in float64 as it is projected (not
+    traced)."""
     import torch
 
     from .gradients import CountSketch, example_projection, together
@@ -494,7 +495,8 @@ def gradient_need(model: Shape, max_length: int, dim: int = 1024, fused_attentio
     ids = torch.zeros((1, max(2, max_length)), dtype=torch.long, device="meta")
     example = peak_bytes(lambda: example_projection(net, sketch, ids, 1), flash=fused_attention)
     batch = together(model.parameters, max_length)  # a small model's examples differentiated together
-    extra = {} if batch == 1 else {"examples_together": (batch - 1) * (float(example) + 4.0 * model.parameters)}
+    extra = {} if batch == 1 else {  # the others' activations, every example's fp32 gradient, a weight's in fp64
+        "examples_together": (batch - 1) * float(example) + batch * (4.0 * model.parameters + 8.0 * model.largest)}
     return Need({"weights": 4.0 * model.parameters, "one_example": float(example), **extra}, {})
 
 
