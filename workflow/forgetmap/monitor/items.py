@@ -23,7 +23,9 @@ The pieces:
   (1 - acc_before)(1 - acc_now) / (options - 1) per group of items with the same number of options, at the
   estimated accuracy (its uncertainty is not carried into the interval).
 
-Without a map, the k items are all there is: the rates are the naive estimate.
+With `estimate="margins"` the rates come instead from the k items' option margins fitted against every item's at
+the baseline (forgetmap.correctness.margins: a model's estimate, nearer for F, its interval calibrated on the
+map's rows' margins). Without a map, the k items are all there is: the rates are the naive estimate.
 """
 
 from __future__ import annotations
