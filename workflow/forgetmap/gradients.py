@@ -21,6 +21,7 @@ gradient of the examples' mean loss, one backward per batch.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -83,10 +84,10 @@ class CountSketch:
             out.index_add_(int(rows), bucket, flat[..., start:stop].double().mul_(sign))
 
 
-def example_projection(model, sketch: CountSketch, ids: torch.Tensor, target_start: int) -> torch.Tensor:
-    """One example's projected gradient (float64, on the model's device): each parameter's gradient is added
-    to the projection once the backward pass has written it, and freed."""
-    out = torch.zeros(sketch.dim, dtype=torch.float64, device=ids.device)
+@contextmanager
+def projecting(sketch: CountSketch, out: torch.Tensor):
+    """While open, each parameter's gradient is added to `out`'s projection once a backward pass has written it,
+    and freed: no whole gradient is ever held."""
     index = {id(p): k for k, p in enumerate(sketch.params)}
 
     def project(p):
@@ -95,11 +96,18 @@ def example_projection(model, sketch: CountSketch, ids: torch.Tensor, target_sta
 
     hooks = [p.register_post_accumulate_grad_hook(project) for p in sketch.params]
     try:
-        logits = model(input_ids=ids, use_cache=False).logits[0, target_start - 1:-1].float()
-        F.cross_entropy(logits, ids[0, target_start:]).backward()
+        yield out
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def example_projection(model, sketch: CountSketch, ids: torch.Tensor, target_start: int) -> torch.Tensor:
+    """One example's projected gradient (float64, on the model's device): each parameter's gradient is added
+    to the projection once the backward pass has written it, and freed (`projecting`)."""
+    with projecting(sketch, torch.zeros(sketch.dim, dtype=torch.float64, device=ids.device)) as out:
+        logits = model(input_ids=ids, use_cache=False).logits[0, target_start - 1:-1].float()
+        F.cross_entropy(logits, ids[0, target_start:]).backward()
     return out
 
 
@@ -204,22 +212,11 @@ def mean_projection(model, examples: list[Encoded], dim: int, seed: int = 0) -> 
     large model), each parameter's gradient projected as it is written and freed."""
     sketch = CountSketch(model, dim, seed)
     device = next(model.parameters()).device
-    out = torch.zeros(dim, dtype=torch.float64, device=device)
     model.eval()
     model.zero_grad(set_to_none=True)
-    index = {id(p): k for k, p in enumerate(sketch.params)}
-
-    def project(p):
-        sketch.add(out, index[id(p)], p.grad)
-        p.grad = None
-
     parameters = sum(p.numel() for p in sketch.params)
-    for batch in batches(examples, lambda longest: together(parameters, longest)):
-        ids, weights = padded(examples, batch, device)
-        hooks = [p.register_post_accumulate_grad_hook(project) for p in sketch.params]
-        try:
+    with projecting(sketch, torch.zeros(dim, dtype=torch.float64, device=device)) as out:
+        for batch in batches(examples, lambda longest: together(parameters, longest)):
+            ids, weights = padded(examples, batch, device)
             (_weighted_nll(model, ids, weights) / len(examples)).backward()
-        finally:
-            for hook in hooks:
-                hook.remove()
     return out.float().cpu().numpy()
