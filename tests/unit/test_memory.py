@@ -54,7 +54,8 @@ def test_the_paper_olmo2_models_are_sized_from_their_configs(tmp_path):
 
 def test_an_engine_that_cannot_fit_the_claimed_gpus_is_refused_naming_the_keys_and_the_gpus_that_fit(tmp_path):
     from forgetmap.errors import ForgetmapError
-    from forgetmap.memory import check_engine_fits, engine_need, shape
+    from forgetmap.engine import check_engine_fits, engine_need
+    from forgetmap.memory import shape
 
     seven, thirteen = shape(olmo2_config(tmp_path, "7b")), shape(olmo2_config(tmp_path, "13b"))
     weights, cache = engine_need(seven, "bfloat16", 4096, 1)

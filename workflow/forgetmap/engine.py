@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ForgetmapError
+from .memory import DTYPE_BYTES, GIB, Shape
 
 
 def vllm_lengths(lengths: list[int], positions: int | None) -> tuple[int, int]:
@@ -37,6 +38,32 @@ def weights_dir(model_dir: str) -> Path:
     return Path((pointer.get("local") or pointer["path"]) if pointer else model_dir)
 
 
+def engine_need(model: Shape, dtype: str, max_model_len: int, gpus: int) -> tuple[float, float]:
+    """(weights, one max-length sequence's cache) in bytes on each of `gpus` GPUs for vLLM in `dtype`."""
+    size = DTYPE_BYTES[dtype]
+    gpus = max(1, gpus)
+    return model.parameters * size / gpus, model.kv_bytes_per_token(size) * max_model_len / gpus
+
+
+def check_engine_fits(model: Shape, dtype: str, max_model_len: int, gpus: int, utilization: float,
+                      total: int, where: str) -> None:
+    """Refuse an engine whose weights and one sequence's cache exceed the share of each GPU asked of vLLM
+    (`total`: one GPU's memory in bytes), naming the keys that change it and the GPUs that would fit."""
+    weights, cache = engine_need(model, dtype, max_model_len, gpus)
+    share = utilization * total
+    if weights + cache <= share:
+        return
+    enough = math.ceil(gpus * (weights + cache) / share)
+    raise ForgetmapError(
+        f"{where}: the model does not fit the GPUs the job claims: its {model.parameters / 1e9:.2f}B parameters in "
+        f"{dtype} ({weights / GIB:.1f} GiB per GPU) and one {max_model_len}-token sequence's key-value cache "
+        f"({cache / GIB:.2f} GiB per GPU) need {(weights + cache) / GIB:.1f} GiB on each of {max(1, gpus)} GPU(s), "
+        f"and vLLM may use {utilization:g} x {total / GIB:.1f} GiB = {share / GIB:.1f} GiB of each "
+        f"(score.gpu_memory_utilization): claim {enough} GPUs or more for the job (resources.score.gpu for score "
+        f"jobs, resources.finetune.gpu for an arm's; tensor parallelism splits the weights over them), or "
+        f"score with the torch backend (score.backend)")
+
+
 def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool = False):  # pragma: no cover - vLLM
     """A vLLM engine on the model's weights (`pip install forgetmap[gpu]`; on a CPU, vLLM's CPU build).
     Scoring is prefill only: eager mode skips the CUDA-graph capture that would otherwise start every shard
@@ -48,7 +75,7 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool
         raise ForgetmapError("config key score.backend: vllm, and vLLM is not installed in this environment: "
                           "pip install 'forgetmap[gpu]' (CUDA), or set score.backend: torch") from None
     from .devices import visible_devices
-    from .memory import check_engine_fits, shape
+    from .memory import shape
     from .models import release_memory
 
     source = weights_dir(model_dir)

@@ -23,7 +23,8 @@ here:
 - the arena's copies: KL's frozen reference model, L2-SP's initial weights, EMA's slow weights;
 - a monitored fine-tune's checks (`finetune.monitor`): between optimizer steps, with the gradients freed, the
   probes scored as a score job scores them, in training's compute dtype (under FSDP with the root gathered);
-- scoring with vLLM: its share of the weights and one max-length sequence's key-value cache;
+- scoring with vLLM: its share of the weights and one max-length sequence's key-value cache (sized and
+  checked where the engine starts: forgetmap.engine);
 - scoring with torch, the gradient-similarity and the semantic-similarity jobs: their weights and the most
   their largest batch holds at once, traced at the model's real widths on the meta device
   (forgetmap.meta_peak).
@@ -35,10 +36,7 @@ caching allocator reserves beyond it and CUDA's context come on top (`on_card`: 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
-
-from .errors import ForgetmapError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2}
 GIB = 2**30
@@ -358,32 +356,6 @@ def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None,
         if not on:
             return settings, without
     return settings, finetune_need(model, settings, cuda, lora, arm)
-
-
-def engine_need(model: Shape, dtype: str, max_model_len: int, gpus: int) -> tuple[float, float]:
-    """(weights, one max-length sequence's cache) in bytes on each of `gpus` GPUs for vLLM in `dtype`."""
-    size = DTYPE_BYTES[dtype]
-    gpus = max(1, gpus)
-    return model.parameters * size / gpus, model.kv_bytes_per_token(size) * max_model_len / gpus
-
-
-def check_engine_fits(model: Shape, dtype: str, max_model_len: int, gpus: int, utilization: float,
-                      total: int, where: str) -> None:
-    """Refuse an engine whose weights and one sequence's cache exceed the share of each GPU asked of vLLM
-    (`total`: one GPU's memory in bytes), naming the keys that change it and the GPUs that would fit."""
-    weights, cache = engine_need(model, dtype, max_model_len, gpus)
-    share = utilization * total
-    if weights + cache <= share:
-        return
-    enough = math.ceil(gpus * (weights + cache) / share)
-    raise ForgetmapError(
-        f"{where}: the model does not fit the GPUs the job claims: its {model.parameters / 1e9:.2f}B parameters in "
-        f"{dtype} ({weights / GIB:.1f} GiB per GPU) and one {max_model_len}-token sequence's key-value cache "
-        f"({cache / GIB:.2f} GiB per GPU) need {(weights + cache) / GIB:.1f} GiB on each of {max(1, gpus)} GPU(s), "
-        f"and vLLM may use {utilization:g} x {total / GIB:.1f} GiB = {share / GIB:.1f} GiB of each "
-        f"(score.gpu_memory_utilization): claim {enough} GPUs or more for the job (resources.score.gpu for score "
-        f"jobs, resources.finetune.gpu for an arm's; tensor parallelism splits the weights over them), or "
-        f"score with the torch backend (score.backend)")
 
 
 @functools.lru_cache(maxsize=None)  # planning asks once per model and settings

@@ -118,6 +118,7 @@ def inference_rows(plan, model: str) -> list[dict]:
     """The model's score, gradient- and semantic-similarity jobs that claim GPUs, one row each, sized by
     forgetmap.memory (planning reads no weights: the base's config, and MiniLM's)."""
     from .. import memory
+    from ..engine import engine_need
 
     spec = plan.cfg["models"][model]
     resources = spec["resources"]
@@ -126,8 +127,8 @@ def inference_rows(plan, model: str) -> list[dict]:
         score, key = spec["score"], f"models.{model}.score"
         dtype = "bfloat16" if score["dtype"] == "auto" else score["dtype"]
         if score["backend"] == "vllm":
-            weights, cache = memory.engine_need(plan.base_shape(model), dtype, _engine_length(plan, model),
-                                                resources["score"]["gpu"])
+            weights, cache = engine_need(plan.base_shape(model), dtype, _engine_length(plan, model),
+                                         resources["score"]["gpu"])
             need = memory.Need({"weights": weights, "kv_cache": cache}, {})
             share = score["gpu_memory_utilization"]
             rows.append(_row(model, "score", f"score (vLLM: {share:g} of each GPU)", key, need,
@@ -196,7 +197,7 @@ def check_engine(plan, model: str) -> None:
     cache fit the share `score.gpu_memory_utilization` asks of each GPU (what the job checks again on the GPU
     it gets)."""
     from ..errors import ForgetmapError
-    from ..memory import check_engine_fits
+    from ..engine import check_engine_fits
 
     spec = plan.cfg["models"][model]
     gpu = plan.gpu_memory(model, "score")
