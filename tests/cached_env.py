@@ -1,0 +1,55 @@
+"""A virtualenv of a test's own, made once and cached between runs, for a package whose pins cannot share the
+project's environment (vLLM's CPU build: tests/vllm_env.py; OLMo-core: tests/olmocore_env.py). `ensure` makes or
+refreshes it under a lock (parallel test sessions wait for one maker) and stamps what it was made for; where it
+cannot be made (no package index, an unsupported platform) it raises `Unavailable` with pip's own words."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Unavailable(RuntimeError):
+    """The environment could not be made here; the message says why."""
+
+
+def location(name: str, variable: str) -> Path:
+    """`$variable`, else `~/.cache/forgetmap/name`."""
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "forgetmap" / name
+    return Path(os.environ.get(variable) or default)
+
+
+def stamp(*parts: str) -> str:
+    """What an environment is made for: its own versions, this checkout and its dependency list."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    return hashlib.sha256(f"{' '.join(parts)} {REPO}\n{pyproject}".encode()).hexdigest()[:16]
+
+
+def pip(python: Path, *args: str, log) -> None:
+    proc = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args], stdout=log,
+                          stderr=subprocess.STDOUT, text=True, timeout=3600)
+    if proc.returncode:
+        log.flush()
+        tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-15:])
+        raise Unavailable(f"pip {' '.join(args[:3])}... failed ({proc.returncode}); its last lines:\n{tail}")
+
+
+def ensure(env: Path, wanted: str, make: Callable[[Path, object], None]) -> Path:
+    """The environment's python, made (`make(python, log)`) or refreshed as needed, stamped `wanted`."""
+    python = env / "bin" / "python"
+    env.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.parent / f".{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ready = env / "forgetmap-ready"
+        if ready.exists() and ready.read_text() == wanted:
+            return python
+        with open(env.parent / f"{env.name}.install.log", "w") as log:
+            make(python, log)
+        ready.write_text(wanted)
+    return python
