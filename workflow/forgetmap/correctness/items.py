@@ -220,6 +220,8 @@ class OptionScorer:
             log.info("%s attention takes no block-causal mask: options are scored as separate sequences",
                      scorer.model.config._attn_implementation)
             self.packed = False
+        if packed is None and not getattr(scorer.model, "takes_block_mask", True):  # an adapter that says so
+            self.packed = False
 
     def loglik(self, items: list[Item], batches: list | None = None) -> list[np.ndarray]:
         """Each item's options' summed log-likelihoods; `batches`: the items to run, as lists of indices in packed
