@@ -1,7 +1,7 @@
 """The forgetting monitor in OLMo-core's own `Trainer`, for the OLMo-core tests: run with the python of OLMo-core's
 virtualenv (tests/olmocore_env.py), `python olmocore_run.py ROOT` (or under torchrun, `--fsdp`: each rank one of a
 data-parallel run, OLMo-core's FSDP2 over gloo). Under ROOT it makes the monitor tests' OLMo-2 stand-in and its map
-(monitor_run.monitored_base), loads the stand-in's weights into an OLMo-core `Transformer` (OLMo-core's own
+(monitor_run.monitored_base; a sharded run reuses them), loads the stand-in's weights into an OLMo-core `Transformer` (OLMo-core's own
 converter) and trains it from token files with the callback built from `ForgettingMonitorConfig`:
 
 - `budget`: a budget every check exceeds: the run stops at the first check;
@@ -9,7 +9,7 @@ converter) and trains it from token files with the callback built from `Forgetti
   checkpoint and with it the monitor's state); under torchrun the first alone;
 
 then scores the same examples through transformers on the weights OLMo-core ended with (converted back) and writes
-what each held to ROOT/result.json (rank 0)."""
+what each held to ROOT/result.json (sharded: result-fsdp.json; rank 0)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def main() -> None:
     rank = torch.distributed.get_rank() if fsdp else 0
     torch.set_num_threads(1)
     base, map_path = root / "base", root / "map.parquet"
-    if rank == 0:
+    if rank == 0 and not map_path.exists():  # the sharded run reuses the one-process run's
         monitored_base(root)
         from transformers import AutoTokenizer
 
@@ -167,7 +167,7 @@ def main() -> None:
         torch.distributed.barrier()
     tokens = root / "tokens.npy"
     if fsdp:
-        result = {"first": fit(root, base, map_path, tokens, str(root / "run"), STEPS, fsdp)}
+        result = {"first": fit(root, base, map_path, tokens, str(root / "fsdp"), STEPS, fsdp)}
     else:
         result = {"refused": refused(map_path),
                   "budget": fit(root, base, map_path, tokens, str(root / "budget"), RESUMED, fsdp, budget=-1.0),
@@ -180,7 +180,7 @@ def main() -> None:
         result["transformers"] = transformers_values(base, map_path, last["weights"])
         for run in ("budget", "first", "resumed"):
             result.get(run, {}).pop("weights", None)
-        (root / "result.json").write_text(json.dumps(result))
+        (root / ("result-fsdp.json" if fsdp else "result.json")).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -27,13 +27,14 @@ def olmo_core_python():
 
 
 def run(python: Path, root: Path, *launch: str, extra: tuple = ()) -> dict:
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([str(python), *launch, str(TESTS / "olmocore_run.py"), str(root), *extra], cwd=TESTS,
                           env=env, capture_output=True, text=True, timeout=600)
-    (root / "run.log").write_text(proc.stdout + proc.stderr)
+    name = "fsdp" if extra else "one"
+    (root / f"{name}.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return json.loads((root / "result.json").read_text())
+    return json.loads((root / ("result-fsdp.json" if extra else "result.json")).read_text())
 
 
 def last_check(work_dir: str) -> tuple[dict, np.ndarray]:
@@ -82,7 +83,8 @@ def test_olmo_cores_trainer_runs_the_monitor_stops_at_a_budget_resumes_and_agree
     assert record["step"] == 6 and record["scalars"]["upper"] == pytest.approx(resumed["checks"][-1]["eval_forget_upper"])
     agrees_with_transformers(tmp_path / "one", result, "resumed")
 
-    sharded = run(olmo_core_python, tmp_path / "fsdp", "-m", "torch.distributed.run", "--nproc_per_node=2",
-                  extra=("--fsdp",))
+    sharded = run(olmo_core_python, tmp_path / "one", "-m", "torch.distributed.run", "--nproc_per_node=2",
+                  extra=("--fsdp",))  # the same base, map and token files
     assert [c["step"] for c in sharded["first"]["checks"]] == [2, 4]
-    agrees_with_transformers(tmp_path / "fsdp", sharded, "first")
+    assert sharded["first"]["baseline"] == pytest.approx(first["baseline"], abs=1e-6)
+    agrees_with_transformers(tmp_path / "one", sharded, "first")
