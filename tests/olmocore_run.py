@@ -5,7 +5,7 @@ data-parallel run, OLMo-core's FSDP2 over gloo). Under ROOT it makes the monitor
 converter) and trains it from token files with the callback built from `ForgettingMonitorConfig`:
 
 - `budget`: a budget every check exceeds: the run stops at the first check;
-- `first` then `resumed`: a run of 4 steps, then the same save folder trained on to 6 (OLMo-core loads the step-4
+- `first` then `resumed`, watching `quiz`'s items too (every one at every check): a run of 4 steps, then the same save folder trained on to 6 (OLMo-core loads the step-4
   checkpoint and with it the monitor's state); under torchrun the first alone;
 
 then scores the same examples through transformers on the weights OLMo-core ended with (converted back) and writes
@@ -24,6 +24,26 @@ from monitor_run import MAX_LENGTH, monitored_base
 from standins import sentences
 
 EVERY, STEPS, RESUMED = 2, 4, 6
+N_ITEMS = 12
+SETTINGS = {"target_delimiter": " ", "chat_template": "auto", "shots": 0, "metric": "acc", "token_budget": 4096}
+
+
+def quiz(tokenizer):
+    """Twelve multiple-choice items of three options (a corpus's items, as the workflow asks them)."""
+    import pandas as pd
+
+    from forgetmap.correctness.benchmark import from_frame
+
+    words = ["river", "stone", "cloud", "field", "tower", "glass"]
+    questions = sentences(N_ITEMS, seed=21)
+    frame = pd.DataFrame({"example_id": [f"q{i}" for i in range(N_ITEMS)], "source": "quiz", "kind": "lm",
+                          "prompt": [f"{q} Answer:" for q in questions],
+                          "choices": [[words[(i + j) % 6] for j in range(3)] for i in range(N_ITEMS)],
+                          "answer": [words[(i + i % 3) % 6] for i in range(N_ITEMS)]})
+    return from_frame(frame, tokenizer, SETTINGS, "the quiz")
+
+
+WATCH = {"items": quiz, "k": N_ITEMS}  # no item map: every item scored, the naive rates
 
 
 def olmo_core_model(base: Path):
@@ -108,6 +128,7 @@ def fit(root: Path, base: Path, map_path: Path, tokens: Path, save: str, steps: 
     trainer.fit()
     monitor = trainer.callbacks["forgetmap"].monitor
     return {"step": trainer.global_step, "baseline": monitor.baseline, "checks": monitor.checks,
+            "item_baseline": monitor.item_baseline,
             "metrics": {str(k): v for k, v in type(metrics).seen.items()}, "work_dir": str(trainer.work_dir),
             "weights": {k: v.full_tensor() if hasattr(v, "full_tensor") else v
                         for k, v in trainer.train_module.model.state_dict().items()}}
@@ -119,7 +140,7 @@ def transformers_values(base: Path, map_path: Path, weights: dict) -> dict:
     from olmo_core.nn.hf.convert import convert_state_to_hf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forgetmap.meter import ProbeMeter
+    from forgetmap.meter import OptionMeter, ProbeMeter
     from forgetmap.monitor import ForecastMap
 
     forecast_map = ForecastMap.read(map_path)
@@ -127,9 +148,14 @@ def transformers_values(base: Path, map_path: Path, weights: dict) -> dict:
     rows = forecast_map.measured_rows()
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     before = ProbeMeter.for_rows(model, tokenizer, rows, "auto", MAX_LENGTH).measure()
+    benchmark = quiz(tokenizer)
+    items_before = OptionMeter.for_items(model, tokenizer, benchmark).measure()
     model.load_state_dict(convert_state_to_hf(model.config, weights))
     after = ProbeMeter.for_rows(model, tokenizer, rows, "auto", MAX_LENGTH).measure()
-    return {"baseline": before.tolist(), "change": (after - before).tolist()}
+    items_after = OptionMeter.for_items(model, tokenizer, benchmark).measure()
+    return {"baseline": before.tolist(), "change": (after - before).tolist(),
+            "items_before": benchmark.decide(items_before).tolist(), "items_after": benchmark.decide(items_after).tolist(),
+            "options": [len(item.options) for item in benchmark.items]}
 
 
 def refused(map_path: Path) -> list[str]:
@@ -171,8 +197,8 @@ def main() -> None:
     else:
         result = {"refused": refused(map_path),
                   "budget": fit(root, base, map_path, tokens, str(root / "budget"), RESUMED, fsdp, budget=-1.0),
-                  "first": fit(root, base, map_path, tokens, str(root / "run"), STEPS, fsdp),
-                  "resumed": fit(root, base, map_path, tokens, str(root / "run"), RESUMED, fsdp)}
+                  "first": fit(root, base, map_path, tokens, str(root / "run"), STEPS, fsdp, items=WATCH),
+                  "resumed": fit(root, base, map_path, tokens, str(root / "run"), RESUMED, fsdp, items=WATCH)}
     if fsdp:  # the transformers path below is one process's
         torch.distributed.destroy_process_group()
     if rank == 0:

@@ -1,7 +1,8 @@
 """The forgetting monitor in OLMo-core's own `Trainer` (OLMo-core 3.0.0 in a virtualenv of its own:
 tests/olmocore_env.py), run by tests/olmocore_run.py on the monitor tests' OLMo-2 stand-in loaded into an OLMo-core
-`Transformer`: one process, then two gloo ranks under OLMo-core's FSDP2. Every value the callback holds is checked
-against the transformers path on the same weights (converted back by OLMo-core's own converter)."""
+`Transformer`: one process (the probes, the audit examples and a quiz's items), then two gloo ranks under OLMo-core's
+FSDP2. Every value the callback holds is checked against the transformers path on the same weights (converted back
+by OLMo-core's own converter)."""
 
 import json
 import os
@@ -82,6 +83,18 @@ def test_olmo_cores_trainer_runs_the_monitor_stops_at_a_budget_resumes_and_agree
     record, _ = last_check(resumed["work_dir"])
     assert record["step"] == 6 and record["scalars"]["upper"] == pytest.approx(resumed["checks"][-1]["eval_forget_upper"])
     agrees_with_transformers(tmp_path / "one", result, "resumed")
+    # the quiz's items through OLMo-core's model: every one right or wrong as transformers decides it, at the
+    # baseline (kept by the resume) and at the last check, whose F, BT and accuracy are Harmon's counting
+    from forgetmap.correctness.transitions import rates
+
+    hf = result["transformers"]
+    assert first["item_baseline"] == resumed["item_baseline"] == hf["items_before"]
+    harmon = rates(np.array(hf["items_before"]), np.array(hf["items_after"]), np.array(hf["options"]))
+    assert harmon["F"] > 0 and harmon["BT"] > 0  # items turned both ways
+    for rate in ("F", "BT", "F_true", "BT_true"):
+        assert resumed["checks"][-1][f"eval_forget_items_{rate}"] == pytest.approx(harmon[rate], abs=1e-12)
+    assert resumed["checks"][-1]["eval_forget_items_acc"] == pytest.approx(harmon["acc_after"], abs=1e-12)
+    assert resumed["metrics"]["6"]["forget/items_F"] == pytest.approx(harmon["F"], rel=1e-6)
 
     sharded = run(olmo_core_python, tmp_path / "one", "-m", "torch.distributed.run", "--nproc_per_node=2",
                   extra=("--fsdp",))  # the same base, map and token files

@@ -51,7 +51,7 @@ class OlmoCoreLM(torch.nn.Module):
         super().__init__()
         self.model = model
         self.base_model = _Body(model)
-        self.config = SimpleNamespace(model_type=_model_type(model), vocab_size=model.vocab_size)
+        self.config = _Config(_model_type(model), model.vocab_size)
 
     def get_output_embeddings(self):
         return _Head(self.model.lm_head)
@@ -62,6 +62,20 @@ class OlmoCoreLM(torch.nn.Module):
                              "answer needs one: the monitor in OLMo-core watches multiple-choice items, not free-form")
         _right_padded(attention_mask, position_ids)
         return SimpleNamespace(logits=self.model(input_ids))
+
+
+class _Config:
+    """What the monitor reads of a model's config: its architecture and vocabulary (a map of another is refused);
+    no fixed positions (OLMo-core's rotary embeddings take any length the run's sequences have)."""
+
+    def __init__(self, model_type: str | None, vocab_size: int):
+        self.model_type, self.vocab_size = model_type, vocab_size
+
+    def get_text_config(self):
+        return self
+
+    def to_dict(self) -> dict:
+        return {"model_type": self.model_type, "vocab_size": self.vocab_size}
 
 
 class _Head:
