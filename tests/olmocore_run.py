@@ -172,6 +172,21 @@ def refused(map_path: Path) -> list[str]:
     return said
 
 
+def through_config_system(map_path: Path) -> dict:
+    """The callback's config as OLMo-core's config system holds a trainer's: serialised with its class, read back,
+    and a field overridden from the command line's dotted form."""
+    from olmo_core.train import TrainerConfig
+
+    from forgetmap.monitor.olmocore import ForgettingMonitorConfig
+
+    config = ForgettingMonitorConfig(tokenizer="t", map=str(map_path), every=50, budget=0.1,
+                                     items={"items": "arc_easy", "k": 30})
+    trainer = TrainerConfig(save_folder="unused", callbacks={"forgetmap": config})
+    held = trainer.as_config_dict()["callbacks"]["forgetmap"]
+    return {"class": held["_CLASS_"], "same": ForgettingMonitorConfig.from_dict(held) == config,
+            "budget": trainer.merge(["--callbacks.forgetmap.budget=0.2"]).callbacks["forgetmap"].budget}
+
+
 def main() -> None:
     """One process: the budget's run, then the first run and its resume. Under torchrun (`--fsdp`): the first run
     alone (OLMo-core builds its device mesh once per process, so a resume is another process's)."""
@@ -195,7 +210,7 @@ def main() -> None:
     if fsdp:
         result = {"first": fit(root, base, map_path, tokens, str(root / "fsdp"), STEPS, fsdp)}
     else:
-        result = {"refused": refused(map_path),
+        result = {"refused": refused(map_path), "config": through_config_system(map_path),
                   "budget": fit(root, base, map_path, tokens, str(root / "budget"), RESUMED, fsdp, budget=-1.0),
                   "first": fit(root, base, map_path, tokens, str(root / "run"), STEPS, fsdp, items=WATCH),
                   "resumed": fit(root, base, map_path, tokens, str(root / "run"), RESUMED, fsdp, items=WATCH)}

@@ -63,6 +63,8 @@ def test_olmo_cores_trainer_runs_the_monitor_stops_at_a_budget_resumes_and_agree
     assert len(result["refused"]) == 3 and all(m.startswith("ForgettingMonitor") for m in result["refused"])
     assert "tokenizer" in result["refused"][0] and "every" in result["refused"][1]
     assert "patience" in result["refused"][2]
+    assert result["config"] == {"class": "forgetmap.monitor.olmocore.ForgettingMonitorConfig", "same": True,
+                                "budget": 0.2}
 
     budget = result["budget"]  # every check is over a budget of -1 nats: stopped and saved at the first
     assert budget["step"] == 2 and [c["step"] for c in budget["checks"]] == [2]
