@@ -151,14 +151,13 @@ class _Metrics:
 
 
 @dataclass
-class ForgettingMonitorCallback(Callback):
-    """The monitor in OLMo-core's trainer. `map`, `probes`, `budget`, `patience`, `level`, `token_budget`,
-    `base_tolerance`, `write_rows`: as `ForgettingMonitor` takes them; `items`: the keyword arguments of an
-    `ItemWatch` (forgetmap.monitor.items: `items`, `map`, `k`, `budget`, ...); `every`: a check after every N
-    optimizer steps; `tokenizer`: a Hugging Face tokenizer (its id or directory) that encodes the probes' and
-    items' text as the run's tokens were encoded."""
-
-    priority: ClassVar[int] = 2  # OLMo-core's checkpointer is 1: its save at a step comes after that step's check
+class ForgettingMonitorConfig(CallbackConfig):
+    """The monitor as OLMo-core's config system holds a callback (plain fields; `build` makes the callback).
+    `map`, `probes`, `budget`, `patience`, `level`, `token_budget`, `base_tolerance`, `write_rows`: as
+    `ForgettingMonitor` takes them; `items`: the keyword arguments of an `ItemWatch` (forgetmap.monitor.items:
+    `items`, `map`, `k`, `budget`, ...); `every`: a check after every N optimizer steps; `tokenizer`: a Hugging Face
+    tokenizer (its id or directory) that encodes the probes' and items' text as the run's tokens were encoded;
+    `enabled`: False builds nothing."""
 
     tokenizer: str = ""
     map: str | None = None
@@ -171,33 +170,45 @@ class ForgettingMonitorCallback(Callback):
     token_budget: int = 4096
     base_tolerance: float | None = 0.01
     write_rows: bool = True
+    enabled: bool = True
 
-    def __post_init__(self):
-        if not self.tokenizer:
+    def build(self, trainer) -> "ForgettingMonitorCallback | None":
+        return ForgettingMonitorCallback(self) if self.enabled else None
+
+
+class ForgettingMonitorCallback(Callback):
+    """The monitor in OLMo-core's trainer, as its `ForgettingMonitorConfig` sets it up."""
+
+    priority: ClassVar[int] = 2  # OLMo-core's checkpointer is 1: its save at a step comes after that step's check
+
+    def __init__(self, config: ForgettingMonitorConfig):
+        if not config.tokenizer:
             raise ValueError("ForgettingMonitorCallback: give the Hugging Face tokenizer (tokenizer=, an id or a "
                              "directory) that encodes the probes' text as the run's token files were encoded")
-        if self.every < 1:
-            raise ValueError(f"ForgettingMonitorCallback: every must be at least 1 step, not {self.every}")
-        self.monitor = self._build()
+        if config.every < 1:
+            raise ValueError(f"ForgettingMonitorCallback: every must be at least 1 step, not {config.every}")
+        self.config, self.every = config, config.every
+        self.monitor = self._build(config)
 
-    def _build(self):
+    @staticmethod
+    def _build(config: ForgettingMonitorConfig):
         from .callback import ForgettingMonitor
 
         items = None
-        if self.items is not None:
+        if config.items is not None:
             from .items import ItemWatch
 
-            items = ItemWatch(**self.items)
-        return ForgettingMonitor(self.map, probes=self.probes, budget=self.budget, patience=self.patience,
-                                 level=self.level, every=self.every, token_budget=self.token_budget,
-                                 base_tolerance=self.base_tolerance, write_rows=self.write_rows, items=items)
+            items = ItemWatch(**config.items)
+        return ForgettingMonitor(config.map, probes=config.probes, budget=config.budget, patience=config.patience,
+                                 level=config.level, every=config.every, token_budget=config.token_budget,
+                                 base_tolerance=config.base_tolerance, write_rows=config.write_rows, items=items)
 
     # --- OLMo-core's events ------------------------------------------------------------------------------
 
     def pre_train(self):
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(self.tokenizer)
+        tokenizer = AutoTokenizer.from_pretrained(self.config.tokenizer)
         self.monitor.trainer = _Metrics(self.trainer)
         self.monitor.on_train_begin(self._args(), self._run_state(), SimpleNamespace(),
                                     model=self.model, processing_class=tokenizer, optimizer=None)
@@ -238,27 +249,3 @@ class ForgettingMonitorCallback(Callback):
         return SimpleNamespace(global_step=self.trainer.global_step, epoch=self.trainer.epoch,
                                is_world_process_zero=get_rank() == 0, stateful_callbacks=None)
 
-
-@dataclass
-class ForgettingMonitorConfig(CallbackConfig):
-    """The monitor as OLMo-core's config system holds a callback (serialisable fields; `build` makes the
-    callback). The fields are `ForgettingMonitorCallback`'s."""
-
-    tokenizer: str = ""
-    map: str | None = None
-    probes: str | None = None
-    items: dict | None = None
-    every: int = 100
-    budget: float | None = None
-    patience: int = 1
-    level: float | None = None
-    token_budget: int = 4096
-    base_tolerance: float | None = 0.01
-    write_rows: bool = True
-    enabled: bool = True
-
-    def build(self, trainer) -> ForgettingMonitorCallback | None:
-        if not self.enabled:
-            return None
-        fields = self.as_dict(exclude={"enabled"}, recurse=False)
-        return ForgettingMonitorCallback(**fields)
