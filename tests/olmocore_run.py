@@ -1,12 +1,14 @@
 """The forgetting monitor in OLMo-core's own `Trainer`, for the OLMo-core tests: run with the python of OLMo-core's
 virtualenv (tests/olmocore_env.py), `python olmocore_run.py ROOT` (or under torchrun, `--fsdp`: each rank one of a
 data-parallel run, OLMo-core's FSDP2 over gloo). Under ROOT it makes the monitor tests' OLMo-2 stand-in and its map
-(monitor_run.monitored_base; a sharded run reuses them), loads the stand-in's weights into an OLMo-core `Transformer` (OLMo-core's own
-converter) and trains it from token files with the callback built from `ForgettingMonitorConfig`:
+(monitor_run.monitored_base; a sharded run reuses them), loads the stand-in's weights into an OLMo-core
+`Transformer` (OLMo-core's own converter) and trains it from token files with the callback built from
+`ForgettingMonitorConfig`:
 
 - `budget`: a budget every check exceeds: the run stops at the first check;
-- `first` then `resumed`, watching `quiz`'s items too (every one at every check): a run of 4 steps, then the same save folder trained on to 6 (OLMo-core loads the step-4
-  checkpoint and with it the monitor's state); under torchrun the first alone;
+- `first` then `resumed`, watching `quiz`'s items too (every one at every check): a run of 4 steps, then the same
+  save folder trained on to 6 (OLMo-core loads the step-4 checkpoint and with it the monitor's state); under
+  torchrun the first alone;
 
 then scores the same examples through transformers on the weights OLMo-core ended with (converted back) and writes
 what each held to ROOT/result.json (sharded: result-fsdp.json; rank 0)."""
@@ -112,15 +114,20 @@ def fit(root: Path, base: Path, map_path: Path, tokens: Path, save: str, steps: 
     dataset = NumpyFSLDatasetConfig(
         tokenizer=TokenizerConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
         paths=[str(tokens)], sequence_length=sequence, work_dir=str(root / "dataset")).build()
-    loader = NumpyDataLoaderConfig(global_batch_size=8 * sequence, seed=0, work_dir=str(root / "dataset")).build(dataset)
-    dp = TransformerDataParallelConfig(name=DataParallelType.fsdp, param_dtype=DType.float32, reduce_dtype=DType.float32) if fsdp else None
+    loader = NumpyDataLoaderConfig(global_batch_size=8 * sequence, seed=0,
+                                   work_dir=str(root / "dataset")).build(dataset)
+    dp = TransformerDataParallelConfig(name=DataParallelType.fsdp, param_dtype=DType.float32,
+                                       reduce_dtype=DType.float32) if fsdp else None
     module = TransformerTrainModuleConfig(rank_microbatch_size=4 * sequence, max_sequence_length=sequence,
                                           optim=AdamWConfig(lr=2e-2), dp_config=dp).build(olmo_core_model(base))
     load_base(module.model, base)
     metrics = Metrics()
     config = TrainerConfig(save_folder=save, max_duration=Duration.steps(steps), metrics_collect_interval=1,
                            save_overwrite=True, callbacks={
-                               "checkpointer": CheckpointerCallback(save_interval=STEPS, ephemeral_save_interval=None, save_async=False),
+                               # a synchronous save: OLMo-core's async one hangs a gloo run at its end now and then
+                               # (docs/monitor.md)
+                               "checkpointer": CheckpointerCallback(save_interval=STEPS, ephemeral_save_interval=None,
+                                                                    save_async=False),
                                "collect": metrics,
                                "forgetmap": ForgettingMonitorConfig(tokenizer=str(base), map=str(map_path),
                                                                     every=EVERY, **monitor)})
@@ -154,7 +161,8 @@ def transformers_values(base: Path, map_path: Path, weights: dict) -> dict:
     after = ProbeMeter.for_rows(model, tokenizer, rows, "auto", MAX_LENGTH).measure()
     items_after = OptionMeter.for_items(model, tokenizer, benchmark).measure()
     return {"baseline": before.tolist(), "change": (after - before).tolist(),
-            "items_before": benchmark.decide(items_before).tolist(), "items_after": benchmark.decide(items_after).tolist(),
+            "items_before": benchmark.decide(items_before).tolist(),
+            "items_after": benchmark.decide(items_after).tolist(),
             "options": [len(item.options) for item in benchmark.items]}
 
 

@@ -83,7 +83,8 @@ def test_olmo_cores_trainer_runs_the_monitor_stops_at_a_budget_resumes_and_agree
         for name in ("mean", "estimate", "lower", "upper", "probe_mean"):
             assert logged[f"forget/{name}"] == pytest.approx(check[f"eval_forget_{name}"], rel=1e-6)
     record, _ = last_check(resumed["work_dir"])
-    assert record["step"] == 6 and record["scalars"]["upper"] == pytest.approx(resumed["checks"][-1]["eval_forget_upper"])
+    assert record["step"] == 6
+    assert record["scalars"]["upper"] == pytest.approx(resumed["checks"][-1]["eval_forget_upper"])
     agrees_with_transformers(tmp_path / "one", result, "resumed")
     # the quiz's items through OLMo-core's model: every one right or wrong as transformers decides it, at the
     # baseline (kept by the resume) and at the last check, whose F, BT and accuracy are Harmon's counting

@@ -7,11 +7,11 @@ class OLMo-core's config system takes, so a run built from a `TrainerConfig` add
 
 It is the transformers callback's monitor (forgetmap.monitor.callback.ForgettingMonitor), driven by OLMo-core's
 events instead of transformers': the baseline at `pre_train`, a check after every `every` optimizer steps
-(`post_train_batch`, before the checkpointer saves that step), its state in OLMo-core's checkpoints (`state_dict`/`load_state_dict`: a resume keeps the
-baseline), its scalars recorded as OLMo-core metrics (`forget/mean`, `forget/upper`, ... : what the transformers
-callback logs as `eval_forget_*`), its files under the trainer's `work_dir`/forgetmap-monitor, and a budget
-exceeded cancels the run from every rank at once (each rank holds the same values), which OLMo-core's checkpointer
-saves as it saves any canceled run.
+(`post_train_batch`, before the checkpointer saves that step), its state in OLMo-core's checkpoints
+(`state_dict`/`load_state_dict`: a resume keeps the baseline), its scalars recorded as OLMo-core metrics
+(`forget/mean`, `forget/upper`, ...: what the transformers callback logs as `eval_forget_*`), its files under the
+trainer's `work_dir`/forgetmap-monitor, and a budget exceeded cancels the run from every rank at once (each rank
+holds the same values), which OLMo-core's checkpointer saves as it saves any canceled run.
 
 The probes, the audit examples and the items are scored through OLMo-core's own model as the train module holds
 it (`OlmoCoreLM`: its embeddings, blocks and head, in training's autocast precision), under its data parallelism
@@ -25,15 +25,12 @@ were made with): the map's probes and the items are text.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
 from olmo_core.train.callbacks import Callback, CallbackConfig
-
-log = logging.getLogger(__name__)
 
 NAMESPACE = "forget"
 
