@@ -40,6 +40,16 @@ def pip(python: Path, *args: str, log) -> None:
         raise Unavailable(f"pip {' '.join(args[:3])}... failed ({proc.returncode}); its last lines:\n{tail}")
 
 
+def python_or_skip(environment, what: str) -> Path:
+    """`environment.ensure()` (a module of this kind: vllm_env, olmocore_env), or the test skipped, saying why."""
+    import pytest
+
+    try:
+        return environment.ensure()
+    except Unavailable as exc:
+        pytest.skip(f"{what} could not be installed in {environment.location()}: {exc}")
+
+
 def ensure(env: Path, wanted: str, make: Callable[[Path, object], None]) -> Path:
     """The environment's python, made (`make(python, log)`) or refreshed as needed, stamped `wanted`."""
     python = env / "bin" / "python"

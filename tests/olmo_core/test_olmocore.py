@@ -20,11 +20,9 @@ TESTS = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def olmo_core_python():
     import olmocore_env
+    from cached_env import python_or_skip
 
-    try:
-        return olmocore_env.ensure()
-    except olmocore_env.Unavailable as exc:
-        pytest.skip(f"OLMo-core could not be installed in {olmocore_env.location()}: {exc}")
+    return python_or_skip(olmocore_env, "OLMo-core")
 
 
 def run(python: Path, root: Path, *launch: str, extra: tuple = ()) -> dict:

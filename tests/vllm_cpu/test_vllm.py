@@ -25,11 +25,9 @@ ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USA
 @pytest.fixture(scope="session")
 def vllm_python():
     import vllm_env
+    from cached_env import python_or_skip
 
-    try:
-        return vllm_env.ensure()
-    except vllm_env.Unavailable as exc:
-        pytest.skip(f"vLLM's CPU build could not be installed in {vllm_env.location()}: {exc}")
+    return python_or_skip(vllm_env, "vLLM's CPU build")
 
 
 def run(python: Path, *args: str, cwd: Path, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:

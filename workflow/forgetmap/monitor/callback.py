@@ -133,6 +133,11 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                                "replay_share": self.replay_share, "item_baseline": self.item_baseline,
                                "item_known": self.item_known, "item_baseline_margins": self.item_baseline_margins}}
 
+    def restore(self, attributes: dict) -> None:
+        """A checkpoint's state (`state()["attributes"]`) back: the baseline, the checks so far, the replay's share."""
+        for key, value in attributes.items():
+            setattr(self, key, value)
+
     def _map_path(self) -> str | None:
         return None if self.map is None else self.map.path
 
@@ -170,8 +175,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         if self.baseline is None and self.item_baseline is None:
             stored = (state.stateful_callbacks or {}).get(type(self).__name__)
             if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
-                for key, value in (stored[0] if isinstance(stored, list) else stored)["attributes"].items():
-                    setattr(self, key, value)
+                self.restore((stored[0] if isinstance(stored, list) else stored)["attributes"])
         if self.replay is not None:
             if self.replay_share is None:
                 self.replay_share = self.replay.share

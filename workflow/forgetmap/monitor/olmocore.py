@@ -184,7 +184,7 @@ class ForgettingMonitorCallback(Callback):
                              "directory) that encodes the probes' text as the run's token files were encoded")
         if config.every < 1:
             raise ValueError(f"ForgettingMonitorCallback: every must be at least 1 step, not {config.every}")
-        self.config, self.every = config, config.every
+        self.config = config
         self.monitor = self._build(config)
 
     @staticmethod
@@ -208,10 +208,11 @@ class ForgettingMonitorCallback(Callback):
         tokenizer = AutoTokenizer.from_pretrained(self.config.tokenizer)
         self.monitor.trainer = _Metrics(self.trainer)
         self.monitor.on_train_begin(self._args(), self._run_state(), SimpleNamespace(),
-                                    model=self.model, processing_class=tokenizer, optimizer=None)
+                                    model=OlmoCoreLM(self.trainer.train_module.model), processing_class=tokenizer,
+                                    optimizer=None)
 
     def post_train_batch(self):  # before the checkpointer's (priority): a checkpoint holds its step's check
-        if self.step % self.every:
+        if self.step % self.config.every:
             return
         control = SimpleNamespace(should_save=False, should_training_stop=False)
         self.monitor._check(self._args(), self._run_state(), control, None)
@@ -222,18 +223,9 @@ class ForgettingMonitorCallback(Callback):
         return dict(self.monitor.state()["attributes"])
 
     def load_state_dict(self, state_dict: dict[str, Any]):
-        for key, value in state_dict.items():
-            setattr(self.monitor, key, value)
+        self.monitor.restore(state_dict)
 
     # --- what the monitor reads of a trainer -------------------------------------------------------------
-
-    @property
-    def model(self) -> OlmoCoreLM:
-        """The train module's model, wrapped once."""
-        inner = self.trainer.train_module.model
-        if getattr(self, "_wrapped", None) is None or self._wrapped.model is not inner:
-            self._wrapped = OlmoCoreLM(inner)
-        return self._wrapped
 
     def _args(self) -> SimpleNamespace:
         precision = getattr(self.trainer.train_module, "autocast_precision", None)
