@@ -41,6 +41,27 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
+# the cached virtualenvs that selected tests need and that are slow to make, by the tests' marker: made from the start
+# of the run in the background (at the lowest priority), where downloading and unpacking hide behind the tests'
+# work; a test that needs one before it is ready waits for it under its lock (tests/cached_env.py)
+PREWARMED = {"axolotl": "axolotl_env"}
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0" or session.config.option.collectonly:
+        return  # one process starts them (every worker collects every test)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    wanted = sorted({module for item in session.items for marker, module in PREWARMED.items()
+                     if item.get_closest_marker(marker)})
+    for module in wanted:
+        subprocess.Popen([sys.executable, "-c", f"import {module}; {module}.ensure()"], cwd=Path(__file__).parent,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         preexec_fn=lambda: os.nice(19), start_new_session=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """The one shared tiny run of config/test/config.yaml, every target (its output in run.out): read by the

@@ -188,7 +188,7 @@ def from_lm_eval(tasks, tokenizer, *, include_path=None, num_fewshot: int | None
             raise DataError(f"lm-eval task {name!r} does not exist{' (did you mean ' + ', '.join(near) + '?)' if near else ''}"
                             f"{'' if include_path else '; a task YAML of your own needs its directory (include_path)'}")
     try:
-        leaves = list(manager.load(names)["tasks"].items())  # groups (mmlu) opened into their tasks
+        leaves = _leaf_tasks(manager, names)  # groups (mmlu) opened into their tasks
     except (IndexError, KeyError, TypeError, ValueError) as exc:  # a task whose first document lm-eval cannot read
         raise DataError(f"lm-eval could not load task(s) {', '.join(names)}: {type(exc).__name__}: {exc}") from None
     encoding = LmEvalEncoding(tokenizer)
@@ -234,6 +234,25 @@ def from_lm_eval(tasks, tokenizer, *, include_path=None, num_fewshot: int | None
               "include_path": None if include_path is None else [str(p) for p in np.atleast_1d(include_path)],
               **({"generate": True, "max_gen_toks": max_gen_toks, "filter": filter} if generated else {})}
     return Benchmark(np.asarray(ids), np.asarray(sources), items, metric, origin, generated)
+
+
+def _leaf_tasks(manager, names: list[str]) -> list[tuple[str, object]]:
+    """(name, Task) of every task the names hold, groups opened: `TaskManager.load` (lm-eval 0.4.13), or without it
+    (0.4.11, which Axolotl 0.19 pins) the nested dictionary of `get_task_dict`, whose leaves are keyed by name."""
+    if hasattr(manager, "load"):
+        return list(manager.load(names)["tasks"].items())
+    from lm_eval.tasks import get_task_dict
+
+    leaves = []
+
+    def walk(tasks: dict) -> None:
+        for key, value in tasks.items():
+            if isinstance(value, dict):
+                walk(value)
+            elif value is not None:
+                leaves.append((key, value))
+    walk(get_task_dict(names, manager))
+    return leaves
 
 
 def _option_item(task, requests, encoding: LmEvalEncoding, where: str) -> Item:
