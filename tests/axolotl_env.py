@@ -2,10 +2,9 @@
 (5.16.1), TRL (1.9.0), peft, datasets, huggingface-hub (1.17.0), lm-eval (0.4.11) and packaging (26.0), below or
 beside what the project's environment holds, so it cannot be installed beside it. The virtualenv holds torch
 2.13.0 (CPU), Axolotl with every requirement it declares (its GPU kernels and cloud clients too, as a user's
-`pip install axolotl` brings them: 3.7 GB, four minutes to make here, its modules compiled as they are first
-imported: 50 s of the first run), and forgetmap from this checkout
-(editable) with its dependencies but Snakemake, whose packaging < 26 Axolotl's pin refuses: the monitor is the
-library, not the workflow.
+`pip install axolotl` brings them: 3.7 GB, four minutes to make here, each module compiled when it is first
+imported: 50 s of the first run), and forgetmap from this checkout (editable) with its dependencies but
+Snakemake, whose packaging < 26 Axolotl's pin refuses: the monitor is the library, not the workflow.
 
 It lives under `$FORGETMAP_AXOLOTL_ENV`, else `~/.cache/forgetmap/axolotl-<version>`; where it cannot be made
 `ensure` raises `Unavailable` with pip's own words."""

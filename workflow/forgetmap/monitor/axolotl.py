@@ -128,16 +128,8 @@ class ForgettingMonitorPlugin(BasePlugin):
         return f"{__name__}.ForgettingMonitorArgs"
 
     def pre_model_load(self, cfg):
-        self.monitor = ForgettingMonitorSettings(**_plain(cfg["forgetmap"])).monitor()
+        self.monitor = ForgettingMonitorSettings(**cfg["forgetmap"]).monitor()
 
     def post_trainer_create(self, cfg, trainer):
         self.monitor.attach(trainer)
 
-
-def _plain(value):
-    """Axolotl's validated config (its `DictDefault`s) as plain dicts and lists."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
