@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 # the cached virtualenvs that selected tests need and that are slow to make, by the tests' marker: made from the start
 # of the run in the background (at the lowest priority), where downloading and unpacking hide behind the tests'
 # work; a test that needs one before it is ready waits for it under its lock (tests/cached_env.py)
-PREWARMED = {"axolotl": "axolotl_env"}
+PREWARMED = {"axolotl": "axolotl_env", "olmo_core": "olmocore_env"}
 
 
 def pytest_collection_finish(session):
