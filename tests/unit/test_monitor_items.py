@@ -309,6 +309,39 @@ def test_an_lm_eval_tasks_items_score_as_lm_eval_scores_them(bench, shots):
             len(it.context) for it in from_lm_eval("bench_mc", tokenizer, include_path=tasks).items)
 
 
+@pytest.mark.filterwarnings("ignore:.*TaskManager.load:DeprecationWarning")  # the older API, on purpose
+def test_the_items_are_the_same_through_lm_evals_older_task_api(bench, tmp_path, monkeypatch):
+    """lm-eval 0.4.11 (Axolotl 0.19's pin) has no `TaskManager.load`: its nested `get_task_dict` gives the same
+    items, a group's opened into its tasks."""
+    from transformers import AutoTokenizer
+
+    from forgetmap.correctness import benchmark as reader
+
+    base, tasks, _, _ = bench
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    group = tmp_path / "group"
+    group.mkdir()
+    (group / "bench_group.yaml").write_text("group: bench_group\ntask:\n  - bench_mc\n")
+    paths = [str(tasks), str(group)]
+    newer = reader.from_lm_eval("bench_group", tokenizer, include_path=paths, num_fewshot=2)
+    manager = reader.task_manager(tuple(paths))
+
+    class Older:  # the index without `load`, as lm-eval 0.4.11's
+        all_tasks = manager.all_tasks
+
+        def __getattr__(self, name):
+            if name == "load":
+                raise AttributeError(name)
+            return getattr(manager, name)
+    monkeypatch.setattr(reader, "task_manager", lambda paths: Older())
+    older = reader.from_lm_eval("bench_group", tokenizer, include_path=paths, num_fewshot=2)
+    assert len(older) == len(newer) == N_ITEMS and older.ids.tolist() == newer.ids.tolist()
+    assert older.ids[0] == "bench_mc/0"
+    for a, b in zip(older.items, newer.items):
+        assert a.context.tolist() == b.context.tolist() and [o.tolist() for o in a.options] == \
+            [o.tolist() for o in b.options] and a.gold == b.gold
+
+
 def test_a_trl_run_logs_accuracy_F_and_BT_with_intervals_and_writes_each_items_forecast(bench, tmp_path):
     pytest.importorskip("trl")
     from transformers import AutoModelForCausalLM, AutoTokenizer
