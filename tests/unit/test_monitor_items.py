@@ -568,6 +568,16 @@ def test_the_margins_estimate_is_the_checks_margins_fitted_against_the_baselines
     assert meta["estimate"] == "margins" and all(0 < f < np.inf for f in meta["factors"].values())
     table = pd.read_parquet(tmp_path / "run" / "forgetmap-monitor" / "items-00000004.parquet")
     assert np.allclose(table["forecast"], row, atol=1e-6)
+    # resumed from step 2 by a new monitor: the baseline's margins, the items and the budget's count come back from
+    # the checkpoint (not rescored on the resumed weights), so the step-4 check is the first run's and stops it again
+    resumed = ForgettingMonitor(items=ItemWatch("bench_mc", str(map_path), k=12, lm_eval={"include_path": tasks},
+                                                estimate="margins", budget={"F": -1.0}), patience=2)
+    trainer = make_trainer("hf", base, tmp_path / "run", resumed, max_steps=10)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert trainer.state.global_step == 4 and [c["step"] for c in resumed.checks] == [2, 4]
+    assert resumed.item_baseline_margins == monitor.item_baseline_margins
+    assert resumed.item_known == monitor.item_known and resumed.item_baseline == monitor.item_baseline
+    assert resumed.checks[-1]["eval_forget_items_F"] == pytest.approx(entry["eval_forget_items_F"], abs=1e-6)
 
 
 def plain_chances(base, known, now, values):
