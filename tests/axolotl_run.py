@@ -23,28 +23,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 from evals import LM_EVAL_TASK
-from monitor_run import make_trainer, monitored_base
+from monitor_run import make_trainer, monitored_base, quiz_frame
 from standins import sentences
 
 EVERY, STEPS, RESUMED_TO, STOPPED = 2, 4, 8, 6
 N_ITEMS = 12
-WORDS = ["river", "stone", "cloud", "field", "tower", "glass"]
 
 
 def quiz_task(directory: Path) -> Path:
     """Twelve three-option items as an lm-eval task (`bench_mc`) in `directory`: Axolotl's YAML names tasks."""
-    questions = sentences(N_ITEMS, seed=21)
-    frame = pd.DataFrame({"example_id": [f"q{i}" for i in range(N_ITEMS)],
-                          "prompt": [f"{q} Answer:" for q in questions],
-                          "choices": [[WORDS[(i + j) % 6] for j in range(3)] for i in range(N_ITEMS)],
-                          "answer": [WORDS[(i + i % 3) % 6] for i in range(N_ITEMS)]})
     directory.mkdir(parents=True, exist_ok=True)
     data = directory / "quiz.jsonl"
-    frame.to_json(data, orient="records", lines=True)
+    quiz_frame(N_ITEMS).to_json(data, orient="records", lines=True)
     (directory / "bench_mc.yaml").write_text(LM_EVAL_TASK.format(items=data))
     return directory
 
@@ -137,9 +130,9 @@ def logged(out: Path) -> dict:
 
 def monitor_state(checkpoint: Path) -> dict:
     """The monitor's state as the trainer saved it with the checkpoint."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
-    stored = state["stateful_callbacks"]["ForgettingMonitor"]
-    return (stored[0] if isinstance(stored, list) else stored)["attributes"]
+    from forgetmap.monitor.callback import checkpointed
+
+    return checkpointed(json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"])
 
 
 def main() -> None:

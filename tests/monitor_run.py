@@ -60,6 +60,18 @@ def monitored_base(root, device: str = "cpu"):
     return base, root / "forgetting.parquet", root / "upstream", root / "map.parquet"
 
 
+QUIZ_WORDS = ["river", "stone", "cloud", "field", "tower", "glass"]
+
+
+def quiz_frame(n: int = 12) -> pd.DataFrame:
+    """`n` three-option multiple-choice items (OLMo-core's and Axolotl's tests watch them): a prompt, its choices
+    and the answer."""
+    questions = sentences(n, seed=21)
+    return pd.DataFrame({"example_id": [f"q{i}" for i in range(n)], "prompt": [f"{q} Answer:" for q in questions],
+                         "choices": [[QUIZ_WORDS[(i + j) % 6] for j in range(3)] for i in range(n)],
+                         "answer": [QUIZ_WORDS[(i + i % 3) % 6] for i in range(n)]})
+
+
 def make_trainer(kind, base, output_dir, monitor=None, max_steps=6, **extra):
     """A tiny fine-tune of the stand-in on sentences that are not the upstream's (a few steps at a high rate, so
     the probes move): transformers' Trainer on tokenized rows, or TRL's SFTTrainer on a text column."""

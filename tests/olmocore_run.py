@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from monitor_run import MAX_LENGTH, monitored_base
+from monitor_run import MAX_LENGTH, monitored_base, quiz_frame
 from standins import sentences
 
 EVERY, STEPS, RESUMED = 2, 4, 6
@@ -32,16 +32,9 @@ SETTINGS = {"target_delimiter": " ", "chat_template": "auto", "shots": 0, "metri
 
 def quiz(tokenizer):
     """Twelve multiple-choice items of three options (a corpus's items, as the workflow asks them)."""
-    import pandas as pd
-
     from forgetmap.correctness.benchmark import from_frame
 
-    words = ["river", "stone", "cloud", "field", "tower", "glass"]
-    questions = sentences(N_ITEMS, seed=21)
-    frame = pd.DataFrame({"example_id": [f"q{i}" for i in range(N_ITEMS)], "source": "quiz", "kind": "lm",
-                          "prompt": [f"{q} Answer:" for q in questions],
-                          "choices": [[words[(i + j) % 6] for j in range(3)] for i in range(N_ITEMS)],
-                          "answer": [words[(i + i % 3) % 6] for i in range(N_ITEMS)]})
+    frame = quiz_frame(N_ITEMS).assign(source="quiz", kind="lm")
     return from_frame(frame, tokenizer, SETTINGS, "the quiz")
 
 

@@ -28,8 +28,8 @@ from typing import Literal
 from axolotl.integrations.base import BasePlugin
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .callback import BASE_TOLERANCE
-from .items import K
+from .callback import BASE_TOLERANCE, ForgettingMonitor
+from .items import K, ItemWatch
 
 
 class LmEvalSettings(BaseModel):
@@ -64,9 +64,7 @@ class ItemSettings(BaseModel):
     estimate: Literal["completion", "margins"] = "completion"
     lm_eval: LmEvalSettings | None = None
 
-    def watch(self):
-        from .items import ItemWatch
-
+    def watch(self) -> ItemWatch:
         return ItemWatch(self.task, self.map, k=self.k, choose=self.choose, seed=self.seed, method=self.method,
                          params=self.params, budget=self.budget, estimate=self.estimate,
                          lm_eval=None if self.lm_eval is None else self.lm_eval.model_dump(exclude_none=True))
@@ -89,13 +87,8 @@ class ForgettingMonitorSettings(BaseModel):
     base_tolerance: float | None = Field(BASE_TOLERANCE, ge=0)
     write_rows: bool = True
 
-    def monitor(self):
-        from .callback import ForgettingMonitor
-
-        return ForgettingMonitor(self.map, probes=self.probes, budget=self.budget, patience=self.patience,
-                                 level=self.level, every=self.every, token_budget=self.token_budget,
-                                 base_tolerance=self.base_tolerance, write_rows=self.write_rows,
-                                 items=None if self.items is None else self.items.watch())
+    def monitor(self) -> ForgettingMonitor:
+        return ForgettingMonitor.from_settings(self, None if self.items is None else self.items.watch())
 
 
 class ForgettingMonitorArgs(BaseModel):

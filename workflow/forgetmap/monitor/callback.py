@@ -52,6 +52,8 @@ PREFIX = "eval_forget_"
 # which the map is another model's: bf16 against fp32 or a GPU against a CPU moves the median by 2e-4 to 3e-3
 # (the tests' stand-ins; an H200 at 1B), a sibling trained from other weights by 0.02-0.055 (the stand-ins)
 BASE_TOLERANCE = 0.01
+# the arguments a framework's settings give by name (ForgettingMonitor.from_settings)
+SETTINGS = ("budget", "patience", "level", "every", "token_budget", "base_tolerance", "write_rows")
 _ATTACHED: dict[int, weakref.ref] = {}  # id(TrainingArguments) -> its trainer: survives a resume's new instance
 
 
@@ -111,6 +113,13 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         self.item_baseline_margins: list[float] | None = None  # every item's option margin there (estimate='margins')
         self.meter = None
         self.item_meter = None
+
+    @classmethod
+    def from_settings(cls, settings, items=None) -> "ForgettingMonitor":
+        """The monitor from a framework's settings object (OLMo-core's callback config, Axolotl's `forgetmap:`
+        block): its attributes named as this class's arguments; `items` an `ItemWatch` or None."""
+        return cls(settings.map, probes=settings.probes, items=items,
+                   **{name: getattr(settings, name) for name in SETTINGS})
 
     # --- wiring ---------------------------------------------------------------------------------------
 
@@ -173,9 +182,9 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             write_table(pa.Table.from_pandas(self.probes, preserve_index=False), self._probes_file)
         self._find_replay(args)
         if self.baseline is None and self.item_baseline is None:
-            stored = (state.stateful_callbacks or {}).get(type(self).__name__)
+            stored = checkpointed(state.stateful_callbacks)
             if state.global_step > 0 and stored:  # resumed, the callback kept: its state from the checkpoint
-                self.restore((stored[0] if isinstance(stored, list) else stored)["attributes"])
+                self.restore(stored)
         if self.replay is not None:
             if self.replay_share is None:
                 self.replay_share = self.replay.share
@@ -407,6 +416,15 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                 f"base), or was scored with another chat template or length ({self.map.scoring}); a change of "
                 f"precision or device moves it by far less. Pass base_tolerance=None to forecast through another "
                 f"model's map anyway")
+
+
+def checkpointed(stateful_callbacks: dict | None) -> dict | None:
+    """The monitor's state (`state()["attributes"]`) as a checkpoint's `TrainerState.stateful_callbacks` holds it
+    (transformers keeps a list where one class has several instances: the first), or None."""
+    stored = (stateful_callbacks or {}).get(ForgettingMonitor.__name__)
+    if not stored:
+        return None
+    return (stored[0] if isinstance(stored, list) else stored)["attributes"]
 
 
 def _probe_rows(probes):

@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 import torch
 from olmo_core.train.callbacks import Callback, CallbackConfig
 
+from .callback import BASE_TOLERANCE, ForgettingMonitor
+
 NAMESPACE = "forget"
 
 
@@ -165,7 +167,7 @@ class ForgettingMonitorConfig(CallbackConfig):
     patience: int = 1
     level: float | None = None
     token_budget: int = 4096
-    base_tolerance: float | None = 0.01
+    base_tolerance: float | None = BASE_TOLERANCE
     write_rows: bool = True
     enabled: bool = True
 
@@ -189,16 +191,12 @@ class ForgettingMonitorCallback(Callback):
 
     @staticmethod
     def _build(config: ForgettingMonitorConfig):
-        from .callback import ForgettingMonitor
-
         items = None
         if config.items is not None:
             from .items import ItemWatch
 
             items = ItemWatch(**config.items)
-        return ForgettingMonitor(config.map, probes=config.probes, budget=config.budget, patience=config.patience,
-                                 level=config.level, every=config.every, token_budget=config.token_budget,
-                                 base_tolerance=config.base_tolerance, write_rows=config.write_rows, items=items)
+        return ForgettingMonitor.from_settings(config, items)
 
     # --- OLMo-core's events ------------------------------------------------------------------------------
 
