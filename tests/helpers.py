@@ -69,14 +69,15 @@ def cores() -> int:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900,
-              env: dict | None = None, ncores: int | None = None) -> subprocess.CompletedProcess:
+              env: dict | None = None, ncores: int | None = None, runner: tuple = ("-m", "snakemake")
+              ) -> subprocess.CompletedProcess:
     """`snakemake` in `workdir` on `ncores` cores (None: this test process's share, `cores()`); a variable that
-    `env` gives as None is removed."""
+    `env` gives as None is removed; `runner`: what python runs (a script that starts Snakemake itself)."""
     # rules call `forgetmap`: take it from the environment running the tests
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {**os.environ, "PATH": path, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", **(env or {})}
     env = {k: v for k, v in env.items() if v is not None}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", str(ncores or cores()), *args]
+    cmd = [sys.executable, *map(str, runner), "--cores", str(ncores or cores()), *args]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"

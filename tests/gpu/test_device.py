@@ -161,7 +161,8 @@ def test_score_generation_and_gradient_peaks_are_within_their_stated_ratio_of_th
     0.9-1.15 of the estimate traced on the meta device (docs/gpu.md states the ratios)."""
     from forgetmap.generation import generate_torch
     from forgetmap.gradients import projected_gradients
-    from forgetmap.memory import generation_need, gradient_need, score_need, shape
+    from forgetmap.anatomy import shape
+    from forgetmap.memory import generation_need, gradient_need, score_need
     from forgetmap.models import load_tokenizer
     from forgetmap.nll import TorchScorer
 
@@ -207,7 +208,8 @@ def test_scoring_a_model_built_on_the_device_is_within_its_stated_ratio_at_7b():
     H200 measured 1.07-1.60 at 7B before the check was read on a prefix)."""
     from transformers import Olmo2ForCausalLM
 
-    from forgetmap.memory import score_need, shape
+    from forgetmap.anatomy import shape
+    from forgetmap.memory import score_need
     from forgetmap.nll import TorchScorer
 
     config = olmo2_config(SEVEN_B if CUDA else dict(hidden_size=192, intermediate_size=512, num_hidden_layers=3,
@@ -247,7 +249,8 @@ def test_a_fine_tunes_peak_is_within_its_stated_ratio_of_the_estimate(checkpoint
     copies, and what the peak phase holds beside them: autocast's copies on a GPU, activations, the output
     head's logits, gradients)."""
     from forgetmap.config.schema import ARM, FINETUNE, with_defaults
-    from forgetmap.memory import finetune_need, lora_parameters, on_card, shape
+    from forgetmap.anatomy import lora_parameters, shape
+    from forgetmap.memory import finetune_need, on_card
     from forgetmap.train import finetune
     from peaks import weights_in_heap
 

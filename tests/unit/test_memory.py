@@ -31,7 +31,7 @@ def olmo2_config(tmp_path, size: str):
 def test_the_shape_counts_the_parameters_a_loaded_model_has(tmp_path, architecture):
     from transformers import AutoModelForCausalLM
 
-    from forgetmap.memory import shape
+    from forgetmap.anatomy import shape
 
     directory = save_standin(tmp_path / architecture, architecture, width=64)
     model = AutoModelForCausalLM.from_pretrained(directory)
@@ -44,7 +44,7 @@ def test_the_shape_counts_the_parameters_a_loaded_model_has(tmp_path, architectu
 def test_the_paper_olmo2_models_are_sized_from_their_configs(tmp_path):
     """7.30B and 13.7B parameters (OLMo 2's report: 7B and 13B, untied embeddings); 0.5 MiB and 0.78 MiB of
     bf16 key-value cache per token (32 layers x 32 heads x 128, 40 x 40 x 128)."""
-    from forgetmap.memory import shape
+    from forgetmap.anatomy import shape
 
     seven, thirteen = shape(olmo2_config(tmp_path, "7b")), shape(olmo2_config(tmp_path, "13b"))
     assert seven.parameters == pytest.approx(7.30e9, rel=2e-3)
@@ -55,7 +55,7 @@ def test_the_paper_olmo2_models_are_sized_from_their_configs(tmp_path):
 def test_an_engine_that_cannot_fit_the_claimed_gpus_is_refused_naming_the_keys_and_the_gpus_that_fit(tmp_path):
     from forgetmap.errors import ForgetmapError
     from forgetmap.engine import check_engine_fits, engine_need
-    from forgetmap.memory import shape
+    from forgetmap.anatomy import shape
 
     seven, thirteen = shape(olmo2_config(tmp_path, "7b")), shape(olmo2_config(tmp_path, "13b"))
     weights, cache = engine_need(seven, "bfloat16", 4096, 1)
@@ -110,7 +110,8 @@ def _finetune(tmp_path, run: str):
     import pandas as pd
 
     from forgetmap.config.schema import ARM, FINETUNE, with_defaults
-    from forgetmap.memory import finetune_need, lora_parameters, shape
+    from forgetmap.anatomy import lora_parameters, shape
+    from forgetmap.memory import finetune_need
     from forgetmap.train import finetune
     from peaks import peak_bytes
     from standins import TULU_TEMPLATE, sentences
@@ -294,7 +295,8 @@ def test_an_fsdp_fine_tunes_estimate_is_within_its_stated_ratio_of_each_ranks_pe
     import pandas as pd
 
     from forgetmap.config.schema import FINETUNE, with_defaults
-    from forgetmap.memory import finetune_need, shape
+    from forgetmap.anatomy import shape
+    from forgetmap.memory import finetune_need
     from standins import TULU_TEMPLATE, sentences
 
     model = save_standin(tmp_path / "model", "llama", TULU_TEMPLATE, width=768, max_positions=256, vocab_size=2000)
@@ -342,7 +344,7 @@ def test_a_tied_output_head_is_counted_once():
     equals the loaded model's parameters, the head not counted twice."""
     from transformers import AutoModelForCausalLM
 
-    from forgetmap.memory import shape
+    from forgetmap.anatomy import shape
     from forgetmap.models import demo_config
 
     config = demo_config(300, {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2,
@@ -373,7 +375,8 @@ def test_score_generation_and_gradient_jobs_estimates_are_within_their_stated_ra
     from forgetmap.data.chat import Encoded
     from forgetmap.generation import generate_torch
     from forgetmap.gradients import projected_gradients
-    from forgetmap.memory import generation_need, gradient_need, score_need, shape
+    from forgetmap.anatomy import shape
+    from forgetmap.memory import generation_need, gradient_need, score_need
     from forgetmap.models import load_model, load_tokenizer
     from forgetmap.nll import TorchScorer
     from peaks import peak_bytes

@@ -9,7 +9,7 @@ import yaml
 
 from examples import example_config
 from helpers import (REPO, by_rule, edited, jobs_printed, make_workdir, planned_jobs, planned_with_resources, snakemake,
-                     tiny_config)
+                     tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -99,6 +99,43 @@ def test_a_gpu_without_figures_of_its_own_borrows_them_and_the_table_says_so(tmp
     text = unnamed.stdout + unnamed.stderr
     assert "?: the slowest card: no GPU model named (name it: the profile's gpu_model)" in text
     assert re.search(r"[\d.]+ \w+\? GPU-hours", text)
+
+
+def test_a_plan_of_an_architecture_read_before_imports_neither_torch_nor_transformers(tmp_path):
+    """What planning reads of the base (its config, size, blocks, module names, positions, the bytes its forward
+    keeps, a score job's traced memory, LoRA's parameters) is kept after the first dry run (forgetmap.kept): a second
+    dry run in a process that cannot import torch, transformers, accelerate or peft plans the same jobs with the
+    same resources and memory table, and still refuses an arena knob the architecture cannot serve, naming it."""
+    kept = tmp_path / "architectures"
+    env = {"FORGETMAP_ARCHITECTURES": str(kept)}
+
+    def gpus(c):
+        for stage in ("finetune", "score"):
+            c["models"]["tiny"]["resources"][stage].update(gpu=1, gpu_memory_gib=80)
+        c["mitigation"]["arms"]["adapters"] = {"lora": {"r": 4, "alpha": 8, "dropout": 0.0,
+                                                        "target_modules": ["q_proj", "v_proj"]}}
+    workdir = make_workdir(tmp_path / "wf", edited(tiny_config(), gpus))
+    made = snakemake(workdir, "--dry-run", env=env)
+    readings = {p.name.split("-")[0] for p in kept.iterdir()}
+    assert {"demo_json", "shape", "text", "modules", "activation_coefficients", "traced", "lora_parameters"} <= readings
+    refused = ("tests/without_torch.py",)
+    read = snakemake(workdir, "--dry-run", env=env, runner=(REPO / refused[0],))
+    assert "import refused" not in read.stderr, read.stderr[-3000:]
+
+    def memory_table(text):
+        return [line for line in text.splitlines() if line.startswith("  tiny ")]
+
+    def jobs(proc):  # in any order (Snakemake's varies between runs)
+        return sorted(map(repr, jobs_printed(proc.stdout + proc.stderr)))
+    assert jobs(read) == jobs(made)
+    assert memory_table(read.stdout + read.stderr) == memory_table(made.stdout + made.stderr)
+    assert len(memory_table(made.stdout + made.stderr)) >= 3 and "not traced" not in made.stdout + made.stderr
+    write_config(workdir, edited(tiny_config(), lambda c: (gpus(c), c["mitigation"]["arms"]["adapters"]["lora"].update(
+        target_modules=["q_proj", "query_key_value"]))))
+    bad = snakemake(workdir, "--dry-run", env=env, runner=(REPO / refused[0],), check=False)
+    assert bad.returncode != 0 and "import refused" not in bad.stderr
+    assert ("mitigation.arms.adapters.lora.target_modules: query_key_value not in the base of model 'tiny' "
+            "(LlamaForCausalLM); its modules: ") in bad.stdout + bad.stderr
 
 
 def test_a_config_error_stops_before_the_dag_naming_the_key(tmp_path):

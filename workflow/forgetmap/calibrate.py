@@ -64,7 +64,7 @@ def measure(architecture: dict, threads: int, steps: int = 8) -> dict:
     """The figures of `threads` CPU threads for the training loop, the scorer and the decode loop."""
     from .data.batches import task_batches
     from .generation import generate_torch
-    from .memory import shape
+    from .anatomy import shape
     from .models import set_threads
     from .nll import TorchScorer
     from .train import train

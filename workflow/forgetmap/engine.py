@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ForgetmapError
-from .memory import DTYPE_BYTES, GIB, Shape
+from .anatomy import Shape
+from .memory import DTYPE_BYTES, GIB
 
 
 def vllm_lengths(lengths: list[int], positions: int | None) -> tuple[int, int]:
@@ -75,7 +76,7 @@ def vllm_engine(model_dir: str, max_model_len: int, settings: dict, seeded: bool
         raise ForgetmapError("config key score.backend: vllm, and vLLM is not installed in this environment: "
                           "pip install 'forgetmap[gpu]' (CUDA), or set score.backend: torch") from None
     from .devices import visible_devices
-    from .memory import shape
+    from .anatomy import shape
     from .models import release_memory
 
     source = weights_dir(model_dir)

@@ -38,6 +38,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from .anatomy import Shape
+from .kept import kept
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "half": 2}
 GIB = 2**30
 HOST_MARGIN = 1.1  # a host memory request over what the terms count (Python's and the libraries' own)
@@ -48,6 +51,7 @@ HOST_MARGIN = 1.1  # a host memory request over what the terms count (Python's a
 RESERVED_RATIO = 1.16
 RESERVED_FIXED = 0.75 * 2**30
 CUDA_CONTEXT = 0.5 * 2**30
+MAX_FILE_BYTES = 5 * GIB  # a checkpoint file, as save_pretrained's default max_shard_size (forgetmap.sharded)
 PROCESS_HOST = 3 * GIB  # one training process's host memory beside any weights: Python, torch, CUDA's context
 
 
@@ -62,80 +66,6 @@ def card_margin() -> str:
     return f"x{RESERVED_RATIO:g} + {(RESERVED_FIXED + CUDA_CONTEXT) / 2**30:g} GiB for the allocator and CUDA"
 
 
-@dataclass(frozen=True)
-class Shape:
-    """A causal LM's size: its parameters, its widths and the attention shape its key-value cache follows."""
-
-    parameters: int
-    layers: int
-    kv_heads: int
-    head_dim: int
-    hidden: int = 0
-    intermediate: int = 0
-    vocab: int = 0
-    block: int = 0  # parameters of one transformer block (what FSDP gathers at a time)
-    largest: int = 0  # parameters of the largest weight (an embedding, the head, an MLP projection)
-    config: str = ""  # the config it was read from, as JSON
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """A key and a value per layer, head and dimension, for one token."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
-
-
-def _meta_model(config):
-    from accelerate import init_empty_weights
-    from transformers import AutoModelForCausalLM
-
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config)
-    model.tie_weights()  # a tied output head is the input embedding (the meta build leaves the two apart)
-    return model
-
-
-def shape(source) -> Shape:
-    """The shape of a model: a directory with its config.json, or a transformers config (a meta-device
-    model: no memory)."""
-    config = _config(source)
-    model = _meta_model(config)
-    parameters = sum(p.numel() for p in model.parameters())  # shared (tied) tensors are yielded once
-    blocks = set(getattr(model, "_no_split_modules", None) or [])
-    block = max((sum(p.numel() for p in m.parameters()) for m in model.modules() if type(m).__name__ in blocks),
-                default=0)
-    from .models import widths
-
-    hidden, _, kv_heads, head_dim, intermediate = widths(config)
-    text = config.get_text_config()
-    largest = max(p.numel() for p in model.parameters())
-    return Shape(int(parameters), int(text.num_hidden_layers), int(kv_heads), int(head_dim), int(hidden),
-                 int(intermediate), int(text.vocab_size), int(block), int(largest), config.to_json_string())
-
-
-def _config(source):
-    from transformers import AutoConfig, PretrainedConfig
-
-    if isinstance(source, PretrainedConfig):
-        return source
-    if isinstance(source, str) and source.lstrip().startswith("{"):  # a Shape's own record of its config
-        import json
-
-        values = json.loads(source)
-        return AutoConfig.for_model(values.pop("model_type"), **values)
-    return AutoConfig.from_pretrained(str(source))
-
-
-def lora_parameters(source, r: int, target_modules: list[str]) -> int:
-    """The adapters' parameters: r x (in + out) for every linear layer peft would wrap (a module named as a
-    target, or ending in '.target'); `source` as for `shape`."""
-    import torch
-
-    model = _meta_model(_config(source))
-    total = 0
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith(f".{t}") for t in target_modules):
-            total += r * (module.in_features + module.out_features)
-    return total
-
-
 @functools.lru_cache(maxsize=None)
 def activation_coefficients(config: str, autocast: bool, frozen: bool = False) -> tuple[float, float, float, float]:
     """Bytes autograd keeps per token and layer, as (per hidden unit, per key-value unit, per MLP unit,
@@ -143,10 +73,20 @@ def activation_coefficients(config: str, autocast: bool, frozen: bool = False) -
     layers, two lengths, so that what scales with the weights, such as autocast's copies, drops out) with
     saved-tensor hooks counting each kept storage once, and solved for the linear coefficients. `frozen`:
     the weights need no gradient (LoRA's base), so only what the inputs' gradients need is kept. `config`: a
-    directory or a config as JSON (a Shape's)."""
+    directory or a config as JSON (a Shape's: read once per architecture and kept, forgetmap.kept)."""
+    from .anatomy import is_json
+
+    measure = _activation_coefficients if is_json(config) else _activation_coefficients.made
+    return tuple(measure(config, autocast, frozen))
+
+
+@kept
+def _activation_coefficients(config, autocast: bool, frozen: bool) -> tuple[float, float, float, float]:
     import numpy as np
 
-    base = _config(config)
+    from .anatomy import config_of
+
+    base = config_of(config)
     from .models import widths
 
     intermediate = widths(base)[4]
@@ -155,8 +95,8 @@ def activation_coefficients(config: str, autocast: bool, frozen: bool = False) -
     for h, i, ratio in ((128, 256, 1), (256, 256, 1), (128, 512, 1), (128, 256, 4)):
         per_layer = []
         for tokens in (32, 64):
-            kept = [_saved_bytes(base, h, i, ratio, layers, tokens, autocast, frozen) for layers in (1, 2)]
-            per_layer.append(kept[1] - kept[0])
+            saved = [_saved_bytes(base, h, i, ratio, layers, tokens, autocast, frozen) for layers in (1, 2)]
+            per_layer.append(saved[1] - saved[0])
         rows.append([h, h // ratio if grouped else h, i if intermediate else 0, 1])
         bytes_per.append((per_layer[1] - per_layer[0]) / 32)
     solution = np.linalg.lstsq(np.array(rows, dtype=float), np.array(bytes_per), rcond=None)[0]
@@ -253,8 +193,6 @@ def finetune_need(model: Shape, settings: dict, cuda: bool, lora: int = 0, arm: 
     terms.update(max(phases.values(), key=lambda phase: sum(phase.values())))
     # the host: each process's own (Python, torch, the CUDA context); each loads one tensor (one slice under
     # FSDP) at a time, and under FSDP rank 0 writes the checkpoint a file at a time (forgetmap.sharded)
-    from .sharded import MAX_FILE_BYTES
-
     host = {"processes": PROCESS_HOST * processes,
             "checkpoint_file": min(MAX_FILE_BYTES, 4 * model.parameters) if fsdp else 0}
     return Need({k: float(v) for k, v in terms.items() if v}, {k: float(v) for k, v in host.items()},
@@ -326,8 +264,26 @@ def check_scoring(model: Shape, mixed: bool, monitor: dict) -> float:
     scores (forgetmap.meter: `token_budget` padded tokens in rows of up to `max_length`, every position
     through the output head in its chunks; the head check on its first batch), traced at the model's widths in
     training's compute dtype."""
-    need = score_need(model, "bfloat16" if mixed else "float32", monitor["token_budget"], monitor["max_length"])
+    need = traced(score_need, model, "bfloat16" if mixed else "float32", monitor["token_budget"], monitor["max_length"])
     return float(sum(v for k, v in need.terms.items() if k != "weights"))
+
+
+def traced(estimate, model: Shape, *args) -> Need:
+    """A traced estimate of a model's job (`score_need`, `generation_need`, `gradient_need`), read once per
+    architecture and settings and kept (forgetmap.kept): its figures are the architecture's and the arguments'.
+    Another estimate (a stand-in) is called as it is."""
+    import dataclasses
+
+    if TRACED.get(estimate.__name__) is not estimate:
+        return estimate(model, *args)
+    return Need(**_traced(estimate.__name__, dataclasses.asdict(model), *args))
+
+
+@kept
+def _traced(estimate: str, model: dict, *args) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(TRACED[estimate](Shape(**model), *args))
 
 
 def arm_lora(settings: dict, arm: dict | None) -> tuple[str, int, list[str]]:
@@ -347,6 +303,8 @@ def fitted(model: Shape, settings: dict, cuda: bool, gpu_bytes: float | None,
     """The fine-tune's settings with `gradient_checkpointing: auto` decided, and its memory: off on a CPU or
     where the GPU's memory is unknown (None) or holds the fine-tune without it (`on_card`), else on."""
     method, rank, targets = arm_lora(settings, arm)
+    from .anatomy import lora_parameters
+
     lora = lora_parameters(model.config, rank, targets) if method == "lora" else 0
     settings = {**settings, "method": method}
     if settings.get("gradient_checkpointing") == "auto":
@@ -370,10 +328,11 @@ def score_need(model: Shape, dtype: str, token_budget: int, max_length: int, new
     as the job sizes it on a GPU of `gpu_bytes` (None: unknown, or a CPU: by the token budget)."""
     import torch
 
+    from .anatomy import config_of
     from .meta_peak import meta_model, peak_bytes
     from .nll import HEAD_CHECK_TOKENS, TorchScorer, head_check_logits
 
-    net = meta_model(_config(model.config), dtype)
+    net = meta_model(config_of(model.config), dtype)
     length = max(2, max_length)
     rows = max(1, token_budget // length)
     ids = torch.zeros((rows, length), dtype=torch.long, device="meta")
@@ -421,10 +380,11 @@ def generation_need(model: Shape, dtype: str, rows: int, width: int, new_tokens:
     import torch
 
     from .generation import DynamicDecoding
+    from .anatomy import config_of
     from .meta_peak import meta_model, peak_bytes
     from .models import cache_keyword
 
-    net = meta_model(_config(model.config), dtype)
+    net = meta_model(config_of(model.config), dtype)
     keyword = cache_keyword(net)
     chunk = max(1, token_budget // rows)
     total = width + max(1, new_tokens)
@@ -460,9 +420,10 @@ def gradient_need(model: Shape, max_length: int, dim: int = 1024, fused_attentio
     import torch
 
     from .gradients import CountSketch, example_projection, together
+    from .anatomy import config_of
     from .meta_peak import meta_model, peak_bytes
 
-    net = meta_model(_config(model.config), "float32")
+    net = meta_model(config_of(model.config), "float32")
     sketch = CountSketch(net, dim)
     ids = torch.zeros((1, max(2, max_length)), dtype=torch.long, device="meta")
     example = peak_bytes(lambda: example_projection(net, sketch, ids, 1), flash=fused_attention)
@@ -478,9 +439,10 @@ def embedding_need(config, batch_size: int, max_length: int) -> Need:
     batch of `batch_size` texts of `max_length` tokens, traced."""
     import torch
 
+    from .anatomy import config_of
     from .meta_peak import meta_model, peak_bytes
 
-    net = meta_model(_config(config), "float32", causal=False)
+    net = meta_model(config_of(config), "float32", causal=False)
     ids = torch.zeros((batch_size, max_length), dtype=torch.long, device="meta")
 
     def forward():
@@ -489,3 +451,6 @@ def embedding_need(config, batch_size: int, max_length: int) -> Need:
 
     weights = sum(p.numel() for p in net.parameters()) * 4
     return Need({"weights": float(weights), "forward": float(peak_bytes(forward))}, {})
+
+
+TRACED = {estimate.__name__: estimate for estimate in (score_need, generation_need, gradient_need)}  # kept by name

@@ -316,8 +316,36 @@ def demo_config(vocab_size: int, architecture: dict, pad_id: int | None = None, 
 def matching_modules(model, names: list[str]) -> dict[str, list[str]]:
     """For every configured module name, the qualified names of the modules it matches: the name itself or
     a name ending in "." + it (as peft matches LoRA's `target_modules`)."""
-    qualified = [n for n, _ in model.named_modules() if n]
+    return matching_names([n for n, _ in model.named_modules() if n], names)
+
+
+def matching_names(qualified: list[str], names: list[str]) -> dict[str, list[str]]:
+    """`matching_modules` over a model's qualified module names."""
     return {t: [n for n in qualified if n == t or n.endswith("." + t)] for t in names}
+
+
+def module_names(model) -> list[str]:
+    """The last components of the model's module names (for a message listing what a name could be)."""
+    return short_names([n for n, _ in model.named_modules() if n])
+
+
+def short_names(qualified: list[str]) -> list[str]:
+    """`module_names` over a model's qualified module names."""
+    return sorted({n.rsplit(".", 1)[-1] for n in qualified if not n.rsplit(".", 1)[-1].isdigit()})
+
+
+def blocks(model):
+    """The transformer's blocks, input end first (the longest module list of unsplittable layers): what layer
+    freezing trains the top of (forgetmap.mitigation.freezing)."""
+    import torch
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kinds = set(getattr(inner, "_no_split_modules", None) or [])
+    lists = [m for m in inner.modules() if isinstance(m, torch.nn.ModuleList) and len(m)
+             and (type(m[0]).__name__ in kinds or not kinds)]
+    if not lists:
+        raise ValueError(f"{type(inner).__name__}: no list of transformer blocks found to freeze")
+    return max(lists, key=len)
 
 
 def n_parameters(model) -> int:

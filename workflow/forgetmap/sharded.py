@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-MAX_FILE_BYTES = 5 * 2**30  # as save_pretrained's default max_shard_size
+from .memory import MAX_FILE_BYTES
 
 
 def shard(model, mixed_precision: bool) -> None:

@@ -178,7 +178,8 @@ def checkpointing(model, settings: dict, device: torch.device) -> bool:
         return bool(setting)
     if device.type != "cuda":
         return False
-    from .memory import GIB, fitted, shape
+    from .anatomy import shape
+    from .memory import GIB, fitted
 
     total = torch.cuda.get_device_properties(device).total_memory
     decided, need = fitted(shape(model.config), settings, True, total, settings.get("arm"))

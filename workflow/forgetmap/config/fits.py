@@ -158,10 +158,12 @@ def inference_rows(plan, model: str) -> list[dict]:
 
 
 def _traced(estimate, *args):
-    """A job's traced memory (forgetmap.memory), or, where its architecture's forward cannot run on the meta
-    device, why not (the job is then not checked; planning goes on)."""
+    """A job's traced memory (forgetmap.memory; a model's trace kept), or, where its architecture's forward cannot
+    run on the meta device, why not (the job is then not checked; planning goes on)."""
+    from .. import memory
+
     try:
-        return estimate(*args)
+        return memory.traced(estimate, *args) if isinstance(args[0], memory.Shape) else estimate(*args)
     except Exception as exc:  # an architecture's own code: any error it raises on meta tensors
         why = (str(exc).splitlines() or [""])[0][:80]
         return f"not traced on the meta device ({type(exc).__name__}: {why}): not checked"
@@ -186,9 +188,10 @@ def configured_finetune(plan, model: str, task: str) -> dict:
 
 def _engine_length(plan, model: str) -> int:
     """The engine's max_model_len: the scored length and one token, within the model's positions."""
+    from .. import anatomy
+
     spec = plan.cfg["models"][model]
-    config = plan.base_config(model).get_text_config()
-    positions = getattr(config, "max_position_embeddings", None) or spec["score"]["max_length"] + 1
+    positions = anatomy.text(plan.base_json(model))["positions"] or spec["score"]["max_length"] + 1
     return min(spec["score"]["max_length"] + 1, positions)
 
 

@@ -37,19 +37,10 @@ def check(plan) -> None:
         times.report(plan)
 
 
-def architecture(plan, model: str):
-    """The base model's architecture on the meta device (no weights): from its config (a pretrained base)
-    or from `models.NAME.base.architecture` (the demo's)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(plan.base_config(model))
-
-
 def check_packing(plan, model: str) -> None:
     """Packing only where the base's architecture keeps packed examples apart (forgetmap.packing), and only for
     the torch scorer (vLLM batches without padding of its own)."""
+    from .. import anatomy
     from ..packing import refusal
 
     spec = plan.cfg["models"][model]
@@ -62,7 +53,7 @@ def check_packing(plan, model: str) -> None:
         own = (plan.cfg["tasks"][packed]["finetune"] or {}).get("packing")
         keys.append(f"tasks.{packed}.finetune.packing" if own else f"models.{model}.finetune.packing")
     for key in keys:
-        why = refusal(model, getattr(plan.base_config(model), "model_type", None), key)
+        why = refusal(model, anatomy.model_type(plan.base_json(model)), key)
         if why:
             raise ConfigError(f"config key {why}")
 
@@ -71,36 +62,37 @@ def check_arena(plan, model: str) -> None:
     """Every arena knob fits the architecture: no more trained blocks than it has, no LoRA rank above its
     hidden size, module names it has (`train_modules`, an arm's `lora.target_modules`), generations shorter
     than its positions."""
-    from ..mitigation.freezing import blocks, module_names
+    from .. import anatomy
     from ..mitigation.knobs import generates, knob_values
-    from ..models import matching_modules
+    from ..models import matching_names, short_names
 
     arms = {name: spec for name, spec in plan.cfg["mitigation"]["arms"].items()
             if any(spec.get(k) for k in ("train_top", "train_modules", "lora")) or generates(spec)}
     if not arms:
         return
-    net = architecture(plan, model)
-    where = f"the base of model {model!r} ({type(net).__name__})"
+    config = plan.base_json(model)
+    text, tree = anatomy.text(config), anatomy.modules(config)
+    where = f"the base of model {model!r} ({tree['class']})"
     for name, spec in arms.items():
         key = f"config key mitigation.arms.{name}"
         tops = knob_values(spec, "train_top")
-        if tops and max(tops) > len(blocks(net)):
-            raise ConfigError(f"{key}.train_top: value {spec['train_top']}: {where} has {len(blocks(net))} "
+        if tops and (tree["blocks"] is None or max(tops) > tree["blocks"]):
+            raise ConfigError(f"{key}.train_top: value {spec['train_top']}: {where} has {tree['blocks'] or 'no'} "
                               f"transformer blocks")
         ranks = knob_values(spec, "lora.r")
-        hidden = getattr(net.config, "hidden_size", None)
+        hidden = text["hidden"]
         if ranks and hidden and max(ranks) > hidden:
             raise ConfigError(f"{key}.lora.r: value {spec['lora']['r']}: above the hidden size of {where}, {hidden}")
-        positions = getattr(net.config, "max_position_embeddings", None)
+        positions = text["positions"]
         if generates(spec) and positions and spec["generation"]["max_new_tokens"] >= positions:
             raise ConfigError(f"{key}.generation.max_new_tokens: value {spec['generation']['max_new_tokens']}: "
                               f"{where} has {positions} positions, and a generated text needs its prompt beside it")
         for sub, names in (("train_modules", spec.get("train_modules")),
                            ("lora.target_modules", (spec.get("lora") or {}).get("target_modules"))):
-            missing = [t for t, found in matching_modules(net, names or []).items() if not found]
+            missing = [t for t, found in matching_names(tree["names"], names or []).items() if not found]
             if missing:
                 raise ConfigError(f"{key}.{sub}: {', '.join(missing)} not in {where}; its modules: "
-                                  f"{', '.join(module_names(net))}")
+                                  f"{', '.join(short_names(tree['names']))}")
 
 
 def check_base(plan, model: str, directory: Path) -> None:

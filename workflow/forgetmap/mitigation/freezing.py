@@ -10,26 +10,10 @@ whose qualified name is the name or ends with "." + the name (`mlp`, `self_attn`
 
 from __future__ import annotations
 
-import torch
-
-from ..models import matching_modules
+from ..models import blocks, matching_modules, module_names
 from .hooks import Hook
 
-
-def blocks(model) -> torch.nn.ModuleList:
-    """The transformer's blocks, input end first (the longest module list of unsplittable layers)."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    kinds = set(getattr(inner, "_no_split_modules", None) or [])
-    lists = [m for m in inner.modules() if isinstance(m, torch.nn.ModuleList) and len(m)
-             and (type(m[0]).__name__ in kinds or not kinds)]
-    if not lists:
-        raise ValueError(f"{type(inner).__name__}: no list of transformer blocks found to freeze")
-    return max(lists, key=len)
-
-
-def module_names(model) -> list[str]:
-    """The last components of the model's module names (for a message listing what a name could be)."""
-    return sorted({n.rsplit(".", 1)[-1] for n, _ in model.named_modules() if n and not n.rsplit(".", 1)[-1].isdigit()})
+__all__ = ["Freeze", "blocks"]
 
 
 class Freeze(Hook):

@@ -289,24 +289,23 @@ class Plan:
                  for setting, name in self.gpu_models.get(stage, {}).items()]
         return min((m for m in named if m is not None), key=lambda m: m.high, default=None)
 
-    def base_config(self, model: str):
-        """The base model's transformers config: from its files (a pretrained base) or built from
-        `models.NAME.base.architecture` (the demo's). No weights are read."""
+    def base_json(self, model: str) -> str:
+        """The base model's transformers config as JSON: from its files (a pretrained base) or built from
+        `models.NAME.base.architecture` (the demo's); no weights are read. Read once per architecture and kept
+        (forgetmap.anatomy), so planning an architecture read before imports no transformers."""
+        from .. import anatomy
+
         base = self.cfg["models"][model]["base"]
         if base["kind"] == "pretrained":
-            from transformers import AutoConfig
-
-            return AutoConfig.from_pretrained(self.base_files[model]["local"], local_files_only=True)
-        from ..models import demo_config
-
-        return demo_config(base["vocab_size"], base["architecture"])
+            return anatomy.pretrained_json(self.base_files[model]["local"])
+        return anatomy.demo_json(base["vocab_size"], base["architecture"])
 
     def base_shape(self, model: str):
         """The base model's size (forgetmap.memory.Shape), read once."""
         if model not in self._shapes:
-            from ..memory import shape
+            from ..anatomy import shape
 
-            self._shapes[model] = shape(self.base_config(model))
+            self._shapes[model] = shape(self.base_json(model))
         return self._shapes[model]
 
     def score_settings(self, model: str) -> dict:
