@@ -301,7 +301,7 @@ class Plan:
         return anatomy.demo_json(base["vocab_size"], base["architecture"])
 
     def base_shape(self, model: str):
-        """The base model's size (forgetmap.memory.Shape), read once."""
+        """The base model's size (forgetmap.anatomy.Shape), read once."""
         if model not in self._shapes:
             from ..anatomy import shape
 
