@@ -27,7 +27,7 @@ def test_a_reading_is_made_once_and_read_back_with_the_value_it_was_made_with(ca
     first = _reading('{"model_type": "llama"}', True)
     again = _reading('{"model_type": "llama"}', autocast=True, frozen=False)  # the same arguments, bound alike
     assert len(MADE) == 1 and first == again == [0.5, 1 / 3, 23]  # floats exact through JSON, a list both times
-    assert len(list(cache.glob("reading-*.json"))) == 1 and not list(cache.glob(".*"))  # nothing half-written left
+    assert len(list(cache.rglob("reading-*.json"))) == 1 and not list(cache.rglob(".*"))  # nothing half-written left
     _reading('{"model_type": "llama"}', True, True)
     _reading('{"model_type": "olmo2"}', True)
     assert len(MADE) == 3  # other arguments: made
@@ -37,7 +37,19 @@ def test_another_installation_makes_it_again(cache, monkeypatch):
     _reading("{}", False)
     monkeypatch.setattr(kept_module, "stamp", lambda: "transformers upgraded")
     _reading("{}", False)
-    assert len(MADE) == 2 and len(list(cache.glob("reading-*.json"))) == 2  # one per installation
+    assert len(MADE) == 2 and len(list(cache.rglob("reading-*.json"))) == 2  # one per installation
+
+
+def test_only_the_four_installations_that_made_a_reading_last_keep_theirs(cache, monkeypatch):
+    import os
+
+    for n in range(6):
+        monkeypatch.setattr(kept_module, "stamp", lambda n=n: f"installation {n}")
+        _reading("{}", False)
+        folder = cache / f"installation {n}"[:20]
+        os.utime(folder, (1000 + n, 1000 + n))  # made in this order, whatever the clock's resolution
+    assert sorted(p.name for p in cache.iterdir()) == [f"installation {n}" for n in (2, 3, 4, 5)]
+    assert len(MADE) == 6
 
 
 def test_a_cache_that_cannot_be_written_is_passed_over(tmp_path, monkeypatch):
@@ -51,7 +63,7 @@ def test_a_cache_that_cannot_be_written_is_passed_over(tmp_path, monkeypatch):
 
 def test_a_damaged_reading_is_made_again(cache):
     _reading("{}", False)
-    (path,) = cache.glob("reading-*.json")
+    (path,) = cache.rglob("reading-*.json")
     path.write_text('[0.5, 0.33')  # cut short (a disk that filled up)
     assert _reading("{}", False) == [0.5, 1 / 3, 2] and len(MADE) == 2
     assert json.loads(path.read_text()) == [0.5, 1 / 3, 2]

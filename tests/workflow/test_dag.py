@@ -116,7 +116,7 @@ def test_a_plan_of_an_architecture_read_before_imports_neither_torch_nor_transfo
                                                         "target_modules": ["q_proj", "v_proj"]}}
     workdir = make_workdir(tmp_path / "wf", edited(tiny_config(), gpus))
     made = snakemake(workdir, "--dry-run", env=env)
-    readings = {p.name.split("-")[0] for p in kept.iterdir()}
+    readings = {p.name.split("-")[0] for p in kept.rglob("*.json")}
     assert {"demo_json", "shape", "text", "modules", "activation_coefficients", "traced", "lora_parameters"} <= readings
     refused = ("tests/without_torch.py",)
     read = snakemake(workdir, "--dry-run", env=env, runner=(REPO / refused[0],))

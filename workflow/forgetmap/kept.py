@@ -7,9 +7,9 @@ device and tiny forwards. Importing torch and transformers for that was 10-13 s 
 made once and then read back from `$XDG_CACHE_HOME/forgetmap/architectures` (else `~/.cache/...`, or
 `$FORGETMAP_ARCHITECTURES`), keyed by its arguments (JSON: the architecture as its config's JSON, the demo's
 `architecture` block, a base's directory and file identity) and by what else decides it: the installed versions of
-torch, transformers and accelerate, and forgetmap's source. A reading made again therefore gives the same
-value, and a changed library or reader makes it again. A cache that cannot be read or written is passed over: the
-reading is made where it is needed, as before.
+torch, transformers and accelerate, and forgetmap's source (a folder for each such installation; those of the
+four that made a reading last are kept). A reading made again therefore gives the same value, and a changed library or reader makes it
+again. A cache that cannot be read or written is passed over: the reading is made where it is needed, as before.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 LIBRARIES = ("torch", "transformers", "accelerate")  # whose versions decide a reading
+INSTALLATIONS = 4  # installations (versions and source) whose readings are kept; the others' are removed
 
 
 def directory() -> Path:
@@ -49,6 +50,16 @@ def stamp() -> str:
     return digest.hexdigest()
 
 
+def prune(root: Path, keep: int = INSTALLATIONS) -> None:
+    """Only the readings of the `keep` installations that made one last stay (each installation's in a folder of
+    its own, named for its stamp)."""
+    import shutil
+
+    folders = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for folder in folders[keep:]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def kept(reading):
     """`reading` made once per JSON arguments and installation, then read back from disk; its value is what JSON
     gives back (a tuple comes back a list) whether it was made now or read, so a run never depends on which."""
@@ -59,8 +70,9 @@ def kept(reading):
     def read(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        key = json.dumps([reading.__module__, reading.__qualname__, bound.arguments, stamp()], sort_keys=True)
-        path = directory() / f"{reading.__name__.strip('_')}-{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
+        key = json.dumps([reading.__module__, reading.__qualname__, bound.arguments], sort_keys=True)
+        path = directory() / stamp()[:20] / \
+            f"{reading.__name__.strip('_')}-{hashlib.sha256(key.encode()).hexdigest()[:40]}.json"
         try:
             return json.loads(path.read_text())
         except (OSError, ValueError):
@@ -68,7 +80,9 @@ def kept(reading):
         value = json.loads(json.dumps(reading(*bound.args, **bound.kwargs)))
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                prune(path.parent.parent)
             partial.write_text(json.dumps(value))
             os.replace(partial, path)  # whole or absent: two runs planning at once each write all of it
         except OSError:
