@@ -88,3 +88,19 @@ def test_the_stamp_follows_every_source_file_of_the_package_and_the_libraries_ve
     assert changed != before
     monkeypatch.setattr(kept_module.metadata, "version", lambda name: "99.0")
     assert stamp() != changed
+
+
+def test_a_bases_config_is_kept_by_its_text_and_one_that_cannot_be_read_is_named_by_its_own_path(cache, tmp_path):
+    from forgetmap.anatomy import pretrained_json
+
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "vocab_size": 100}
+    for where in ("hub-a", "hub-b"):  # the same model in two places: one reading
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "config.json").write_text(json.dumps(config))
+        assert json.loads(pretrained_json(str(tmp_path / where)))["hidden_size"] == 64
+    assert len(list(cache.rglob("pretrained_json-*.json"))) == 1
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
+    with pytest.raises(OSError, match=str(tmp_path / "broken" / "config.json")):
+        pretrained_json(str(tmp_path / "broken"))

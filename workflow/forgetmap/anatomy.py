@@ -71,8 +71,14 @@ def demo_json(vocab_size: int, architecture: dict) -> str:
 
 def pretrained_json(local: str) -> str:
     """A pretrained base's config as JSON, from the config.json of its directory `local`: kept by that file's text,
-    wherever the directory is (the same model in two hub caches is read once)."""
-    return _pretrained_json((Path(local) / "config.json").read_text())
+    wherever the directory is (the same model in two hub caches is read once). One that cannot be read is read again
+    from its own directory, so that the error names it."""
+    try:
+        return _pretrained_json((Path(local) / "config.json").read_text())
+    except Exception:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(local, local_files_only=True).to_json_string()
 
 
 @kept
@@ -91,7 +97,7 @@ def model_type(config_json: str) -> str | None:
 
 
 def shape(source):
-    """The size of a model (forgetmap.memory.Shape): a directory with its config.json, a transformers config, or a
+    """The size of a model (Shape): a directory with its config.json, a transformers config, or a
     config as JSON (read once per architecture and kept). Read from a meta-device model: no memory."""
     if is_json(source):
         return Shape(**_shape(source))
