@@ -157,9 +157,8 @@ def lora_parameters(source, r: int, target_modules: list[str]) -> int:
 def _lora_parameters(source, r: int, target_modules: list[str]) -> int:
     import torch
 
-    model = empty_model(config_of(source))
-    total = 0
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and any(name == t or name.endswith(f".{t}") for t in target_modules):
-            total += r * (module.in_features + module.out_features)
-    return total
+    from .models import matching_names
+
+    linear = {name: m for name, m in empty_model(config_of(source)).named_modules() if isinstance(m, torch.nn.Linear)}
+    wrapped = {name for found in matching_names(list(linear), target_modules).values() for name in found}
+    return sum(r * (linear[name].in_features + linear[name].out_features) for name in wrapped)

@@ -6,10 +6,11 @@ device and tiny forwards. Importing torch and transformers for that was 10-13 s 
 2 cores, paid again by every `snakemake -n`, every submission and every resumed run. A reading decorated `kept` is
 made once and then read back from `$XDG_CACHE_HOME/forgetmap/architectures` (else `~/.cache/...`, or
 `$FORGETMAP_ARCHITECTURES`), keyed by its arguments (JSON: the architecture as its config's JSON, the demo's
-`architecture` block, a base's directory and file identity) and by what else decides it: the installed versions of
+`architecture` block, a pretrained base's config.json text) and by what else decides it: the installed versions of
 torch, transformers and accelerate, and forgetmap's source (a folder for each such installation; those of the
-four that made a reading last are kept). A reading made again therefore gives the same value, and a changed library or reader makes it
-again. A cache that cannot be read or written is passed over: the reading is made where it is needed, as before.
+four that made a reading last are kept). A reading made again therefore gives the same value, and a changed library
+or reader makes it again. A cache that cannot be read or written is passed over: the reading is made where it is
+needed, as before.
 """
 
 from __future__ import annotations
