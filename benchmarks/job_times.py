@@ -1,6 +1,7 @@
 """Each model job's estimated time (forgetmap.cost) against what its `benchmark:` file measured, after a run.
 
     python benchmarks/job_times.py --workdir .            # after `snakemake --cores 2` (the demo)
+    python benchmarks/job_times.py --workdir . --rates R  # the estimates from another rates file
 
 For every base, fine-tune, score, token-loss and arm job of the workdir's config that has a benchmark file, the
 estimate the plan makes now (its data and tokenizer exist: the lengths are measured) and the measured seconds;
@@ -27,7 +28,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=".")
     parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--rates", default=None, help="a rates file (default: the package's)")
     args = parser.parse_args()
+    rates_path = Path(args.rates).resolve() if args.rates else None
     os.chdir(args.workdir)
 
     from forgetmap import cost
@@ -36,7 +39,7 @@ def main() -> None:
     from forgetmap.warm import wanted
 
     plan = Plan(yaml.safe_load(Path(args.config).read_text()))
-    rates = cost.read_rates()
+    rates = cost.read_rates(rates_path)
     warm = wanted(plan)
     rows = []
     for model in plan.computed:

@@ -42,6 +42,14 @@ def test_a_device_without_figures_borrows_another_and_says_from_which():
     assert other_cpu.borrowed == "measured on Test CPU" and other_cpu.rates["score"].flops_per_s == 2e10
     own = cost.figures(cost.Device("cpu", "Test CPU", 1), rates(), 1e6)
     assert own.borrowed is None
+    # each CPU model measured has its own figures; one not measured borrows the first listed
+    two = rates()
+    two["devices"]["cpu-second"] = {**two["devices"]["cpu"], "machine": "Second CPU", "source": "Second CPU, x",
+                                    "rates": {k: {"flops_per_s": 5e10, "pass_s": 0.01} for k in cost.KINDS}}
+    second = cost.figures(cost.Device("cpu", "Second CPU", 1), two, 1e6)
+    assert second.borrowed is None and second.rates["train"].flops_per_s == 5e10
+    assert cost.figures(cost.Device("cpu", "Test CPU", 1), two, 1e6).rates["train"].flops_per_s == 1e10
+    assert cost.figures(cost.Device("cpu", "Third CPU", 1), two, 1e6).borrowed == "measured on Test CPU"
     # a job forked from the run's warm process starts in the warm start's time
     work = cost.Work().add("score", 1e4, 2e6, 10)
     assert cost.seconds(work, own) - cost.seconds(work, own, warm=True) == pytest.approx(3.0 - 0.2)
@@ -57,7 +65,9 @@ def test_slurm_time_is_the_estimate_with_its_margin_and_grows_with_each_attempt(
 
 def test_the_package_rates_say_where_each_figure_was_measured():
     shipped = cost.read_rates()
-    assert {"cpu", "h200"} <= set(shipped["devices"])
+    assert "h200" in shipped["devices"]
+    cpus = {name: d for name, d in shipped["devices"].items() if d["kind"] == "cpu"}
+    assert cpus and all(name == cost.cpu_key(d["machine"]) for name, d in cpus.items())
     for name, device in shipped["devices"].items():
         assert set(device["rates"]) == set(cost.KINDS), name
         assert "commit" in device["source"] and "2026-" in device["source"], name
@@ -66,6 +76,7 @@ def test_the_package_rates_say_where_each_figure_was_measured():
 def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path, monkeypatch):
     from forgetmap import calibrate
     from forgetmap.calibrate import calibrate_command
+    from forgetmap.config.times import cpu_name
 
     timed = calibrate._timed  # one measured run of each, not the median of three: what is written is checked here,
     monkeypatch.setattr(calibrate, "_timed", lambda fn, repeats=3: timed(fn, 1))  # not the rates' noise
@@ -75,8 +86,9 @@ def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path, monke
     summary = calibrate_command(threads=1, out=str(path), jobs=1)
     written = json.loads(path.read_text())
     assert written["devices"]["h200"] == rates()["devices"]["h200"]  # another device's figures untouched
-    cpu = written["devices"]["cpu"]
-    assert cpu["machine"] != "Old CPU" and cpu["threads"] == 1 and summary["start_s"] == cpu["start_s"] > 0.5
+    assert written["devices"]["cpu"] == rates(cpu_machine="Old CPU")["devices"]["cpu"]  # and another CPU model's
+    cpu = written["devices"][cost.cpu_key(cpu_name())]
+    assert cpu["machine"] == cpu_name() and cpu["threads"] == 1 and summary["start_s"] == cpu["start_s"] > 0.5
     for kind in cost.KINDS:
         assert cpu["rates"][kind]["flops_per_s"] > 1e7 and cpu["rates"][kind]["pass_s"] >= 0, kind
     # the real jobs' setups (forked as a warm run forks them) and tokenizing, measured, not assumed

@@ -11,7 +11,8 @@ checks, writing), beside the seconds tokenizing one example takes.
 
 A local run fills the machine (`--cores N` runs N / threads jobs at once), so the figures are measured as it
 runs them: `jobs` processes measuring at once (default: the CPUs / threads), their figures' medians written
-under the device `cpu`, with the machine, the threads, the processes, the date and the commit.
+under this CPU model's own entry (`cost.cpu_key`: another model's figures stay), with the machine, the threads, the
+processes, the date and the commit.
 """
 
 from __future__ import annotations
@@ -337,7 +338,7 @@ def calibrate_command(threads: int, out: str | None, jobs: int | None = None) ->
              "source": f"{machine}, {threads} thread(s) in each of {jobs} processes at once, {datetime.date.today()}, "
                        f"commit {commit()} (forgetmap calibrate)"}
     rates = cost.read_rates(path)
-    rates.setdefault("devices", {})["cpu"] = entry
+    rates.setdefault("devices", {})[cost.cpu_key(machine)] = entry  # another CPU model's figures are kept
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rates, indent=1) + "\n")
     return {"out": str(path), **{k: v for k, v in entry.items() if k != "source"}}

@@ -13,13 +13,15 @@ measured at). The seconds per pass are what a tiny model or a decode step spends
 where FLOPs say nothing; the FLOP rate is what a large model's matrix products sustain.
 
 A device that has no figures of its own borrows another's and says so: a GPU the nearest measured card's
-(scaled by the two cards' dense bf16 peaks), a CPU the figures of the CPU that was measured.
+(scaled by the two cards' dense bf16 peaks), a CPU the first measured CPU's. Each CPU model measured has figures of
+its own (`cpu_key`), so one rates file serves every machine it was calibrated on.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,6 +127,11 @@ class Figures:
     example_s: float = 0.0  # tokenizing one example, where measured
 
 
+def cpu_key(machine: str) -> str:
+    """A CPU's entry in the rates file, named by its model (`forgetmap calibrate` writes one per model)."""
+    return "cpu-" + (re.sub(r"[^a-z0-9]+", "-", machine.lower()).strip("-") or "unnamed")
+
+
 def read_rates(path: str | Path | None = None) -> dict:
     """The rates file: `{"devices": {name: {...}}}`, each device's figures with their provenance."""
     path = Path(path) if path else RATES
@@ -139,11 +146,12 @@ def figures(device: Device, rates: dict, parameters: float) -> Figures:
     measured, else another's (said in `borrowed`); of the sizes measured, the nearest."""
     devices = rates.get("devices", {})
     if device.kind == "cpu":
-        cpus = {name: d for name, d in devices.items() if d.get("kind") == "cpu"}
+        cpus = [d for d in devices.values() if d.get("kind") == "cpu"]
         if not cpus:
             raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
-        name, entry = next(iter(cpus.items()))
-        borrowed = None if device.name in (None, entry.get("machine")) else f"measured on {entry.get('machine')}"
+        own = [d for d in cpus if d.get("machine") == device.name]
+        entry = own[0] if own else cpus[0]  # a CPU not measured borrows the first listed
+        borrowed = None if own or device.name is None else f"measured on {entry.get('machine')}"
         scale = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads given
         return _figures(entry, scale, borrowed, parameters)
     gpus = {name: d for name, d in devices.items() if d.get("kind") == "gpu"}
