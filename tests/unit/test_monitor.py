@@ -109,6 +109,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
 
 
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # peft under TRL
 def test_an_sft_trainers_lora_adapters_with_checkpointing_and_packed_rows_are_monitored(mapped, tmp_path):
     """TRL's `peft_config` (LoRA on q and v), gradient checkpointing and packed rows, as large models are fine-tuned on
     one card: the monitor scores through the adapters (zero at the start: the baseline is the base's to 1e-5), checks

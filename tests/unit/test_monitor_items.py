@@ -342,6 +342,7 @@ def test_the_items_are_the_same_through_lm_evals_older_task_api(bench, tmp_path,
             [o.tolist() for o in b.options] and a.gold == b.gold
 
 
+@pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")  # TRL's SFTConfig
 def test_a_trl_run_logs_accuracy_F_and_BT_with_intervals_and_writes_each_items_forecast(bench, tmp_path):
     pytest.importorskip("trl")
     from transformers import AutoModelForCausalLM, AutoTokenizer
