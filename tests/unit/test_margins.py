@@ -14,11 +14,17 @@ def population(seed: int, run: int = 0, n: int = 300, shift: float = -0.8, slope
     return base, shift + slope * base + noise * np.random.default_rng(1000 + run).standard_t(5, n)
 
 
-def plain_chances(base, known, now, values):
-    """Each item's share of the k residuals that leave it right, fitted item by item (np.polyfit)."""
+def plain_chances(base, known, now, values, near=20):
+    """Each item's share of the k residuals that leave it right, fitted item by item (np.polyfit); an item wrong at
+    the baseline over the residuals of the `near` scored items nearest it in baseline margin."""
     slope, shift = np.polyfit(base[known], now, 1)
     residuals = now - (shift + slope * base[known])
-    row = np.array([np.mean(shift + slope * u + residuals > 0) for u in base])
+
+    def pool(u):
+        if u > 0 or len(known) <= near:
+            return residuals
+        return residuals[np.argsort(np.abs(base[known] - u), kind="stable")[:near]]
+    row = np.array([np.mean(shift + slope * u + pool(u) > 0) for u in base])
     row[known] = values
     return row
 
@@ -31,6 +37,11 @@ def test_each_items_chance_is_the_share_of_the_k_residuals_that_leave_it_right()
     values = (now[known] > 0).astype(float)
     row = chances(base, known, now[known], values)
     assert np.allclose(row, plain_chances(base, known, now[known], values), atol=1e-12)
+    assert (base <= 0).sum() > 20  # items wrong at the baseline, each over its 20 nearest residuals
+    pooled = plain_chances(base, known, now[known], values, near=len(known))
+    assert not np.allclose(row[base <= 0], pooled[base <= 0]) and np.array_equal(row[base > 0], pooled[base > 0])
+    few = known[:20]  # from 20 items or fewer every item takes all of them
+    assert np.allclose(chances(base, few, now[few], values[:20]), plain_chances(base, few, now[few], values[:20], 20))
     assert np.array_equal(row[known], values)  # the scored items as measured
     before = (base > 0).astype(float)
     found, spread, same = estimate(base, known, now[known], values, before)
