@@ -15,7 +15,7 @@ baseline margins are nearest its own, not over all k: the few items wrong at the
 many right ones (their residuals spread differently), and BT is theirs alone. Where k is at most NEAR every item
 takes all k. NEAR = 20 is the least BT error on the demo map's own rows (its 12 fit tasks, draws of 30, 60 and 100
 items: 6, 10, 15 and 20 tried), never on the tasks it is judged on; on those (the demo's check tasks) it cut BT's
-error by 11-37 % and the accuracy's by 3-12 %, F's unchanged (an item right at the baseline is as before).
+error by 11-38 % and the accuracy's by 3-14 %, F's unchanged (an item right at the baseline is as before).
 
 Each rate is the mean over the N items of its per-item quantity (acc: p; F: right at the baseline and p's
 complement; BT: wrong at the baseline and p) at those chances. A 0/1 flip carries a p(1 - p) variance that a
@@ -28,7 +28,8 @@ falls well short of its level). So the interval is estimate ± f · sd with f ca
 other runs of the same base whose margins at every item are known (`calibration`): on each row, draws of k items
 as the monitor draws them, f the conformal quantile at the level of |estimate − the row's rate| / sd. It promises
 what a map's row promises for a new run of the same base: exchangeability with the map's rows, not a design's
-guarantee (on the demo F's covered 0.90-0.95 at 0.9, the accuracy's 0.85-0.88 and BT's 0.80-0.84: BENCHMARKS.md).
+guarantee (on the demo, at 0.9, F's covered 0.84-0.95 over two machines' runs, the accuracy's 0.87-0.91 and BT's
+0.89-0.93: BENCHMARKS.md).
 
 Only multiple-choice items have margins: a benchmark with free-form items is watched through the completion.
 """
