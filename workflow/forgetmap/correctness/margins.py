@@ -13,8 +13,8 @@ value plus a residual of the k's, each equally likely, so its chance of being ri
 An item wrong at the baseline (u_i <= 0) takes that share over the residuals of the `NEAR` scored items whose
 baseline margins are nearest its own, not over all k: the few items wrong at the baseline move otherwise than the
 many right ones (their residuals spread differently), and BT is theirs alone. Where k is at most NEAR every item
-takes all k. NEAR = 20 is the least BT error on the demo map's own rows (its 12 fit tasks, draws of 30, 60 and 100
-items: 6, 10, 15 and 20 tried), never on the tasks it is judged on; on those (the demo's check tasks) it cut BT's
+takes all k. NEAR = 20 gave the least BT error of 6, 10, 15 and 20 on the demo map's own rows (its 12 fit tasks,
+draws of 30, 60 and 100 items; larger was not tried), chosen there, never on the tasks it is judged on; on those (the demo's check tasks) it cut BT's
 error by 11-38 % and the accuracy's by 3-14 %, F's unchanged (an item right at the baseline is as before).
 
 Each rate is the mean over the N items of its per-item quantity (acc: p; F: right at the baseline and p's
