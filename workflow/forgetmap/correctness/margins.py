@@ -62,13 +62,14 @@ def _chances_of(base: np.ndarray, known_base: np.ndarray, known_now: np.ndarray)
     shift, slope, residuals = _fits(known_base, known_now)
     fitted = shift[:, None] + slope[:, None] * base[None, :]
     k = residuals.shape[1]
+    by_nearest = (base <= 0) & (k > NEAR)
+    pooled, wrong = np.flatnonzero(~by_nearest), np.flatnonzero(by_nearest)
     out = np.empty(fitted.shape)
-    step = max(1, CHUNK // max(1, fitted.shape[1] * k))
+    step = max(1, CHUNK // max(1, len(pooled) * k))
     for start in range(0, len(fitted), step):
         part = slice(start, start + step)
-        out[part] = ((fitted[part, :, None] + residuals[part, None, :]) > 0).mean(axis=2)
-    wrong = np.flatnonzero(base <= 0)
-    if len(wrong) and k > NEAR:
+        out[part, pooled] = ((fitted[part, pooled, None] + residuals[part, None, :]) > 0).mean(axis=2)
+    if len(wrong):
         near = _near_residuals(base[wrong], known_base, residuals)
         out[:, wrong] = ((fitted[:, wrong, None] + near) > 0).mean(axis=2)
     return out
