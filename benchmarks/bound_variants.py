@@ -2,21 +2,28 @@
 the level on a heavy tail).
 
 After `python benchmarks/monitor_bound.py --workdir . --seeds 3 --truths truths.npz`: at each saved check of each run,
-`--draws` draws of 30 audit examples (uniform, from the usable examples that are not probes), and for the mean and
+`--draws` draws of `--audit` examples (uniform, from the usable examples that are not probes), and for the mean and
 for the shares forgotten by more than 0.2 and 0.5 nats per token, each weight on the forecast (1: the monitor's;
 0: the sample alone; tuned: forgetmap.predict.bound's `tuned_weights`; tuned and clipped to [0, 1]) with Student's
 t or a bootstrap-t (999 resamples of the corrected values) interval; for the shares also the exact binomial
 (Clopper-Pearson) interval on the audit's own count and the monitor's own (`share_bound`: weight 1, its spread with
 half a pseudo-example of each (measured, forecast) pair); for the mean also Hall's (1992) skewness-removing
 transformation of t, with the audit's own skewness or with the map's (the median skewness of the fit tasks'
-leave-one-task-out residuals: known before the run), and an audit drawn by two strata of the fit tasks' mean |Z|
-per example (the top `--stratum` share, default 10 %, and the rest; Neyman's allocation from the leave-one-task-out
-residuals' spread in each, a stratified estimate with Welch-Satterthwaite's degrees of freedom); and, for a run's
+leave-one-task-out residuals: known before the run), and an audit drawn as the map draws it, by two strata of the
+fit tasks' mean |Z| per example (forgetmap.predict.audit: the top 10 % and the rest, Neyman's allocation; the
+stratified estimate, forgetmap.predict.bound), with t or with Hall's at each stratum's skewness (the monitor's), the
+shares too (`share_bound` by strata, the monitor's); and, for a run's
 width against the sample's own, Hall's interval for the sample alone (weight 0) at the map's skewness of the values
 themselves, and for the tuned weight at the map's skewness of z - λ ẑ at the weight tuned (the folds' median at
-each λ). Printed: coverage at `--level` and mean half-width; per task, each mean bound's half-width over the
-sample's own t-interval's and its coverage; and per task, over every check, what decides a weight's width: the slope
-of the values on the forecast and the spread of z - ẑ over z's. `--audit 60`: the same with a larger audit.
+each λ); and the audit folded into the completion (cross-prediction, Zrnic & Candès 2024): the audit split into
+`--folds` folds, each fold's residuals from the forecast made from the probes and the other folds, the unmeasured
+examples' forecast the folds' mean, t and Hall at the map's skewness. Printed: coverage at `--level` and mean
+half-width; per task, each mean bound's half-width over the sample's own t-interval's and its coverage; and per task,
+over every check, what decides a weight's width: the slope of the values on the forecast, the spread of z - ẑ over
+z's, and the most any estimate from the map can narrow an interval: the R² of z on every covariate the map holds for
+each example (the forecast, the fit tasks' mean, the base's NLL, the fit rows' first three right singular vectors),
+fitted on the whole population itself (no sample could do better than √(1 - R²)). `--audit 60`: the same with a
+larger audit.
 
     python benchmarks/bound_variants.py --workdir . --truths truths.npz --draws 60   # after monitor_bound.py
 """
@@ -39,8 +46,9 @@ def main() -> None:
 
     from scipy.stats import skew
 
-    from forgetmap.predict.bound import binomial_interval, hall_quantiles, share_bound, tuned_weights
-    from forgetmap.predict.conformal import fold_predictions
+    from forgetmap.predict.audit import audit_draw
+    from forgetmap.predict.bound import binomial_interval, hall_quantiles, mean_bound, share_bound, tuned_weights
+    from forgetmap.predict.conformal import fold_predictions, fold_skewness
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("."))
@@ -49,7 +57,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=60)
     parser.add_argument("--audit", type=int, default=30)
     parser.add_argument("--level", type=float, default=0.9)
-    parser.add_argument("--stratum", type=float, default=0.1, help="the top stratum's share of the examples")
+    parser.add_argument("--folds", type=int, default=5, help="the audit's folds for the cross-fitted completion")
     args = parser.parse_args()
     saved = np.load(args.truths)
     forecast_map = demo_setup(args.workdir, args.model, str(saved["tasks"][0]))[-1]
@@ -63,39 +71,32 @@ def main() -> None:
         half = student.ppf((1 + level) / 2, m - 1) * d.std(ddof=1) / np.sqrt(m) * fpc
         return d.mean() - half, d.mean() + half
 
-    # known before any run: the fit tasks' leave-one-task-out residuals (their skewness; each stratum's spread)
+    # known before any run: the fit tasks' leave-one-task-out residuals (their skewness)
     model = forecast_map.completion()[0]
     folds = [(forecast_map.train[row][rest].astype(np.float64), predicted[rest].astype(np.float64)) for row, predicted
              in fold_predictions(forecast_map.train, known, model, forecast_map.method, forecast_map.params)]
-    residuals = np.stack([values - predicted for values, predicted in folds])
     grid = np.linspace(-0.5, 4, 91)  # the folds' median skewness of z - λ ẑ at each weight λ
     skew_at_weight = np.array([np.median([skew(v - w * (f - f.mean()), bias=False) for v, f in folds]) for w in grid])
-    map_skew = forecast_map.residual_skew()  # what the monitor's interval takes
-    score = np.abs(forecast_map.train[:, rest]).mean(axis=0)
-    top = score > np.quantile(score, 1 - args.stratum)
-    strata = [np.flatnonzero(~top), np.flatnonzero(top)]
-    spreads = np.array([residuals[:, s].std(axis=1).mean() for s in strata])
-    shares = np.array([len(s) for s in strata]) / len(rest)
-    n_top = int(np.clip(round(m * shares[1] * spreads[1] / (shares * spreads).sum()), 3, m - 3))
-    sizes = [m - n_top, n_top]
+    map_skew = fold_skewness(forecast_map.train, known, model, forecast_map.method, forecast_map.params)
+    strata_skew = forecast_map.residual_skew()  # one per stratum of the map's audit (what the monitor takes)
+    strata = audit_draw(forecast_map.train, known, m, 0)[1]
+    centred = forecast_map.train - forecast_map.train.mean(axis=0)
+    covariates = np.column_stack([np.ones(len(rest)), forecast_map.train[:, rest].mean(axis=0),
+                                  forecast_map.base_nll[rest], np.linalg.svd(centred, full_matrices=False)[2][:3, rest].T])
     print(f"the map's residual skewness {map_skew:.2f} (of the values themselves "
-          f"{np.interp(0.0, grid, skew_at_weight):.2f}); strata of {[len(s) for s in strata]} examples, audit {sizes}")
+          f"{np.interp(0.0, grid, skew_at_weight):.2f}); its strata {np.bincount(strata[strata >= 0]).tolist()} "
+          f"examples, skewness {np.round(strata_skew, 2).tolist()}")
 
     def hall(d, gamma):  # the monitor's interval: Hall's (1992) transformation of t (forgetmap.predict.bound)
         up, down = hall_quantiles(level, m, gamma)
         se = d.std(ddof=1) / np.sqrt(m) * fpc
         return d.mean() - down * se, d.mean() + up * se
 
-    def stratified(values, forecast):  # weight 1 within each stratum; the others' mean and its interval
-        parts = [rng.choice(s, size, replace=False) for s, size in zip(strata, sizes)]
-        means = [np.mean(values[rest[p]] - forecast[rest[p]]) for p in parts]
-        terms = [shares[h] ** 2 * np.var(values[rest[p]] - forecast[rest[p]], ddof=1) / len(p)
-                 * (1 - len(p) / len(strata[h])) for h, p in enumerate(parts)]
-        variance = sum(terms)
-        df = variance ** 2 / sum(t * t / (len(p) - 1) for t, p in zip(terms, parts)) if variance > 0 else m - 1
-        centre = forecast[rest].mean() + float(np.dot(shares, means))
-        half = student.ppf((1 + level) / 2, df) * np.sqrt(variance)
-        return centre - half, centre + half
+    def by_strata(z, row, probes, over=None, gamma=None):  # the map's draw by strata (forgetmap.predict.audit)
+        drawn = audit_draw(forecast_map.train, known, m, int(rng.integers(1 << 31)))[0]
+        bound = mean_bound(row, known, z[known], drawn, z[drawn], level, skew=gamma, strata=strata) if over is None \
+            else share_bound(row, known, z[known], drawn, z[drawn], over, level, strata=strata)
+        return (np.array([bound.lower, bound.upper]) * n - probes) / (n - k)  # the others' mean's interval
 
     def bootstrap_t(d):
         resampled = d[rng.integers(0, m, size=(999, m))]
@@ -119,12 +120,26 @@ def main() -> None:
         if name.startswith("mean"):
             by_task.setdefault((task, name), []).append((low <= truth <= high, (high - low) / 2))
 
+    def cross_fitted(z, drawn):  # (estimate of the others' mean, sd of the cross-fitted residuals)
+        residuals, mean_forecast = np.empty(m), np.zeros(n)
+        for fold in np.array_split(rng.permutation(m), args.folds):
+            inputs = np.sort(np.concatenate([known, np.delete(drawn, fold)]))
+            predicted = model.predict(inputs[None, :], z[inputs][None, :].astype(np.float64))[0].astype(np.float64)
+            residuals[fold] = z[drawn[fold]] - predicted[drawn[fold]]
+            mean_forecast += predicted / args.folds
+        unmeasured = np.setdiff1d(rest, drawn)
+        estimate = (z[drawn].sum() + len(unmeasured) * (mean_forecast[unmeasured].mean() + residuals.mean())) / (n - k)
+        return estimate, residuals.std(ddof=1)
+
     for task, truths in zip(saved["tasks"], saved["truths"]):
         for z in truths:
             row = forecast_map.forecast(z[known])[0].astype(np.float64)
             shifted = row[rest] - row[rest].mean()
+            fitted = np.linalg.lstsq(np.column_stack([covariates, row[rest]]), z[rest], rcond=None)[0]
             population.append((task, float(np.cov(z[rest], shifted)[0, 1] / shifted.var(ddof=1)),
-                               float((z[rest] - shifted).std() / z[rest].std())))
+                               float((z[rest] - shifted).std() / z[rest].std()),
+                               float(1 - np.var(z[rest] - np.column_stack([covariates, row[rest]]) @ fitted)
+                                     / np.var(z[rest]))))
             for over in (None, 0.2, 0.5):
                 values, forecast = (z, row) if over is None else ((z > over) * 1.0, (row > over) * 1.0)
                 tag, truth, centre = ("mean" if over is None else f"share over {over:g}", values.mean(),
@@ -144,18 +159,29 @@ def main() -> None:
                         own = share_bound(row, known, z[known], drawn, z[drawn], over, level)
                         add(f"{tag}: weight 1, paired spread (share_bound)", *(np.array([own.lower, own.upper]) * n
                                                                                  - probes) / (n - k), probes, truth)
+                        add(f"{tag}: weight 1, paired spread, two strata (share_bound, the monitor's)",
+                            *by_strata(z, row, probes, over=over), probes, truth)
                     else:
                         corrected = values[drawn] - (forecast[drawn] - centre)
                         add(f"{tag}: weight 1, Hall, the audit's skewness",
                             *hall(corrected, skew(corrected, bias=False)), probes, truth)
                         add(f"{tag}: weight 1, Hall, the map's skewness", *hall(corrected, map_skew), probes, truth)
-                        add(f"{tag}: weight 1, t, two strata of the map's mean |Z|",
-                            *stratified(values, forecast), probes, truth)
+                        add(f"{tag}: weight 1, t, two strata of the map's mean |Z|", *by_strata(z, row, probes),
+                            probes, truth)
+                        add(f"{tag}: weight 1, Hall, two strata, each stratum's skewness (the monitor's)",
+                            *by_strata(z, row, probes, gamma=strata_skew), probes, truth)
                         add(f"{tag}: weight 0, Hall, the map's skewness of the values", *hall(
                             values[drawn], float(np.interp(0.0, grid, skew_at_weight))), probes, truth)
                         corrected = values[drawn] - tuned * (forecast[drawn] - centre)
                         add(f"{tag}: weight tuned, Hall, the map's skewness at the weight", *hall(
                             corrected, float(np.interp(tuned.mean(), grid, skew_at_weight))), probes, truth)
+                        estimate, spread = cross_fitted(z, drawn)
+                        se = spread / np.sqrt(m) * fpc
+                        q = student.ppf((1 + level) / 2, m - 1)
+                        add(f"{tag}: weight 1, cross-fitted, t", estimate - q * se, estimate + q * se, probes, truth)
+                        up, down = hall_quantiles(level, m, map_skew)
+                        add(f"{tag}: weight 1, cross-fitted, Hall, the map's skewness", estimate - down * se,
+                            estimate + up * se, probes, truth)
     print(f"{len(saved['truths'])} runs x {saved['truths'].shape[1]} checks x {args.draws} draws of {m}, level {level}")
     for name in sorted(found):
         covered, half = np.asarray(found[name]).T
@@ -170,7 +196,8 @@ def main() -> None:
     print("\nper task, the mean's bounds: half-width over the sample's own t-interval's, and coverage")
     print(table.pivot(index="bound", columns="task", values="over the sample's t").to_string(float_format=lambda v: f"{v:.2f}"))
     print(table.pivot(index="bound", columns="task", values="covers").to_string(float_format=lambda v: f"{v:.3f}"))
-    facts = pd.DataFrame(population, columns=["task", "slope of z on the forecast", "sd(z - forecast) / sd(z)"])
+    facts = pd.DataFrame(population, columns=["task", "slope of z on the forecast", "sd(z - forecast) / sd(z)",
+                                              "R² on every covariate (the population's own fit)"])
     print("\nper task, over its checks (every example that is not a probe):")
     print(facts.groupby("task").mean().to_string(float_format=lambda v: f"{v:.2f}"))
 

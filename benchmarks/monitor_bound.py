@@ -3,18 +3,20 @@
 After the demo: each of its `check` tasks is fine-tuned as the demo fine-tunes it (a transformers `Trainer`, the
 demo's steps, batch and rate; `--seeds` seeds of the task's order), and at every `--every` steps the whole upstream
 set is scored, so the mean forgetting of the weights at that check is known. Then, at each check, for `--draws`
-draws of the `--audit` examples (uniform, without replacement, from the examples that are not probes: what a map's
-audit draw is), the bounds on that mean at `--level`:
+draws of the `--audit` examples (without replacement, from the examples that are not probes), the bounds on that
+mean at `--level`:
 
 - the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, corrected by the audit
-  examples' residuals (the forecast's weight 1), Hall's transformation of Student's t at the skewness of the map's
-  leave-one-task-out residuals (what the monitor logs);
-- the same with Student's t (the monitor's before);
-- the same with the forecast's weight tuned on the audit examples (`weight="tuned"`, PPI++);
+  examples' residuals (the forecast's weight 1), the audit drawn as the map draws it, by two strata of the fit rows
+  (forgetmap.predict.audit; each draw with its own seed), Hall's transformation of Student's t at each stratum's
+  skewness of the map's leave-one-task-out residuals (what the monitor logs);
+- the same from an audit drawn uniformly, Hall's at the residuals' skewness over every example (the monitor's
+  before the strata), and with Student's t (before that);
+- the same with the forecast's weight tuned on the uniform audit examples (`weight="tuned"`, PPI++);
 - the map's constant (what the monitor used before): the forecast's mean ± the half-width of the map's
   leave-one-fit-task-out folds, the same at every check;
 - the naive monitor's: the k probes' measured mean with a t-interval (not a random sample: the D-optimal probes);
-- a random sample's: the audit examples' own mean with a t-interval (no map);
+- a random sample's: the uniform audit examples' own mean with a t-interval (no map);
 
 and the run's own bound on the share of examples forgotten by more than each of `--shares` nats per token.
 
@@ -73,32 +75,42 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
            shares: tuple = ()) -> dict:
     """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}; `shares`: also the run's
     own bound on the share of examples forgotten by more than each."""
+    from forgetmap.predict.audit import audit_draw
     from forgetmap.predict.bound import mean_bound, sample_interval, share_bound
+    from forgetmap.predict.conformal import fold_skewness
 
     known = forecast_map.known
     row, _ = forecast_map.forecast(truth[known])
     constant = forecast_map.mean_halfwidth(level)
     rest = np.setdiff1d(np.arange(len(truth)), known)
     rng = np.random.default_rng(seed)
-    out = {"run's own": [], "run's own, t": [], "tuned weight": [], "a random sample's": []}
-    skew = forecast_map.residual_skew()
-    for _ in range(draws):
-        drawn = np.sort(rng.choice(rest, audit, replace=False))
-        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew)
+    out = {"run's own": [], "run's own, uniform": [], "run's own, uniform, t": [], "tuned weight": [],
+           "a random sample's": []}
+    skew = forecast_map.residual_skew()  # one per stratum (what the monitor takes)
+    whole = fold_skewness(forecast_map.train, known, forecast_map.completion()[0], forecast_map.method,
+                          forecast_map.params)  # over every hidden example (the monitor's before the strata)
+    for d in range(draws):
+        drawn, strata = audit_draw(forecast_map.train, known, audit, seed * draws + d)  # the map's draw, redrawn
+        labels = strata if strata.max() > 0 else None
+        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew if labels is not None
+                         else whole, strata=labels)
+        out["run's own"].append((own.lower, own.upper))
+        drawn = np.sort(rng.choice(rest, audit, replace=False))  # uniformly
+        uniform = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=whole)
         plain = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
         tuned = mean_bound(row, known, truth[known], drawn, truth[drawn], level, weight="tuned")
         sample = sample_interval(truth[drawn], level)
-        out["run's own"].append((own.lower, own.upper))
-        out["run's own, t"].append((plain.lower, plain.upper))
+        out["run's own, uniform"].append((uniform.lower, uniform.upper))
+        out["run's own, uniform, t"].append((plain.lower, plain.upper))
         out["tuned weight"].append((tuned.lower, tuned.upper))
         out["a random sample's"].append((sample.lower, sample.upper))
     for over in shares:  # the share forgotten by more than `over`, bounded the same way
         out[f"share over {over:g}"] = []
-    rng = np.random.default_rng(seed)  # the same draws again, for the shares
-    for _ in range(draws):
-        drawn = np.sort(rng.choice(rest, audit, replace=False))
+    for d in range(draws):  # the same stratified draws again, for the shares
+        drawn, strata = audit_draw(forecast_map.train, known, audit, seed * draws + d)
         for over in shares:
-            found = share_bound(row, known, truth[known], drawn, truth[drawn], over, level)
+            found = share_bound(row, known, truth[known], drawn, truth[drawn], over, level,
+                                strata=strata if strata.max() > 0 else None)
             out[f"share over {over:g}"].append((found.lower, found.upper))
     naive = sample_interval(truth[known], level)
     mean = float(np.mean(row))
@@ -193,10 +205,10 @@ def main() -> None:
     print(own.groupby("task")[["covered", "upper_holds", "halfwidth"]].mean().to_string(float_format=lambda v: f"{v:.3f}"))
     print("\nby run, mean half-width over its checks and draws and coverage (the run's own, weight 1, and with the "
           "weight tuned, against a random sample's):")
-    chosen = table[table["bound"].isin(["run's own", "run's own, t", "tuned weight", "a random sample's"])]
+    chosen = table[table["bound"].isin(["run's own", "run's own, uniform", "tuned weight", "a random sample's"])]
     widths = chosen.pivot_table(index=["task", "seed"], columns="bound", values="halfwidth", aggfunc="mean")
     widths["own / sample"] = widths["run's own"] / widths["a random sample's"]
-    widths["own, t / sample"] = widths["run's own, t"] / widths["a random sample's"]
+    widths["own, uniform / sample"] = widths["run's own, uniform"] / widths["a random sample's"]
     widths["tuned / sample"] = widths["tuned weight"] / widths["a random sample's"]
     covered = chosen.pivot_table(index=["task", "seed"], columns="bound", values="covered", aggfunc="mean")
     widths = widths.join(covered.add_prefix("covered: "))

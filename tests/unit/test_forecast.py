@@ -9,7 +9,7 @@ from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.predict.bound import mean_bound
 from forgetmap.predict.forecast import choose, complete, fit_rows, forecast_command, probes_command
-from helpers import refit_skew
+from helpers import refit_skew, refit_strata
 
 N, FIT = 600, 16
 
@@ -73,7 +73,7 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
                    rows["base_scores"], str(probes))
     chosen = read_metadata(probes)
     index, audit = np.asarray(chosen["indices"]), np.asarray(chosen["audit"])
-    # the probes, then 40 audit examples drawn at random from the others, in corpus order
+    # the probes, then 40 audit examples drawn at random from the others (by strata, below), in corpus order
     assert pd.read_parquet(probes)["example_id"].tolist() == ids[np.concatenate([index, audit])].tolist()
     assert chosen["fit_tasks"] == fit and len(audit) == 40 and not np.isin(audit, index).any()
     assert (np.diff(audit) > 0).all() and not np.array_equal(audit, np.setdiff1d(np.arange(N), index)[:40])
@@ -103,17 +103,25 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     assert table.loc["checked", "coverage_0.9"] == pytest.approx(inside.mean(), rel=1e-6)
     assert not table.loc["new", "measured"] and np.isnan(table.loc["new", "rmse"])
     assert table.loc["new", "probe_tokens"] == 3 * 65 and table.loc["new", "upstream_tokens"] == 7 * N
-    # each row's mean bounded by its own 40 audit examples (predict.bound), the measured one's interval holding it
-    # and the interval skewed as the fit rows' leave-one-task-out residuals are (Hall's transformation)
+    # each row's mean bounded by its own 40 audit examples (predict.bound), drawn by the fit rows' two strata, the
+    # measured one's interval holding it and the interval skewed as the fit rows' leave-one-task-out residuals are in
+    # each stratum (Hall's transformation)
     train, _ = fit_rows(ForgettingMatrix.read(tmp_path / "forgetting.parquet"), fit, "m")
-    skew = refit_skew(train, index)
-    assert abs(skew) > 0.05 and meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
+    strata = refit_strata(train, index)
+    assert chosen["audit_strata"]["examples"] == [N - 25 - round(0.1 * (N - 25)), round(0.1 * (N - 25))]
+    assert chosen["audit_strata"]["audit"] == [int((strata[audit] == h).sum()) for h in (0, 1)]
+    skew = refit_skew(train, index, strata=strata)
+    assert max(abs(v) for v in skew) > 0.05 and meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
     for name, t in (("checked", FIT), ("new", FIT + 1)):
         measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
-        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, skew=skew)
+        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, skew=skew,
+                           strata=strata)
         assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9"]].tolist() \
             == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
-        assert table.loc[name, "audit_mean"] == pytest.approx(measured[25:].mean(), abs=1e-6)
+        others = strata >= 0  # the audit's own estimate: each stratum's mean weighted by its size
+        own = sum(np.mean(others & (strata == h)) / np.mean(others) * measured[25:][strata[audit] == h].mean()
+                  for h in (0, 1))
+        assert table.loc[name, "audit_mean"] == pytest.approx(own, abs=1e-6)
     assert table.loc["checked", "estimate_covered_0.9"] == \
         (table.loc["checked", "estimate_lower_0.9"] <= z[FIT].mean() <= table.loc["checked", "estimate_upper_0.9"])
     assert table.loc["checked", "estimate_upper_0.8"] < table.loc["checked", "estimate_upper_0.9"]

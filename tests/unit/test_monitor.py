@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import page_data, refit_skew, released_fixture
+from helpers import page_data, refit_skew, refit_strata, released_fixture
 from monitor_run import MAX_LENGTH, N_CHAT, N_LM, TASKS, make_trainer, monitored_base
 from standins import TULU_TEMPLATE, save_standin, sentences
 
@@ -96,14 +96,21 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         # the bound: the forecast corrected by the 30 audit examples' residuals (predict.bound), at level 0.8
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
-        skew = refit_skew(forecast_map.train, forecast_map.known)  # the map's, recorded with the check
+        # drawn by the fit rows' two strata, each with its own skewness (the map's, recorded with the check)
+        strata = refit_strata(forecast_map.train, forecast_map.known)
+        assert forecast_map.strata.tolist() == strata.tolist()
+        skew = refit_skew(forecast_map.train, forecast_map.known, strata=strata)
         assert meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
-                           np.asarray(meta["audit_values"]), 0.8, skew=skew)
+                           np.asarray(meta["audit_values"]), 0.8, skew=skew, strata=strata)
         assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
             (bound.estimate, bound.upper), abs=1e-5)
+        audited, others = np.asarray(meta["audit_values"]), strata >= 0  # each stratum's mean weighted by its size
+        own = sum(np.mean(others & (strata == h)) / np.mean(others) * audited[strata[forecast_map.audit] == h].mean()
+                  for h in (0, 1))
+        assert entry["eval_forget_audit_mean"] == pytest.approx(own, abs=1e-5)
         share = share_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
-                            np.asarray(meta["audit_values"]), -10.0, 0.8)  # the budget: every example is over it
+                            np.asarray(meta["audit_values"]), -10.0, 0.8, strata=strata)  # every example over it
         assert entry["eval_forget_over_budget_upper"] == pytest.approx(share.upper) == 1.0
     trajectory = pd.read_csv(out / "trajectory.tsv", sep="\t")
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
@@ -467,15 +474,16 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     from forgetmap.io import write_table
     from forgetmap.matrix import ForgettingMatrix
     from forgetmap.monitor.trajectory import trajectory_command
+    from forgetmap.predict.audit import audit_draw
     from forgetmap.predict.bound import mean_bound
-    from forgetmap.predict.forecast import PROBE_RECORD, audit_draw, choose, complete, fit_rows
+    from forgetmap.predict.forecast import PROBE_RECORD, choose, complete, fit_rows
 
     _, matrix_path, _, _ = mapped
     matrix = ForgettingMatrix.read(matrix_path)
     fit = [f"task{t}" for t in range(TASKS - 1)]
     train, usable = fit_rows(matrix, fit, "m")
     known = choose(train, 8, "dopt", 0, "m")
-    audit = audit_draw(len(usable), known, 12, 0)
+    audit, _ = audit_draw(train, known, 12, 0)  # recorded without its strata, as a file from before them: read as uniform
     index, both = usable[known], usable[np.concatenate([known, audit])]
     write_table(pa.table({"example_id": matrix.example_ids[both]}), tmp_path / "probes.parquet",
                 {"indices": index.tolist(), "usable": len(usable), "audit": usable[audit].tolist()})

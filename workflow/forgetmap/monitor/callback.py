@@ -10,8 +10,9 @@ half-widths. Each check:
   through the trainer it is attached to, logs them to every `report_to` backend;
 - writes its forecast row (example id, forecast, half-widths) as parquet under
   `output_dir/forgetmap-monitor/` (and a line of `trajectory.tsv`), on the main process;
-- bounds the mean forgetting at that check from the run itself: the map's audit examples, drawn at random and
-  scored beside the probes, correct the forecast's mean and give its interval (forgetmap.predict.bound);
+- bounds the mean forgetting at that check from the run itself: the map's audit examples, drawn at random by
+  strata (forgetmap.predict.audit) and scored beside the probes, correct the forecast's mean and give its interval
+  (forgetmap.predict.bound);
 - at a `budget` (that interval's upper end above it for `patience` checks in a row) saves and stops
   training, as `EarlyStoppingCallback` does; with a `replay` (forgetmap.monitor.replay.ForecastReplay, mixed
   into the training set), each check points the replay's draw at the examples forecast most forgotten, a
@@ -41,7 +42,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..errors import DataError
-from ..predict.bound import mean_bound, share_bound
+from ..predict.bound import audit_mean, mean_bound, share_bound
 from .map import ForecastMap, differences, identity
 
 log = logging.getLogger(__name__)
@@ -297,17 +298,18 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         scalars["mean"] = float(np.mean(row))
         scalars["forgotten"] = float(np.mean(row > 0))
         if len(audited):
-            scalars["audit_mean"] = float(np.nanmean(audited))
+            scalars["audit_mean"] = audit_mean(len(row), self.map.known, self.map.audit, audited, self.map.strata)
         if self.level is not None and len(audited):  # the run's own bound (predict.bound)
             bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level,
-                               skew=self.map.residual_skew())
+                               skew=self.map.residual_skew(), strata=self.map.strata)
             scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
         elif self.level is not None:  # a map without audit examples: its constant half-width
             scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
         if self.budget is not None:
             scalars["over_budget"] = float(np.mean(row > self.budget))
             if self.level is not None and len(audited):  # a bound on that share too, as on the mean
-                share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level)
+                share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level,
+                                    strata=self.map.strata)
                 scalars["over_budget_upper"] = share.upper
             if scalars["upper"] > self.budget:
                 over.append(f"forecast upper bound {scalars['upper']:.4f} above the budget {self.budget}")

@@ -7,8 +7,9 @@ the map is of (the model's architecture and vocabulary, the tokenizer's encoding
 monitor of another model refuses before training starts instead of forecasting nonsense.
 
 On disk (`*.parquet`): one row per usable example (measured under every fit task) with `example_id`,
-`source`, `base_nll`, `probe`, the upstream columns (`kind`, `text`, `prompt`, `response`: filled for the
-probes only), then one float32 column per fit task; the metadata (`forgetmap`) records the rest. The
+`source`, `base_nll`, `probe`, `audit`, the upstream columns (`kind`, `text`, `prompt`, `response`: filled for the
+probes and the audit examples only), `stratum` where the audit was drawn by strata (forgetmap.predict.audit), then
+one float32 column per fit task; the metadata (`forgetmap`) records the rest. The
 completion is the forecast job's own (`forgetmap.predict.forecast.fit_completion`): the same probe values
 give the same forecast row.
 """
@@ -92,6 +93,7 @@ class ForecastMap:
     facts: dict = field(default_factory=dict)   # identity(): what the map is of
     about: dict = field(default_factory=dict)   # where it came from: matrix, model name, strategy, seed
     path: str | None = None
+    strata: np.ndarray | None = None  # (U,) each example's audit stratum (predict.audit), None: drawn uniformly
     _completion: tuple | None = field(default=None, repr=False)
     _folds: tuple | None = field(default=None, repr=False)
     _mean_widths: dict | None = field(default=None, repr=False)
@@ -120,14 +122,15 @@ class ForecastMap:
                     audit_seed: int = 0) -> "ForecastMap":
         """A map from a forgetting matrix (a path or a `ForgettingMatrix`) and its upstream shards: the fit
         tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
-        `probes` as the workflow's forecast chooses them; `audit` further examples are drawn uniformly at random
-        (`audit_seed`) from the rest, measured at each check to bound the mean forgetting (predict.bound; None:
+        `probes` as the workflow's forecast chooses them; `audit` further examples are drawn at random by strata of
+        the fit rows (`audit_seed`, forgetmap.predict.audit) from the rest, measured at each check to bound the mean forgetting (predict.bound; None:
         AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one).
         `chat_template`/`max_length`: how the matrix's scores were made (the workflow's `models.NAME.score`);
         `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
         from ..matrix import ForgettingMatrix
-        from ..predict.forecast import audit_draw, choose, fit_rows
+        from ..predict.audit import audit_draw
+        from ..predict.forecast import choose, fit_rows
 
         where = str(matrix) if not isinstance(matrix, ForgettingMatrix) else "the forgetting matrix"
         forgetting = matrix if isinstance(matrix, ForgettingMatrix) else ForgettingMatrix.read(matrix)
@@ -159,7 +162,7 @@ class ForecastMap:
         if audit < 0 or audit > len(rest):
             raise DataError(f"{where}: audit {audit} examples: there are {len(rest)} usable examples besides the "
                             f"{len(known)} probes")
-        drawn = audit_draw(len(ids), known, audit, audit_seed)
+        drawn, strata = audit_draw(train, known, audit, audit_seed)
         columns = ["example_id", "source", *UPSTREAM_COLUMNS]
         rows = read_rows(shards, usable[known]).reset_index(drop=True)
         audit_rows = read_rows(shards, usable[drawn]).reset_index(drop=True)[columns] if audit else None
@@ -168,7 +171,7 @@ class ForecastMap:
         return cls(ids, forgetting.sources[usable], forgetting.base_nll[usable], train, fit_tasks, known,
                    rows[columns], drawn, audit_rows, method, dict(params or {}),
                    [float(v) for v in levels], {"chat_template": chat_template, "max_length": int(max_length)},
-                   identity(model, tokenizer), about)
+                   identity(model, tokenizer), about, strata=strata if strata.max() > 0 else None)
 
     # --- the forecast ---------------------------------------------------------------------------------
 
@@ -186,7 +189,8 @@ class ForecastMap:
         if self._folds is None:
             from ..predict.conformal import fold_residuals
 
-            self._folds = fold_residuals(self.train, self.known, self.completion()[0], self.method, self.params)
+            self._folds = fold_residuals(self.train, self.known, self.completion()[0], self.method, self.params,
+                                         strata=self.strata)
         return self._folds
 
     def mean_halfwidth(self, level: float) -> float:
@@ -199,9 +203,10 @@ class ForecastMap:
             self._mean_widths = mean_halfwidths(self._fold_residuals()[0], sorted(widths)) if widths else {}
         return self._mean_widths.get(level, float("inf"))
 
-    def residual_skew(self) -> float | None:
-        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it (None with
-        fewer than 3 fit tasks): the bound on the mean at a check takes it (forgetmap.predict.bound)."""
+    def residual_skew(self):
+        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it, one per audit
+        stratum where the audit was drawn by strata (None with fewer than 3 fit tasks): the bound on the mean at a
+        check takes it (forgetmap.predict.bound)."""
         from ..predict.conformal import median_skewness
 
         return median_skewness(self._fold_residuals()[1])
@@ -230,6 +235,8 @@ class ForecastMap:
         columns = {"example_id": pa.array(self.example_ids.astype(str)), "source": pa.array(self.sources.astype(str)),
                    "base_nll": pa.array(self.base_nll, pa.float32()), "probe": pa.array(is_probe),
                    "audit": pa.array(is_audit)}
+        if self.strata is not None:
+            columns["stratum"] = pa.array(self.strata, pa.int8())
         for name in UPSTREAM_COLUMNS:
             full = np.full(n, None, dtype=object)
             for positions, rows in ((self.known, self.probe_rows), (self.audit, self.audit_rows)):
@@ -293,4 +300,5 @@ class ForecastMap:
         return cls(frame["example_id"].to_numpy().astype(str), frame["source"].to_numpy().astype(str),
                    frame["base_nll"].to_numpy(dtype=np.float32), train, list(meta["fit_tasks"]), known,
                    measured["probe"], audit, measured["audit"] if len(audit) else None, meta["method"],
-                   meta["params"], meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path))
+                   meta["params"], meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path),
+                   strata=frame["stratum"].to_numpy(dtype=np.int8) if "stratum" in frame else None)

@@ -84,13 +84,14 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
     from ..predict.conformal import fold_residuals, mean_halfwidths, median_skewness
-    from ..predict.forecast import audit_positions, chosen_probes, fit_completion, own_bound
+    from ..predict.audit import audit_positions
+    from ..predict.forecast import chosen_probes, fit_completion, own_bound
     from ..predict.metrics import evaluate
 
     forgetting = ForgettingMatrix.read(matrix)
     chosen = read_metadata(probes)
     train, usable, index, known = chosen_probes(forgetting, settings["fit_tasks"], matrix, probes, chosen)
-    audit = audit_positions(chosen, usable, probes)
+    audit, strata = audit_positions(chosen, train, known, usable, probes)
     measured_ids = forgetting.example_ids[np.concatenate([index, usable[audit]])]
     if len(checkpoints) != len(settings["tasks"]):
         raise DataError(f"{len(checkpoints)} fine-tunes for {len(settings['tasks'])} monitored tasks")
@@ -98,8 +99,8 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
                                         [float(v) for v in settings["intervals"]])
     level = max(widths) if widths else None
     # the folds, passed over once: the mean's conformal half-widths and, with audit examples, the residuals' skewness
-    errors, skews = fold_residuals(train, known, completion, settings["method"], settings["params"]) \
-        if widths or len(audit) else ((), ())
+    errors, skews = fold_residuals(train, known, completion, settings["method"], settings["params"],
+                                   strata=strata) if widths or len(audit) else ((), ())
     mean_widths = mean_halfwidths(errors, sorted(widths)) if widths else {}
     skew = median_skewness(skews) if len(audit) else None
     hidden = np.ones(len(usable), dtype=bool)
@@ -116,7 +117,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
         # each check's bound from its audit examples; the last check's weights are the measured row's
         bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [shown],
-                            truth if step == total else None, skew) for c, step in enumerate(steps[1:])]
+                            truth if step == total else None, skew, strata) for c, step in enumerate(steps[1:])]
         drawn[task] = (steps[1:], total, pred, values, truth, bounds)
         for c, step in enumerate(steps[1:]):
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),

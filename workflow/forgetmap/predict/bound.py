@@ -75,15 +75,18 @@ def _t(level: float, df: int) -> float:
 
 def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
                audit_values: np.ndarray, level: float, weight: float | str = 1.0,
-               indicators: bool = False, skew: float | None = None) -> MeanBound:
+               indicators: bool = False, skew=None, strata: np.ndarray | None = None) -> MeanBound:
     """The mean of z over every usable example at a check, bounded at `level`: `forecast` the completed row (N,),
     `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
     of them probes) and `audit_values` their measured z. `weight`: the forecast's (1: the plain prediction-powered
     estimate; 0: the audit's own mean; "tuned": tuned on the audit, `tuned_weights`); `indicators`: 0/1 values
-    (`share_bound`); `skew`: the corrected values' skewness as the map knows it (`hall_quantiles`; None: t's)."""
+    (`share_bound`); `skew`: the corrected values' skewness as the map knows it, one for all or one per stratum
+    (`hall_quantiles`; None: t's); `strata`: each usable example's stratum (0, 1, ...; forgetmap.predict.audit) where
+    the audit was drawn by strata, None where uniformly."""
     forecast = np.asarray(forecast, dtype=np.float64)
     return corrected_mean(forecast, known, probe_values, audit_values, forecast[audit], level, weight=weight,
-                          indicators=indicators, skew=skew)
+                          indicators=indicators, skew=skew,
+                          strata=None if strata is None else (np.asarray(strata), np.asarray(strata)[audit]))
 
 
 def crossfit_bound(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, held_out: np.ndarray,
@@ -97,25 +100,35 @@ def crossfit_bound(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     return corrected_mean(forecast, known, values, values, held_out, level, disjoint=True, weight=weight)
 
 
-def tuned_weights(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+def tuned_weights(measured: np.ndarray, predicted: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     """Each sampled example's weight on the forecast, fitted on the other m - 1 alone (leave-one-out cross-fitting,
     so an example's own error never chooses its weight): the least-squares slope of the measured values on the
     forecast ones, the weight that makes the corrected sample's variance least (PPI++'s power tuning), at least 0
-    (a forecast that runs against the values is left out rather than turned). Where the others' forecasts do not
-    vary, 0."""
+    (a forecast that runs against the values is left out rather than turned). `groups`: each example's stratum,
+    where the sample was drawn by strata: the slope within them, pooled. Where the others' forecasts do not vary,
+    0."""
     z, f = np.asarray(measured, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
     m = len(z)
     if m < 3:
         return np.zeros(m)
-    centre = f.mean()  # sums of the others, from the whole sample's, about one centre (exact in float64 here)
+    groups = np.zeros(m, dtype=np.int64) if groups is None else np.unique(groups, return_inverse=True)[1]
+    centre = f.mean()  # sums about one centre (exact in float64 here)
     fc, zc = f - centre, z - z.mean()
-    sf, sz, sff, sfz = fc.sum() - fc, zc.sum() - zc, (fc * fc).sum() - fc * fc, (fc * zc).sum() - fc * zc
-    n = m - 1
-    varf = sff - sf * sf / n
-    cov = sfz - sf * sz / n
+    count = np.bincount(groups).astype(np.float64)
+
+    def within(sf, sz, sff, sfz, n):  # the centred sums of a group of n from its raw ones (0 for an empty group)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.where(n > 0, sff - sf * sf / n, 0.0), np.where(n > 0, sfz - sf * sz / n, 0.0))
+
+    sums = [np.bincount(groups, weights=w) for w in (fc, zc, fc * fc, fc * zc)]
+    whole = within(*sums, count)
+    mine = [s[groups] for s in sums]
+    left = within(mine[0] - fc, mine[1] - zc, mine[2] - fc * fc, mine[3] - fc * zc, count[groups] - 1)
+    varf = whole[0].sum() - whole[0][groups] + left[0]
+    cov = whole[1].sum() - whole[1][groups] + left[1]
     scale = max(float(np.max(np.abs(fc))), 1e-300) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.where(varf > 1e-12 * scale * n, cov / varf, 0.0)
+        slope = np.where(varf > 1e-12 * scale * (m - 1), cov / varf, 0.0)
     return np.maximum(slope, 0.0)
 
 
@@ -125,13 +138,20 @@ def hall_quantiles(level: float, m: int, skew: float | None) -> tuple[float, flo
     mean, g(t) = t + γ t² / (3√m) + γ² t³ / (27 m) + γ / (6√m), monotone in t, inverted at t's quantiles ±q:
     for γ > 0 (a long upper tail, which a small sample underrepresents) the upper end reaches further than t's and
     the lower end less far."""
-    q = _t(level, m - 1)
-    if skew is None or not np.isfinite(skew) or abs(skew) < 1e-12:
+    if skew is None or not np.isfinite(skew):
+        return hall_ends(level, m - 1, None)
+    return hall_ends(level, m - 1, skew / np.sqrt(m))
+
+
+def hall_ends(level: float, df: float, lean: float | None) -> tuple[float, float]:
+    """`hall_quantiles` for an estimate whose own skewness is `lean` (γ / √m for a mean of m values; a stratified
+    mean's from its strata's, `corrected_mean`), with Student's t at `df` degrees of freedom."""
+    q = _t(level, df)
+    if lean is None or not np.isfinite(lean) or abs(lean) < 1e-12:
         return q, q
-    root = np.sqrt(m)
 
     def inverse(x: float) -> float:
-        return 3 * root / skew * (np.cbrt(1 + skew / root * (x - skew / (6 * root))) - 1)
+        return 3 / lean * (np.cbrt(1 + lean * (x - lean / 6)) - 1)
 
     return float(-inverse(-q)), float(inverse(q))
 
@@ -150,7 +170,8 @@ def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, 
 
 def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, sampled: np.ndarray,
                    sampled_forecast: np.ndarray, level: float, disjoint: bool = False,
-                   weight: float | str = 1.0, indicators: bool = False, skew: float | None = None) -> MeanBound:
+                   weight: float | str = 1.0, indicators: bool = False, skew=None,
+                   strata: tuple[np.ndarray, np.ndarray] | None = None) -> MeanBound:
     """The examples at `known` counted as measured (`values`), the N - k others' mean estimated from examples drawn
     at random (`sampled` measured there, `sampled_forecast` the forecast of each that did not see it) as
 
@@ -163,50 +184,93 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     that a forecast that does not help costs next to nothing and one that does narrows the interval by √(1 - ρ²),
     ρ the correlation of forecast and value over the sample. `indicators`: the values are 0/1 (a share), and the
     spread is `paired_spread`'s. `skew`: the interval is Hall's transformation of t at that skewness
-    (`hall_quantiles`), for an audit drawn from the others (not `disjoint`)."""
+    (`hall_quantiles`), for an audit drawn from the others (not `disjoint`).
+
+    `strata`: (each of the N examples' stratum, each sampled one's), for an audit drawn by strata
+    (forgetmap.predict.audit): the others' mean is then the strata's, each weighted by its share W_h of the others,
+    each corrected about its own forecast mean, with the variance Σ W_h² s_h² / m_h · (1 - m_h / N_h), Welch and
+    Satterthwaite's degrees of freedom, and (given `skew`, one per stratum or one for all) Hall's transformation at
+    the estimate's own skewness Σ W_h³ γ_h s_h³ / m_h² over its standard error cubed. One stratum is the plain audit,
+    the same interval. A stratum with fewer than two sampled values gives no bound (NaN)."""
     forecast = np.asarray(forecast, dtype=np.float64)
     n, k = len(forecast), len(known)
     z, f = np.asarray(sampled, dtype=np.float64), np.asarray(sampled_forecast, dtype=np.float64)
     keep = np.isfinite(z) & np.isfinite(f)
-    z, f = z[keep], f[keep]
+    labels, sampled_labels = (np.zeros(n, dtype=np.int64), np.zeros(len(z), dtype=np.int64)) if strata is None \
+        else (np.asarray(strata[0]), np.asarray(strata[1]))
+    z, f, sampled_labels = z[keep], f[keep], sampled_labels[keep]
     m = len(z)
     if k >= n:  # every example measured: the mean itself
         mean = float(np.mean(values))
         return MeanBound(mean, mean, mean, 0.0)
-    if m < 2:
-        return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
     others = np.ones(n, dtype=bool)
     others[known] = False
-    centre = float(forecast[others].mean())
+    groups = np.unique(labels[others])
+    parts = [np.flatnonzero(sampled_labels == h) for h in groups]
+    if m < 2 or min(len(p) for p in parts) < 2:
+        return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
     if weight == "tuned":
-        lam = tuned_weights(z, f)
+        lam = tuned_weights(z, f, sampled_labels if len(groups) > 1 else None)
     elif isinstance(weight, str):
         raise ValueError(f"weight {weight!r}: a number, or 'tuned'")
     else:
         lam = np.full(m, float(weight))
-    corrected = z - lam * (f - centre)
-    estimate = (float(np.sum(values)) + (n - k) * float(corrected.mean())) / n
-    spread = (paired_spread(z, f, lam, centre) if indicators else float(corrected.std(ddof=1))) / np.sqrt(m)
-    if disjoint:
-        half = _t(level, m - 1) * spread * np.sqrt((n - k) / n)
+    size = np.array([np.sum(others & (labels == h)) for h in groups], dtype=np.float64)
+    share = size / size.sum()
+    centres = np.array([forecast[others & (labels == h)].mean() for h in groups])
+    corrected = z - lam * (f - centres[np.searchsorted(groups, sampled_labels)])
+    means = np.array([corrected[p].mean() for p in parts])
+    spreads = np.array([paired_spread(z[p], f[p], lam[p], centres[h]) if indicators else corrected[p].std(ddof=1)
+                        for h, p in enumerate(parts)])
+    counts = np.array([len(p) for p in parts], dtype=np.float64)
+    estimate = (float(np.sum(values)) + (n - k) * float(share @ means)) / n
+    if disjoint:  # (one stratum: crossfit_bound)
+        half = _t(level, m - 1) * spreads[0] / np.sqrt(m) * np.sqrt((n - k) / n)
         return MeanBound(estimate, estimate - half, estimate + half, float(lam.mean()))
-    up, down = hall_quantiles(level, m, None if indicators else skew)
-    scale = (n - k) / n * spread * np.sqrt(max(0.0, 1 - m / max(n - k, 1)))
+    terms = share ** 2 * spreads ** 2 / counts
+    kept = terms * np.maximum(0.0, 1 - counts / np.maximum(size, 1))  # the finite population's correction
+    variance = float(kept.sum())
+    df = m - 1 if len(groups) == 1 or variance == 0 else variance ** 2 / float(np.sum(kept ** 2 / (counts - 1)))
+    lean = None
+    if skew is not None and not indicators:
+        gamma = np.broadcast_to(np.asarray(skew, dtype=np.float64), (len(groups),))
+        lean = float(np.sum(share ** 3 * gamma * spreads ** 3 / counts ** 2) / terms.sum() ** 1.5) \
+            if np.isfinite(gamma).all() and terms.sum() > 0 else None
+    up, down = hall_ends(level, df, lean)
+    scale = (n - k) / n * np.sqrt(variance)
     return MeanBound(estimate, estimate - down * scale, estimate + up * scale, float(lam.mean()))
 
 
 def share_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
-                audit_values: np.ndarray, over: float, level: float, weight: float | str = 1.0) -> MeanBound:
+                audit_values: np.ndarray, over: float, level: float, weight: float | str = 1.0,
+                strata: np.ndarray | None = None) -> MeanBound:
     """The share of usable examples forgotten by more than `over` nats per token at a check, bounded at `level`:
     `mean_bound` on the indicators (the forecast's, the probes' and the audit examples' measured ones), its spread
-    `paired_spread`'s."""
+    `paired_spread`'s in each stratum (`strata`, as `mean_bound`'s)."""
     def above(z):
         z = np.asarray(z, dtype=np.float64)
         return np.where(np.isfinite(z), (z > over).astype(np.float64), np.nan)
 
     bound = mean_bound(above(forecast), known, above(probe_values), audit, above(audit_values), level, weight,
-                       indicators=True)
+                       indicators=True, strata=strata)
     return MeanBound(bound.estimate, max(0.0, bound.lower), min(1.0, bound.upper), bound.weight)
+
+
+def audit_mean(n: int, known: np.ndarray, audit: np.ndarray, audited: np.ndarray,
+               strata: np.ndarray | None = None) -> float:
+    """The audit examples' own estimate of the mean over the n - k examples that are not probes, no forecast: each
+    stratum's mean weighted by its share of them (`strata`, as `mean_bound`'s; the plain mean where the audit was
+    drawn uniformly). NaN where no audit example has a value."""
+    audited = np.asarray(audited, dtype=np.float64)
+    if not np.isfinite(audited).any():
+        return float("nan")
+    if strata is None:
+        return float(np.nanmean(audited))
+    labels = np.asarray(strata).copy()
+    labels[np.asarray(known)] = -1
+    groups = np.unique(labels[labels >= 0])
+    share = np.array([np.sum(labels == h) for h in groups], dtype=np.float64) / np.sum(labels >= 0)
+    return float(sum(w * np.nanmean(audited[labels[audit] == h]) for w, h in zip(share, groups)))
 
 
 def sample_interval(values: np.ndarray, level: float) -> MeanBound:

@@ -85,10 +85,11 @@ def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, 
 
 
 def fold_residuals(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                   folds: int = MAX_FOLDS) -> tuple[np.ndarray, np.ndarray]:
+                   folds: int = MAX_FOLDS, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One pass over the leave-one-task-out folds, for what a completed row's mean needs: (each left-out row's
     |mean(z) − mean(ẑ)| over its hidden entries, the skewness of its residuals z − ẑ there); both empty with
-    fewer than 3 fit tasks."""
+    fewer than 3 fit tasks. `strata`: each example's stratum (forgetmap.predict.audit; -1 at the probes), the
+    skewness then over each stratum's hidden entries apart (folds × strata)."""
     from scipy.stats import skew
 
     train = np.asarray(train)
@@ -96,10 +97,13 @@ def fold_residuals(train: np.ndarray, known: np.ndarray, model, method: str, par
         return np.zeros(0), np.zeros(0)
     hidden = np.ones(train.shape[1], dtype=bool)
     hidden[known] = False
+    parts = [hidden] if strata is None else [hidden & (strata == h) for h in range(int(strata.max()) + 1)]
     errors, skews = [], []
     for row, pred in fold_predictions(train, known, model, method, params, folds):
         errors.append(abs(float(train[row][hidden].mean()) - float(pred[hidden].mean())))
-        skews.append(float(skew((train[row] - pred)[hidden].astype(np.float64))))
+        residual = (train[row] - pred).astype(np.float64)
+        found = [float(skew(residual[part])) for part in parts]
+        skews.append(found[0] if strata is None else found)
     return np.array(errors), np.array(skews)
 
 
@@ -111,19 +115,22 @@ def mean_halfwidths(errors: np.ndarray, levels: list[float]) -> dict[float, floa
     return {level: quantile(np.array(errors, dtype=np.float64), level) for level in levels}
 
 
-def median_skewness(skews: np.ndarray) -> float | None:
+def median_skewness(skews: np.ndarray):
     """The median of the folds' residual skewness (`fold_residuals`): how lopsided a completed row's errors are,
     known from the fit tasks before any run (the forgetting monitor's bound takes it, forgetmap.predict.bound).
-    None where no fold gives one (fewer than 3 fit tasks)."""
+    None where no fold gives one (fewer than 3 fit tasks); with strata (folds × strata), one per stratum, a list."""
     found = np.asarray(skews, dtype=np.float64)
+    if found.ndim == 2:
+        each = [median_skewness(column) for column in found.T]
+        return None if not len(found) or any(v is None for v in each) else each
     found = found[np.isfinite(found)]
     return float(np.median(found)) if len(found) else None
 
 
 def fold_skewness(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                  folds: int = MAX_FOLDS) -> float | None:
+                  folds: int = MAX_FOLDS, strata: np.ndarray | None = None):
     """`median_skewness` of the folds' residuals, where nothing else needs the folds (the forecast job)."""
-    return median_skewness(fold_residuals(train, known, model, method, params, folds)[1])
+    return median_skewness(fold_residuals(train, known, model, method, params, folds, strata)[1])
 
 
 def quantile(scores: np.ndarray, level: float) -> float:

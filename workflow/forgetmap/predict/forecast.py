@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .audit import audit_draw, audit_positions, audit_record
 from .conformal import coverage, fold_skewness, halfwidths
 from .metrics import evaluate
 from .probes import choose_probes, design
@@ -69,9 +70,9 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     """`forgetmap forecast-probes`: the k probe examples (upstream rows, in corpus order) for the score
     job, chosen from the fit rows assembled from their own score files (`settings["rows"]`, as the matrix
     job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. The audit
-    examples follow them (`settings["audit"]`, drawn uniformly at random from the other usable examples with the
-    seed: what bounds each forecast's mean by its own measurements, forgetmap.predict.bound), their corpus indices
-    recorded as `audit`. Where the corpus has items (`settings["items"]`), k of them drawn at random follow
+    examples follow them (`settings["audit"]`, drawn at random by strata of the fit rows from the other usable
+    examples with the seed, forgetmap.predict.audit: what bounds each forecast's mean by its own measurements,
+    forgetmap.predict.bound), their corpus indices recorded as `audit`, the strata as `audit_strata`. Where the corpus has items (`settings["items"]`), k of them drawn at random follow
     (those not already probes or audit examples), so a forecast task's probe scoring also decides them right or
     wrong (the forecast job's correctness rates); the metadata records which, and every item they were drawn from
     (multiple choice, or with `generated` free form too) with its number of options (0: free form)."""
@@ -86,10 +87,12 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     train, usable = fit_rows(forgetting, settings["fit_tasks"], "the fit rows")
     probes = choose(train, settings["k"], settings["probes"], settings["seed"], "the fit rows")
     index = usable[probes]
-    audit = usable[audit_draw(len(usable), probes, settings.get("audit", 0), settings["seed"])]
+    drawn, strata = audit_draw(train, probes, settings.get("audit", 0), settings["seed"])
+    audit = usable[drawn]
     rows = read_rows(shards, np.concatenate([index, audit]))
     record = {"indices": index.tolist(), "k": settings["k"], "probes": settings["probes"], "seed": settings["seed"],
-              "fit_tasks": settings["fit_tasks"], "usable": len(usable), "audit": audit.tolist()}
+              "fit_tasks": settings["fit_tasks"], "usable": len(usable), "audit": audit.tolist(),
+              "audit_strata": audit_record(strata, drawn)}
     items = settings.get("items")
     population, known = chosen_items(shards, items["k"], items["seed"], items["generated"]) \
         if items else ([], [])
@@ -106,26 +109,6 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     write_table(pa.Table.from_pandas(rows, preserve_index=False), out, record)
     return {"probes": len(index), "strategy": settings["probes"], "fit_tasks": len(settings["fit_tasks"]),
             "usable": len(usable), "audit": len(audit), "items": len(record.get("items", {}).get("ids", []))}
-
-
-def audit_draw(usable: int, known: np.ndarray, size: int, seed: int) -> np.ndarray:
-    """The audit examples' positions among the `usable` examples, ascending: `size` drawn uniformly at random without
-    replacement (`seed`) from those that are not probes, every one where there are fewer; a trainer's map
-    (forgetmap.monitor.ForecastMap) draws its own the same way."""
-    rest = np.setdiff1d(np.arange(usable), known)
-    if size >= len(rest):
-        return rest
-    return np.sort(np.random.default_rng(seed).choice(rest, size, replace=False)).astype(np.int64)
-
-
-def audit_positions(chosen: dict, usable: np.ndarray, probes: str) -> np.ndarray:
-    """The audit examples' positions among the usable examples, from a probes file's record (none where it holds
-    none), checked against them."""
-    audit = np.asarray(chosen.get("audit", []), dtype=np.int64)
-    positions = np.minimum(np.searchsorted(usable, audit), max(len(usable) - 1, 0))
-    if len(audit) and not np.array_equal(usable[positions], audit):
-        raise DataError(f"{probes}: its audit examples are not usable examples of the matrix: rebuild it")
-    return positions
 
 
 PROBE_RECORD = "monitor.parquet"  # a monitored fine-tune's probes, in its checkpoint directory
@@ -256,7 +239,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     tasks = settings["tasks"]
     if len(scores) != len(tasks):
         raise DataError(f"{len(scores)} probe score files for {len(tasks)} forecast tasks")
-    audit = audit_positions(chosen, usable, probes)
+    audit, strata = audit_positions(chosen, train, known, usable, probes)
     both = np.concatenate([index, usable[audit]])
     measured = [probe_values(path, forgetting.example_ids[both], forgetting.base_nll[both].astype(np.float64))
                 for path in scores]
@@ -268,7 +251,8 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     levels = [float(level) for level in settings["intervals"]]
     model, widths = fit_completion(train, known, settings["method"], settings["params"], levels)
     pred = model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False)
-    skew = fold_skewness(train, known, model, settings["method"], settings["params"]) if len(audit) else None
+    skew = fold_skewness(train, known, model, settings["method"], settings["params"], strata=strata) \
+        if len(audit) else None
 
     n = forgetting.shape[1]
     columns = {"example_id": pa.array(forgetting.example_ids.astype(str)), "source": pa.array(forgetting.sources)}
@@ -296,7 +280,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
                              upstream_tokens, widths),
              **own_bound(pred[t], known, values[t], audit, audited[t], levels,
-                         forgetting.row(task)[usable] if task in forgetting.tasks else None, skew),
+                         forgetting.row(task)[usable] if task in forgetting.tasks else None, skew, strata),
              **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
     table = pd.DataFrame(rows)
     with atomic_path(summary) as tmp:
@@ -309,19 +293,21 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
 
 
 def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.ndarray, audited: np.ndarray,
-              levels: list[float], truth: np.ndarray | None = None, skew: float | None = None) -> dict:
+              levels: list[float], truth: np.ndarray | None = None, skew=None,
+              strata: np.ndarray | None = None) -> dict:
     """A forecast row's mean over the usable examples bounded by its own audit examples at each level
     (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, and the audit's own
-    `audit_mean`); with the measured row (`truth`), whether each interval holds
+    estimate of the others' mean, `audit_mean`); with the measured row (`truth`), whether each interval holds
     its mean (`estimate_covered_{level}`). None of them without audit examples. `skew`: the map's residual
-    skewness (forgetmap.predict.conformal.fold_skewness), which the interval takes as the monitor's does."""
-    from .bound import mean_bound
+    skewness (forgetmap.predict.conformal.fold_skewness), which the interval takes as the monitor's does;
+    `strata`: the audit's strata (forgetmap.predict.audit), None where it was drawn uniformly."""
+    from .bound import audit_mean, mean_bound
 
     if len(audit) < 2 or np.isfinite(audited).sum() < 2:
         return {}
-    out = {"audit_mean": float(np.nanmean(audited))}
+    out = {"audit_mean": audit_mean(len(row), known, audit, audited, strata)}
     for level in sorted(levels) or [0.9]:
-        bound = mean_bound(row, known, values, audit, audited, level, skew=skew)
+        bound = mean_bound(row, known, values, audit, audited, level, skew=skew, strata=strata)
         out.update({"estimate": bound.estimate, f"estimate_lower_{level:g}": bound.lower,
                     f"estimate_upper_{level:g}": bound.upper})
         if truth is not None and np.isfinite(truth).all():
