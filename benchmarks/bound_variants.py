@@ -12,7 +12,8 @@ transformation of t, with the audit's own skewness or with the map's (the median
 leave-one-task-out residuals: known before the run), and an audit drawn as the map draws it, by two strata of the
 fit tasks' mean |Z| per example (forgetmap.predict.audit: the top 10 % and the rest, Neyman's allocation; the
 stratified estimate, forgetmap.predict.bound), with t or with Hall's at each stratum's skewness (the monitor's), the
-shares too (`share_bound` by strata, the monitor's); and, for a run's
+shares too (`share_bound` by strata, the monitor's), and the stratified audit alone (weight 0) with t, or held to
+the level the same way, Hall's at each stratum's skewness of the fit rows' values; and, for a run's
 width against the sample's own, Hall's interval for the sample alone (weight 0) at the map's skewness of the values
 themselves, and for the tuned weight at the map's skewness of z - λ ẑ at the weight tuned (the folds' median at
 each λ); and the audit folded into the completion (cross-prediction, Zrnic & Candès 2024): the audit split into
@@ -80,6 +81,8 @@ def main() -> None:
     map_skew = fold_skewness(forecast_map.train, known, model, forecast_map.method, forecast_map.params)
     strata_skew = forecast_map.residual_skew()  # one per stratum of the map's audit (what the monitor takes)
     strata = audit_draw(forecast_map.train, known, m, 0)[1]
+    value_skew = [float(np.median([skew(values[strata[rest] == h], bias=False) for values, _ in folds]))
+                  for h in (0, 1)]  # each stratum's skewness of the fit rows' values themselves (no forecast)
     centred = forecast_map.train - forecast_map.train.mean(axis=0)
     covariates = np.column_stack([np.ones(len(rest)), forecast_map.train[:, rest].mean(axis=0),
                                   forecast_map.base_nll[rest], np.linalg.svd(centred, full_matrices=False)[2][:3, rest].T])
@@ -92,10 +95,10 @@ def main() -> None:
         se = d.std(ddof=1) / np.sqrt(m) * fpc
         return d.mean() - down * se, d.mean() + up * se
 
-    def by_strata(z, row, probes, over=None, gamma=None):  # the map's draw by strata (forgetmap.predict.audit)
+    def by_strata(z, row, probes, over=None, gamma=None, weight=1.0):  # the map's draw (forgetmap.predict.audit)
         drawn = audit_draw(forecast_map.train, known, m, int(rng.integers(1 << 31)))[0]
-        bound = mean_bound(row, known, z[known], drawn, z[drawn], level, skew=gamma, strata=strata) if over is None \
-            else share_bound(row, known, z[known], drawn, z[drawn], over, level, strata=strata)
+        bound = mean_bound(row, known, z[known], drawn, z[drawn], level, weight, skew=gamma, strata=strata) \
+            if over is None else share_bound(row, known, z[known], drawn, z[drawn], over, level, strata=strata)
         return (np.array([bound.lower, bound.upper]) * n - probes) / (n - k)  # the others' mean's interval
 
     def bootstrap_t(d):
@@ -170,6 +173,9 @@ def main() -> None:
                             probes, truth)
                         add(f"{tag}: weight 1, Hall, two strata, each stratum's skewness (the monitor's)",
                             *by_strata(z, row, probes, gamma=strata_skew), probes, truth)
+                        add(f"{tag}: weight 0, Hall, two strata, each stratum's skewness of the values",
+                            *by_strata(z, row, probes, gamma=value_skew, weight=0.0), probes, truth)
+                        add(f"{tag}: weight 0, t, two strata", *by_strata(z, row, probes, weight=0.0), probes, truth)
                         add(f"{tag}: weight 0, Hall, the map's skewness of the values", *hall(
                             values[drawn], float(np.interp(0.0, grid, skew_at_weight))), probes, truth)
                         corrected = values[drawn] - tuned * (forecast[drawn] - centre)

@@ -42,6 +42,22 @@ def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
     assert sorted(got) == [0.8, 0.9] and all(np.array_equal(got[level], widths[level]) for level in widths)
 
 
+def test_a_map_written_before_the_strata_is_read_as_drawn_uniformly(mapped, tmp_path):
+    """A map file without the `stratum` column (forgetmap before the audit's strata): its audit is one stratum, its
+    residual skewness one number, and its bound the uniform audit's."""
+    import pyarrow.parquet as pq
+
+    from forgetmap.monitor import ForecastMap
+
+    _, _, _, map_path = mapped
+    table = pq.read_table(map_path)
+    assert "stratum" in table.column_names and ForecastMap.read(map_path).strata.max() == 1
+    pq.write_table(table.drop(["stratum"]), tmp_path / "before.parquet")
+    before = ForecastMap.read(tmp_path / "before.parquet")
+    assert before.strata is None and isinstance(before.residual_skew(), float)
+    assert before.audit.tolist() == ForecastMap.read(map_path).audit.tolist()
+
+
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")  # TRL's SFTConfig
 def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(mapped, tmp_path):
     pytest.importorskip("trl")
@@ -98,7 +114,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
         # drawn by the fit rows' two strata, each with its own skewness (the map's, recorded with the check)
         strata = refit_strata(forecast_map.train, forecast_map.known)
-        assert forecast_map.strata.tolist() == strata.tolist()
+        assert forecast_map.strata.tolist() == strata.tolist() == rows["stratum"].tolist()
         skew = refit_skew(forecast_map.train, forecast_map.known, strata=strata)
         assert meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,

@@ -380,6 +380,8 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
         is_audit[self.map.audit] = True
         columns = {"example_id": pa.array(self.map.example_ids.astype(str)), "source": pa.array(self.map.sources),
                    "probe": pa.array(is_probe), "audit": pa.array(is_audit), "forecast": pa.array(row, pa.float32())}
+        if self.map.strata is not None:  # the audit's strata, which the bound weights (predict.audit)
+            columns["stratum"] = pa.array(self.map.strata, pa.int8())
         for level, width in widths.items():
             columns[f"halfwidth_{level:g}"] = pa.array(width, pa.float32())
         write_table(pa.table(columns), Path(args.output_dir) / OUTPUT / f"check-{state.global_step:08d}.parquet",
