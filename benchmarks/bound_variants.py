@@ -13,7 +13,8 @@ leave-one-task-out residuals: known before the run), and an audit drawn as the m
 fit tasks' mean |Z| per example (forgetmap.predict.audit: the top 10 % and the rest, Neyman's allocation; the
 stratified estimate, forgetmap.predict.bound), with t or with Hall's at each stratum's skewness (the monitor's), the
 shares too (`share_bound` by strata, the monitor's), and the stratified audit alone (weight 0) with t, or held to
-the level the same way, Hall's at each stratum's skewness of the fit rows' values; and, for a run's
+the level the same way, Hall's at each stratum's skewness of the fit rows' values, and the weight tuned within the
+strata (t, or Hall's at the monitor's skewness); and, for a run's
 width against the sample's own, Hall's interval for the sample alone (weight 0) at the map's skewness of the values
 themselves, and for the tuned weight at the map's skewness of z - λ ẑ at the weight tuned (the folds' median at
 each λ); and the audit folded into the completion (cross-prediction, Zrnic & Candès 2024): the audit split into
@@ -176,6 +177,10 @@ def main() -> None:
                         add(f"{tag}: weight 0, Hall, two strata, each stratum's skewness of the values",
                             *by_strata(z, row, probes, gamma=value_skew, weight=0.0), probes, truth)
                         add(f"{tag}: weight 0, t, two strata", *by_strata(z, row, probes, weight=0.0), probes, truth)
+                        add(f"{tag}: weight tuned, t, two strata", *by_strata(z, row, probes, weight="tuned"),
+                            probes, truth)
+                        add(f"{tag}: weight tuned, Hall, two strata, each stratum's skewness", *by_strata(
+                            z, row, probes, gamma=strata_skew, weight="tuned"), probes, truth)
                         add(f"{tag}: weight 0, Hall, the map's skewness of the values", *hall(
                             values[drawn], float(np.interp(0.0, grid, skew_at_weight))), probes, truth)
                         corrected = values[drawn] - tuned * (forecast[drawn] - centre)

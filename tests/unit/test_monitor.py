@@ -44,7 +44,7 @@ def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
 
 def test_a_map_written_before_the_strata_is_read_as_drawn_uniformly(mapped, tmp_path):
     """A map file without the `stratum` column (forgetmap before the audit's strata): its audit is one stratum, its
-    residual skewness one number, and its bound the uniform audit's."""
+    residual skewness one number, and its bound the uniform audit's. An edited column is refused, naming it."""
     import pyarrow.parquet as pq
 
     from forgetmap.monitor import ForecastMap
@@ -56,6 +56,16 @@ def test_a_map_written_before_the_strata_is_read_as_drawn_uniformly(mapped, tmp_
     before = ForecastMap.read(tmp_path / "before.parquet")
     assert before.strata is None and isinstance(before.residual_skew(), float)
     assert before.audit.tolist() == ForecastMap.read(map_path).audit.tolist()
+    import pyarrow as pa
+
+    from forgetmap.errors import DataError
+
+    stratum = table.column("stratum").to_numpy().copy()
+    stratum[np.flatnonzero(stratum == -1)[0]] = 0  # a probe put in a stratum: the file was edited or damaged
+    pq.write_table(table.set_column(table.schema.get_field_index("stratum"), "stratum", pa.array(stratum, pa.int8())),
+                   tmp_path / "edited.parquet")
+    with pytest.raises(DataError, match=r"edited.parquet: column `stratum`: row\(s\) \[\d+\] .* -1 at the probes"):
+        ForecastMap.read(tmp_path / "edited.parquet")
 
 
 @pytest.mark.filterwarnings("ignore:`gradient_checkpointing` is deprecated:FutureWarning")  # TRL's SFTConfig

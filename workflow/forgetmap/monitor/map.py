@@ -122,9 +122,10 @@ class ForecastMap:
                     audit_seed: int = 0) -> "ForecastMap":
         """A map from a forgetting matrix (a path or a `ForgettingMatrix`) and its upstream shards: the fit
         tasks (default: every row) give the rows; the probes are `probe_ids` where given, else k chosen by
-        `probes` as the workflow's forecast chooses them; `audit` further examples are drawn at random by strata of
-        the fit rows (`audit_seed`, forgetmap.predict.audit) from the rest, measured at each check to bound the mean forgetting (predict.bound; None:
-        AUDIT, or every other example where fewer; 0: none, and the bound is the map's constant one).
+        `probes` as the workflow's forecast chooses them; `audit` further examples are drawn at random by strata
+        of the fit rows (`audit_seed`, forgetmap.predict.audit) from the rest, measured at each check to bound the
+        mean forgetting (predict.bound; None: AUDIT, or every other example where fewer; 0: none, and the bound is
+        the map's constant one).
         `chat_template`/`max_length`: how the matrix's scores were made (the workflow's `models.NAME.score`);
         `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
@@ -297,8 +298,30 @@ class ForecastMap:
                 raise DataError(f"{path}: {role} example(s) {rows['example_id'][blank].tolist()[:5]} have no text to score")
             measured[role] = rows[["example_id", "source", *UPSTREAM_COLUMNS]]
         train = np.stack([frame[t].to_numpy(dtype=np.float32) for t in meta["fit_tasks"]])
+        strata = _read_strata(frame, known, audit, path) if "stratum" in frame else None
         return cls(frame["example_id"].to_numpy().astype(str), frame["source"].to_numpy().astype(str),
                    frame["base_nll"].to_numpy(dtype=np.float32), train, list(meta["fit_tasks"]), known,
                    measured["probe"], audit, measured["audit"] if len(audit) else None, meta["method"],
                    meta["params"], meta["levels"], meta["scoring"], meta["identity"], meta["about"], str(path),
-                   strata=frame["stratum"].to_numpy(dtype=np.int8) if "stratum" in frame else None)
+                   strata=strata)
+
+
+def _read_strata(frame: pd.DataFrame, known: np.ndarray, audit: np.ndarray, path: Path) -> np.ndarray | None:
+    """A map file's `stratum` column, checked: -1 at the probes and only there, 0 or 1 elsewhere, each stratum
+    holding audit examples; None where every example is in one (drawn uniformly)."""
+    column = frame["stratum"]
+    values = column.to_numpy()
+    expected = np.zeros(len(frame), dtype=bool)
+    expected[known] = True
+    bad = np.flatnonzero(column.isna().to_numpy() | ~np.isin(values, [-1, 0, 1]) | ((values == -1) != expected))
+    if len(bad):
+        raise DataError(f"{path}: column `stratum`: row(s) {bad[:5].tolist()} (example {frame['example_id'].iloc[bad[0]]}"
+                        f") hold {values[bad[:5]].tolist()}: -1 at the probes and only there, 0 or 1 elsewhere; write "
+                        f"the map again")
+    strata = values.astype(np.int8)
+    if strata.max() == 0:
+        return None
+    if len(audit) and set(np.unique(strata[audit]).tolist()) != {0, 1}:
+        raise DataError(f"{path}: column `stratum`: the audit examples are not drawn from both strata; write the map "
+                        f"again")
+    return strata

@@ -82,10 +82,11 @@ def audit_record(labels: np.ndarray, audit: np.ndarray) -> dict:
 
 
 def audit_positions(chosen: dict, train: np.ndarray, known: np.ndarray, usable: np.ndarray,
-              probes: str) -> tuple[np.ndarray, np.ndarray | None]:
+                    probes: str) -> tuple[np.ndarray, np.ndarray | None]:
     """(the audit examples' positions among the usable examples, every usable example's stratum or None where the
-    audit is one stratum, drawn uniformly) from a probes file's record (`chosen`; none where it holds none), checked against
-    the matrix's fit rows `train` and probes `known`."""
+    audit is one stratum, drawn uniformly) from a probes file's record (`chosen`; none where it holds none),
+    checked against the matrix's fit rows `train` and probes `known`. A file from before the strata has no
+    `audit_strata`: its audit was drawn uniformly."""
     audit = np.asarray(chosen.get("audit", []), dtype=np.int64)
     found = np.minimum(np.searchsorted(usable, audit), max(len(usable) - 1, 0))
     if len(audit) and not np.array_equal(usable[found], audit):

@@ -262,17 +262,16 @@ def audit_mean(n: int, known: np.ndarray, audit: np.ndarray, audited: np.ndarray
                strata: np.ndarray | None = None) -> float:
     """The audit examples' own estimate of the mean over the n - k examples that are not probes, no forecast: each
     stratum's mean weighted by its share of them (`strata`, as `mean_bound`'s; the plain mean where the audit was
-    drawn uniformly). NaN where no audit example has a value."""
+    drawn uniformly). NaN where a stratum's audit examples have no value."""
     audited = np.asarray(audited, dtype=np.float64)
-    if not np.isfinite(audited).any():
-        return float("nan")
-    if strata is None:
-        return float(np.nanmean(audited))
-    labels = np.asarray(strata).copy()
+    labels = np.zeros(n, dtype=np.int64) if strata is None else np.asarray(strata).copy()
     labels[np.asarray(known)] = -1
     groups = np.unique(labels[labels >= 0])
+    found = [audited[(labels[audit] == h) & np.isfinite(audited)] for h in groups]
+    if min(len(values) for values in found) == 0:
+        return float("nan")
     share = np.array([np.sum(labels == h) for h in groups], dtype=np.float64) / np.sum(labels >= 0)
-    return float(sum(w * np.nanmean(audited[labels[audit] == h]) for w, h in zip(share, groups)))
+    return float(sum(w * values.mean() for w, values in zip(share, found)))
 
 
 def sample_interval(values: np.ndarray, level: float) -> MeanBound:
