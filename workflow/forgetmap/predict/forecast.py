@@ -72,8 +72,9 @@ def probes_command(settings: dict, shards: list[str], scores: list[str], out: st
     job assembles them); the metadata records their corpus indices, the strategy and the fit tasks. The audit
     examples follow them (`settings["audit"]`, drawn at random by strata of the fit rows from the other usable
     examples with the seed, forgetmap.predict.audit: what bounds each forecast's mean by its own measurements,
-    forgetmap.predict.bound), their corpus indices recorded as `audit`, the strata as `audit_strata`. Where the corpus has items (`settings["items"]`), k of them drawn at random follow
-    (those not already probes or audit examples), so a forecast task's probe scoring also decides them right or
+    forgetmap.predict.bound), their corpus indices recorded as `audit`, the strata as `audit_strata`. Where the
+    corpus has items (`settings["items"]`), k of them drawn at random follow (those not already probes or audit
+    examples), so a forecast task's probe scoring also decides them right or
     wrong (the forecast job's correctness rates); the metadata records which, and every item they were drawn from
     (multiple choice, or with `generated` free form too) with its number of options (0: free form)."""
     import pyarrow as pa
