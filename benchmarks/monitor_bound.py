@@ -75,7 +75,7 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
            shares: tuple = ()) -> dict:
     """Each bound's intervals at one check: {name: (lower, upper) arrays over the draws}; `shares`: also the run's
     own bound on the share of examples forgotten by more than each."""
-    from forgetmap.predict.audit import audit_draw
+    from forgetmap.predict.audit import audit_draw, two_strata
     from forgetmap.predict.bound import mean_bound, sample_interval, share_bound
     from forgetmap.predict.conformal import fold_skewness
 
@@ -89,9 +89,9 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     skew = forecast_map.residual_skew()  # one per stratum (what the monitor takes)
     whole = fold_skewness(forecast_map.train, known, forecast_map.completion()[0], forecast_map.method,
                           forecast_map.params)  # over every hidden example (the monitor's before the strata)
-    for d in range(draws):
-        drawn, strata = audit_draw(forecast_map.train, known, audit, seed * draws + d)  # the map's draw, redrawn
-        labels = strata if strata.max() > 0 else None
+    by_strata = [audit_draw(forecast_map.train, known, audit, seed * draws + d) for d in range(draws)]  # the map's
+    for drawn, strata in by_strata:
+        labels = two_strata(strata)
         own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew if labels is not None
                          else whole, strata=labels)
         out["run's own"].append((own.lower, own.upper))
@@ -106,11 +106,9 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
         out["a random sample's"].append((sample.lower, sample.upper))
     for over in shares:  # the share forgotten by more than `over`, bounded the same way
         out[f"share over {over:g}"] = []
-    for d in range(draws):  # the same stratified draws again, for the shares
-        drawn, strata = audit_draw(forecast_map.train, known, audit, seed * draws + d)
+    for drawn, strata in by_strata:  # the same stratified draws again, for the shares
         for over in shares:
-            found = share_bound(row, known, truth[known], drawn, truth[drawn], over, level,
-                                strata=strata if strata.max() > 0 else None)
+            found = share_bound(row, known, truth[known], drawn, truth[drawn], over, level, strata=two_strata(strata))
             out[f"share over {over:g}"].append((found.lower, found.upper))
     naive = sample_interval(truth[known], level)
     mean = float(np.mean(row))

@@ -130,7 +130,7 @@ class ForecastMap:
         `model`/`tokenizer`: the base, to record what the map is of."""
         from ..data.upstream import read_ids, read_rows
         from ..matrix import ForgettingMatrix
-        from ..predict.audit import audit_draw
+        from ..predict.audit import audit_draw, two_strata
         from ..predict.forecast import choose, fit_rows
 
         where = str(matrix) if not isinstance(matrix, ForgettingMatrix) else "the forgetting matrix"
@@ -172,7 +172,7 @@ class ForecastMap:
         return cls(ids, forgetting.sources[usable], forgetting.base_nll[usable], train, fit_tasks, known,
                    rows[columns], drawn, audit_rows, method, dict(params or {}),
                    [float(v) for v in levels], {"chat_template": chat_template, "max_length": int(max_length)},
-                   identity(model, tokenizer), about, strata=strata if strata.max() > 0 else None)
+                   identity(model, tokenizer), about, strata=two_strata(strata))
 
     # --- the forecast ---------------------------------------------------------------------------------
 
@@ -318,8 +318,10 @@ def _read_strata(frame: pd.DataFrame, known: np.ndarray, audit: np.ndarray, path
         raise DataError(f"{path}: column `stratum`: row(s) {bad[:5].tolist()} (example {frame['example_id'].iloc[bad[0]]}"
                         f") hold {values[bad[:5]].tolist()}: -1 at the probes and only there, 0 or 1 elsewhere; write "
                         f"the map again")
-    strata = values.astype(np.int8)
-    if strata.max() == 0:
+    from ..predict.audit import two_strata
+
+    strata = two_strata(values.astype(np.int8))
+    if strata is None:
         return None
     if len(audit) and set(np.unique(strata[audit]).tolist()) != {0, 1}:
         raise DataError(f"{path}: column `stratum`: the audit examples are not drawn from both strata; write the map "

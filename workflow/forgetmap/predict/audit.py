@@ -44,6 +44,12 @@ def strata(train: np.ndarray, known: np.ndarray, size: int) -> np.ndarray:
     return labels
 
 
+def two_strata(labels: np.ndarray) -> np.ndarray | None:
+    """`labels` where the audit was drawn by two strata, None where by one (uniformly): what the bound, a map's file
+    and a check's take (forgetmap.predict.bound's `strata`)."""
+    return labels if labels.max() > 0 else None
+
+
 def allocation(train: np.ndarray, labels: np.ndarray, size: int) -> np.ndarray:
     """How many of `size` audit examples each stratum (0, 1) of the examples `labels` label takes: in proportion to
     its number of examples times the mean over the fit rows of its values' spread (Neyman's allocation), rounded,
@@ -97,4 +103,4 @@ def audit_positions(chosen: dict, train: np.ndarray, known: np.ndarray, usable: 
     if audit_record(labels, found) != chosen["audit_strata"]:
         raise DataError(f"{probes}: its audit strata {chosen['audit_strata']} are not those of the matrix's fit rows "
                         f"({audit_record(labels, found)}): rebuild it")
-    return found, (labels if labels.max() > 0 else None)
+    return found, two_strata(labels)

@@ -207,7 +207,7 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
         return MeanBound(mean, mean, mean, 0.0)
     others = np.ones(n, dtype=bool)
     others[known] = False
-    groups = np.unique(labels[others])
+    groups, size = _strata_sizes(labels, others)
     parts = [np.flatnonzero(sampled_labels == h) for h in groups]
     if m < 2 or min(len(p) for p in parts) < 2:
         return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
@@ -217,7 +217,6 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
         raise ValueError(f"weight {weight!r}: a number, or 'tuned'")
     else:
         lam = np.full(m, float(weight))
-    size = np.array([np.sum(others & (labels == h)) for h in groups], dtype=np.float64)
     share = size / size.sum()
     centres = np.array([forecast[others & (labels == h)].mean() for h in groups])
     corrected = z - lam * (f - centres[np.searchsorted(groups, sampled_labels)])
@@ -264,14 +263,20 @@ def audit_mean(n: int, known: np.ndarray, audit: np.ndarray, audited: np.ndarray
     stratum's mean weighted by its share of them (`strata`, as `mean_bound`'s; the plain mean where the audit was
     drawn uniformly). NaN where a stratum's audit examples have no value."""
     audited = np.asarray(audited, dtype=np.float64)
-    labels = np.zeros(n, dtype=np.int64) if strata is None else np.asarray(strata).copy()
-    labels[np.asarray(known)] = -1
-    groups = np.unique(labels[labels >= 0])
+    labels = np.zeros(n, dtype=np.int64) if strata is None else np.asarray(strata)
+    others = np.ones(n, dtype=bool)
+    others[np.asarray(known)] = False
+    groups, size = _strata_sizes(labels, others)
     found = [audited[(labels[audit] == h) & np.isfinite(audited)] for h in groups]
     if min(len(values) for values in found) == 0:
         return float("nan")
-    share = np.array([np.sum(labels == h) for h in groups], dtype=np.float64) / np.sum(labels >= 0)
-    return float(sum(w * values.mean() for w, values in zip(share, found)))
+    return float(sum(w * values.mean() for w, values in zip(size / size.sum(), found)))
+
+
+def _strata_sizes(labels: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the strata among the examples that are not probes, each one's number of them, float)."""
+    groups = np.unique(labels[others])
+    return groups, np.array([np.sum(others & (labels == h)) for h in groups], dtype=np.float64)
 
 
 def sample_interval(values: np.ndarray, level: float) -> MeanBound:
