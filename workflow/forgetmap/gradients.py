@@ -4,11 +4,11 @@ Each example's gradient of its training loss (mean NLL over its target span: the
 examples, every token but the first for lm upstream examples) with respect to all parameters is
 projected to `dim` numbers by a count sketch: element i of parameter k goes to bucket h_k(i) with sign
 s_k(i). E[<Pg, Pg'>] = <g, g'>, as with the reference's dense Rademacher projection (TRAK), but no
-parameters x dim matrix exists. Nothing per parameter is stored either: h_k and s_k are hash functions
-((a x + b) mod p, p = 2^31 - 1, pairwise independent, their coefficients drawn once from the seed) computed
-on the device a slice at a time, and each parameter's gradient is projected and freed as soon as the
-backward pass has written it. A job holds the weights, one example's activations and one parameter's
-gradient, not the 12 bytes per parameter a stored sketch and the whole gradient would add (7B: 160 GiB).
+parameters x dim matrix exists. h_k and s_k are hash functions ((a x + b) mod p, p = 2^31 - 1, pairwise
+independent, their coefficients drawn once from the seed) computed on the device a slice at a time, kept as one
+int32 code per element up to KEPT_BYTES (a model of up to 268M parameters hashes each element once per job), and
+each parameter's gradient is projected and freed as soon as the backward pass has written it. A job holds the
+weights, the codes, one example's activations and one parameter's gradient, never the whole gradient.
 
 Where the gradients of several examples fit in `GRADIENT_BYTES` (a small model: the demo's, the tests'), examples
 of similar lengths are differentiated together (`torch.func`: vmap of grad over the batch, each right-padded, so no
@@ -21,6 +21,7 @@ gradient of the examples' mean loss, one backward per batch.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -32,14 +33,20 @@ from .data.chat import Encoded
 log = logging.getLogger(__name__)
 PRIME = 2**31 - 1  # the hashes' modulus: a parameter's element index is hashed modulo it
 SLICE = 2**24  # elements hashed at once (a bounded transient, whatever the parameter's size)
-KEPT = 2**20  # elements whose hashes are kept between examples (16 MiB): a small model (the demo's) hashes nothing twice
+KEPT_BYTES = 2**30  # the codes kept between examples (4 bytes an element): a model of up to 268M parameters hashes
+# each element once per job (135M: 540 MB; hashing them again for each example cost 4-5 s of its 6-7 on 2 cores)
+CHUNK = 2**16  # elements summed per bucket in float32 on a CPU (about 64 per bucket at dim 1,024) before float64
 GRADIENT_BYTES = 2**26  # per-example gradients held at once (float32): more than one example only for a model of
 # fewer than 8.4M parameters, whose batch's memory is small beside any job's (forgetmap.memory.gradient_need)
 BATCH_TOKENS = 2048  # padded tokens differentiated at once
+PROGRESS_SECONDS = 30  # the log says how far one-at-a-time gradients have come at most this often
 
 
 class CountSketch:
-    """The projection of every trainable parameter of `model` to `dim` numbers (float64 on its device)."""
+    """The projection of every trainable parameter of `model` to `dim` numbers (float64 on its device).
+
+    Each element's bucket and sign are one int32 code, bucket + dim for a negative sign: a gradient is summed into
+    2 x dim slots by one index_add and the projection is the first half minus the second, no sign multiplied."""
 
     def __init__(self, model, dim: int, seed: int = 0):
         self.dim = dim
@@ -51,37 +58,45 @@ class CountSketch:
         draws = np.random.default_rng([seed, dim]).integers(0, PRIME, size=(len(self.params), 4), dtype=np.int64)
         draws[:, [0, 2]] = np.maximum(draws[:, [0, 2]], 1)
         self.coefficients = [tuple(int(x) for x in row) for row in draws]
-        # the parameters, first to last, whose whole hashes fit in KEPT elements: kept once computed
+        # the parameters, first to last, whose codes fit in KEPT_BYTES: kept once computed
         sizes = np.cumsum([p.numel() for p in self.params])
-        self.kept = {k for k, total in enumerate(sizes) if total <= KEPT}
-        self._hashes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.kept = {k for k, total in enumerate(sizes) if 4 * total <= KEPT_BYTES}
+        self._codes: dict[int, torch.Tensor] = {}
 
-    def hashes(self, k: int, start: int, stop: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Bucket (int64) and sign (float64, +-1) of elements start..stop-1 of parameter k."""
+    def codes(self, k: int, start: int, stop: int, device) -> torch.Tensor:
+        """The int32 codes (bucket, plus dim where the sign is negative) of elements start..stop-1 of parameter k."""
         if k in self.kept:
-            if k not in self._hashes:
-                self._hashes[k] = self._hash(k, 0, self.params[k].numel(), device)
-            bucket, sign = self._hashes[k]
-            return bucket[start:stop], sign[start:stop]
+            if k not in self._codes:
+                size = self.params[k].numel()
+                self._codes[k] = torch.cat([self._hash(k, i, min(i + SLICE, size), device) for i in range(0, size, SLICE)])
+            return self._codes[k][start:stop]
         return self._hash(k, start, stop, device)
 
-    def _hash(self, k: int, start: int, stop: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def hashes(self, k: int, start: int, stop: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bucket (int64) and sign (float64, +-1) of elements start..stop-1 of parameter k, read from their codes."""
+        code = self.codes(k, start, stop, device).long()
+        return code % self.dim, (code >= self.dim).double().mul_(-2).add_(1)
+
+    def _hash(self, k: int, start: int, stop: int, device) -> torch.Tensor:
         a, b, c, d = self.coefficients[k]
         i = torch.arange(start, stop, dtype=torch.int64, device=device)
         bucket = (i * a + b) % PRIME % self.dim  # a x < 2^62: no int64 overflow
-        sign = ((i * c + d) % PRIME % 2).to(torch.float64).mul_(-2).add_(1)
-        return bucket, sign
+        return bucket.add_((i.mul_(c).add_(d) % PRIME % 2) * self.dim).to(torch.int32)
 
     def add(self, out: torch.Tensor, k: int, grad: torch.Tensor) -> None:
         """out += the projection of parameter k's gradient `grad`; with `out` (B, dim) and `grad` (B, ...), each
-        row's."""
+        row's. A CPU sums CHUNK elements at a time in float32 (the float64 sums it adds them to differ from summing
+        all in float64 by float32 rounding of about 64 terms); a GPU sums a slice at a time in float64."""
         rows = out.dim() == 2
         flat = grad.reshape(len(grad), -1) if rows else grad.reshape(-1)
         size = flat.shape[-1]
-        for start in range(0, size, SLICE):
-            stop = min(start + SLICE, size)
-            bucket, sign = self.hashes(k, start, stop, flat.device)
-            out.index_add_(int(rows), bucket, flat[..., start:stop].double().mul_(sign))
+        step, dtype = (SLICE, torch.float64) if flat.is_cuda else (CHUNK, torch.float32)
+        slots = torch.zeros(*out.shape[:-1], 2 * self.dim, dtype=dtype, device=out.device)
+        for start in range(0, size, step):
+            stop = min(start + step, size)
+            slots.index_add_(int(rows), self.codes(k, start, stop, flat.device), flat[..., start:stop].to(dtype))
+            out += slots[..., :self.dim].double() - slots[..., self.dim:].double()
+            slots.zero_()
 
 
 @contextmanager
@@ -175,11 +190,19 @@ def projected_gradients(model, examples: list[Encoded], dim: int, seed: int = 0)
             log.info("per-example gradients one at a time: %s cannot be differentiated per example in a batch (%s)",
                      type(model).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             out[:] = 0
-    for i, e in enumerate(examples):
-        if len(e.ids) - e.target_start <= 0:
-            continue
+    wanted = [i for i, e in enumerate(examples) if len(e.ids) > e.target_start]
+    log.info("per-example gradients of %d examples one at a time (%s, %.0fM parameters, %d threads)", len(wanted),
+             device, parameters / 1e6, torch.get_num_threads())
+    started = said = time.monotonic()
+    for done, i in enumerate(wanted, 1):
+        e = examples[i]
         ids = torch.from_numpy(e.ids[None]).to(device)
         out[i] = example_projection(model, sketch, ids, e.target_start).float().cpu().numpy()
+        if time.monotonic() - said >= PROGRESS_SECONDS or done == len(wanted):
+            said = time.monotonic()
+            each = (said - started) / done
+            log.info("gradients: %d of %d examples, %.2f s each, about %.1f min left", done, len(wanted), each,
+                     each * (len(wanted) - done) / 60)
     return out
 
 
