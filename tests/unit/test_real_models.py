@@ -191,6 +191,30 @@ def test_preflight_refuses_gpu_resources_above_the_machine_on_a_local_run(data_d
         preflight.check_gpus(plan)
 
 
+def test_a_local_run_without_gpus_names_every_gpu_key_at_once_with_the_lines_that_run_it_on_the_cpu(data_dir,
+                                                                                                     monkeypatch):
+    """A pretrained base's defaults ask for a GPU in four stages: one error names all four (a trial met them one
+    run at a time), and the YAML it gives, merged into the config, lets the run start."""
+    import yaml
+
+    from forgetmap.config import preflight
+
+    monkeypatch.setenv("FORGETMAP_GPU_COUNT", "0")
+    save_standin(data_dir / "model", "gpt_neox")
+    config = pretrained_config(str(data_dir / "model"))
+    config["models"]["m"]["resources"] = {}  # every stage as the schema's defaults give it
+    with pytest.raises(ConfigError) as refused:
+        preflight.check_gpus(plan_with(config))
+    said = str(refused.value)
+    stages = ("finetune", "score", "semantic", "gradient")
+    for stage in stages:
+        assert f"models.m.resources.{stage}.gpu: value 1" in said
+    given = yaml.safe_load(said[said.index("models:"):said.index("\nor submit")])
+    assert given == {"models": {"m": {"resources": {stage: {"gpu": 0} for stage in stages}}}}
+    config["models"]["m"]["resources"] = given["models"]["m"]["resources"]
+    preflight.check_gpus(plan_with(config))
+
+
 def _importable() -> dict:
     """forgetmap importable in a bare environment, from the checkout under test (installed or not)."""
     return {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "workflow")}

@@ -153,20 +153,26 @@ def type_name(directory: Path) -> str:
 
 
 def check_gpus(plan) -> None:
-    """No rule of a local run asks for more GPUs than the machine has (forgetmap.devices counts them)."""
+    """No rule of a local run asks for more GPUs than the machine has (forgetmap.devices counts them): every key
+    that does is named in one error, with the lines that run it on the CPU instead."""
     from ..devices import device_count
 
     available = device_count()
+    over = []
     for model in plan.computed:
         spec = plan.cfg["models"][model]
         used = [s for s in GPU_STAGES if (s not in ("semantic", "gradient")
                                           or (spec["correlations"][s] and plan.task_correlations(model)))
                 and (s != "finetune" or plan.finetuned[model])]  # a map of checkpoints fine-tunes nothing
         for stage in used:
-            gpus = spec["resources"][stage]["gpu"]
             if stage == "base" and spec["base"]["kind"] == "pretrained":
                 continue  # a pointer to the weights: its job never touches a GPU
-            if gpus > available:
-                raise ConfigError(f"config key models.{model}.resources.{stage}.gpu: value {gpus}, but this machine has "
-                                  f"{available} GPU(s) and the run is local; set it to 0 to run on the CPU, or submit "
-                                  f"to a cluster (--profile profiles/slurm)")
+            if spec["resources"][stage]["gpu"] > available:
+                over.append((model, stage, spec["resources"][stage]["gpu"]))
+    if over:
+        keys = "; ".join(f"models.{m}.resources.{s}.gpu: value {g}" for m, s, g in over)
+        lines = "models:" + "".join(f"\n  {m}:\n    resources:" + "".join(
+            f"\n      {s}: {{gpu: 0}}" for mm, s, _ in over if mm == m) for m in dict.fromkeys(m for m, _, _ in over))
+        raise ConfigError(f"config key{'s' if len(over) > 1 else ''} {keys}, but this machine has {available} GPU(s) "
+                          f"and the run is local; set {'them' if len(over) > 1 else 'it'} to 0 to run on the CPU, "
+                          f"in the config:\n{lines}\nor submit to a cluster (--profile profiles/slurm)")
