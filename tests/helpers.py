@@ -17,6 +17,13 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "envs", "workflow/report")
 
 
+def command(name: str) -> str:
+    """A console script of the environment running the tests: the one beside its interpreter (a virtualenv's,
+    used without activating it), else the first on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
 def tiny_tokenizer():
     from forgetmap.base import pretraining_texts
     from forgetmap.data import demo

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from forgetmap import cost
+from helpers import command
 
 
 def rates(cpu_machine="Test CPU", threads=1):
@@ -138,7 +139,7 @@ def test_a_retry_of_an_estimated_job_says_in_its_log_how_far_the_estimate_missed
     note = Path(str((tmp_path / log).resolve()) + ".retry.json")
     assert json.loads(note.read_text())["previous_min"] == first
     with open(tmp_path / log, "w") as out:  # the job, its stdout and stderr to its log, as the rule runs it
-        assert subprocess.run(["forgetmap", "schema"], stdout=out, stderr=out).returncode == 0
+        assert subprocess.run([command("forgetmap"), "schema"], stdout=out, stderr=out).returncode == 0
     said = (tmp_path / log).read_text().splitlines()[0]
     minutes = stage_estimate(plan, "demo", "score") / 60
     assert (f"attempt 2 of this job, given {second} min: attempt 1 did not finish in its {first} min, "

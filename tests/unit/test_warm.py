@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import command
 
-FORGETMAP = shutil.which("forgetmap")
+FORGETMAP = command("forgetmap")
 
 
 def wait_for(predicate, timeout: float = 120.0):

@@ -12,7 +12,7 @@ import yaml
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.plan import Plan
-from helpers import (by_rule, clone_workdir, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake,
+from helpers import (by_rule, clone_workdir, command, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake,
                      tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
@@ -550,7 +550,7 @@ def test_a_local_run_forks_its_jobs_from_one_warm_process(finished, tmp_path):
         shard = plan.shard_path("tiny", "1")
     finally:
         os.chdir(here)
-    subprocess.run(["forgetmap", "score", "--model-dir", "results/tiny/checkpoints/mod10_add",
+    subprocess.run([command("forgetmap"), "score", "--model-dir", "results/tiny/checkpoints/mod10_add",
                     "--shard", shard, "--settings", settings, "--threads", "1",
                     "--out", str(tmp_path / "alone.parquet")], cwd=finished, env=env, check=True, capture_output=True)
     assert (tmp_path / "alone.parquet").read_bytes() == (finished / "results/tiny/scores/mod10_add/shard-1.parquet").read_bytes()
