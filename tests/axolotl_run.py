@@ -86,7 +86,9 @@ def refused(root: Path) -> dict:
            "unknown lm_eval key": {**block, "items": {**block["items"], "lm_eval": {"num_fewshots": 2}}},
            "wrong kind": {**block, "every": "often"},
            "out of range": {**block, "patience": 0},
-           "no check": {k: v for k, v in block.items() if k != "every"}}
+           "no check": {k: v for k, v in block.items() if k != "every"},
+           "no map": {**block, "map": str(root / "absent.parquet")},
+           "no item map": {**block, "items": {**block["items"], "map": str(root / "absent-items.parquet")}}}
     said = {}
     for name, value in {**bad, "no block": None}.items():
         settings = dict(good, forgetmap=value) if value is not None else \

@@ -45,6 +45,9 @@ def test_a_bad_forgetmap_block_is_refused_by_axolotls_config_loader_naming_the_k
     assert said["out of range"] == "forgetmap.patience"
     assert said["no block"] == "forgetmap" and "Field required" in result["refused"]["no block"]
     assert "forgetmap.every: this config evaluates nothing" in result["refused"]["no check"]
+    # a map that is not there: refused with the config, before Axolotl prepares the dataset, naming its key
+    assert said["no map"] == "forgetmap.map" and "absent.parquet" in result["refused"]["no map"]
+    assert said["no item map"] == "forgetmap.items.map" and "absent-items.parquet" in result["refused"]["no item map"]
 
 
 def test_axolotl_train_runs_the_monitor_logs_its_scalars_stops_at_a_budget_and_resumes(result):

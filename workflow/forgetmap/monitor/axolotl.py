@@ -13,7 +13,8 @@
         map: items.parquet
 
 The block is validated with Axolotl's own config (pydantic, as Axolotl validates its keys): an unknown key, a value
-of the wrong kind or range is refused before anything loads, naming the key. The monitor is built before the model
+of the wrong kind or range, or a map or probes file that is not there, is refused before anything loads, naming
+the key. The monitor is built before the model
 loads (so a missing map file or a level the map has no interval for is refused then) and attached to the trainer
 Axolotl builds: its scalars are logged through that trainer, so they reach every logger the config turns on
 (`use_wandb`, `use_tensorboard`, ...), a budget saves and stops as the transformers callback does, and a resume
@@ -23,13 +24,22 @@ This module imports Axolotl: it is imported only where Axolotl runs it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from axolotl.integrations.base import BasePlugin
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .callback import BASE_TOLERANCE, ForgettingMonitor
 from .items import K, ItemWatch
+
+
+def existing(path: str | None) -> str | None:
+    """A map or probes file the block names must be there when the config is read, before Axolotl prepares any
+    data (pydantic names the key)."""
+    if path is not None and not Path(path).is_file():
+        raise ValueError(f"no file at {path!r} (a relative path is read from {Path.cwd()})")
+    return path
 
 
 class LmEvalSettings(BaseModel):
@@ -64,6 +74,11 @@ class ItemSettings(BaseModel):
     estimate: Literal["completion", "margins"] = "completion"
     lm_eval: LmEvalSettings | None = None
 
+    @field_validator("map")
+    @classmethod
+    def _map_exists(cls, path):
+        return existing(path)
+
     def watch(self) -> ItemWatch:
         return ItemWatch(self.task, self.map, k=self.k, choose=self.choose, seed=self.seed, method=self.method,
                          params=self.params, budget=self.budget, estimate=self.estimate,
@@ -86,6 +101,11 @@ class ForgettingMonitorSettings(BaseModel):
     token_budget: int = Field(4096, ge=1)
     base_tolerance: float | None = Field(BASE_TOLERANCE, ge=0)
     write_rows: bool = True
+
+    @field_validator("map", "probes")
+    @classmethod
+    def _files_exist(cls, path):
+        return existing(path)
 
     def monitor(self) -> ForgettingMonitor:
         return ForgettingMonitor.from_settings(self, None if self.items is None else self.items.watch())
