@@ -9,6 +9,12 @@ median seconds of each, their ratio, and the largest difference between the two 
 the largest projection.
 
     python benchmarks/gradient_cost.py --workdir .        # after the demo
+
+With `--width 135m`: at SmolLM2-135M's shape (random weights, tied embeddings; 2 threads, as its example config's
+job), `--upstream` examples of 40 tokens one at a time, the codes kept between examples (the job) against hashed
+again for each (`KEPT_BYTES` 0: what every example cost before the codes were kept), interleaved.
+
+    python benchmarks/gradient_cost.py --width 135m --upstream 8
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ def main() -> None:
     parser.add_argument("--task", default="mul_qa")
     parser.add_argument("--upstream", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--width", choices=("demo", "135m"), default="demo")
     args = parser.parse_args()
+    if args.width == "135m":
+        return real_width(args.upstream, args.repeats)
 
     import pandas as pd
     import torch
@@ -74,6 +83,36 @@ def main() -> None:
         gap = np.abs(found[f"{what}, together"] - found[f"{what}, one at a time"]).max()
         print(f"{what} ({count} examples): together {together:.2f} s, one at a time {alone:.2f} s, "
               f"{alone / together:.2f}x; largest difference {gap:.2e} of {np.abs(found[f'{what}, one at a time']).max():.2f}")
+
+
+def real_width(count: int, repeats: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from forgetmap import gradients
+    from forgetmap.data.chat import Encoded
+
+    torch.set_num_threads(2)
+    config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    rng = np.random.default_rng(0)
+    examples = [Encoded(rng.integers(0, 49152, 40), 10, 40) for _ in range(count)]
+    gradients.projected_gradients(model, examples[:1], 1024)  # first touches: allocator, kernels
+    times: dict[str, list[float]] = {}
+    found = {}
+    for _ in range(repeats):
+        for name, budget in (("codes kept", 2**30), ("hashed for each example", 0)):
+            gradients.KEPT_BYTES = budget
+            started = time.perf_counter()
+            found[name] = gradients.projected_gradients(model, examples, 1024)
+            times.setdefault(name, []).append((time.perf_counter() - started) / count)
+    kept, hashed = (statistics.median(times[n]) for n in ("codes kept", "hashed for each example"))
+    gap = np.abs(found["codes kept"] - found["hashed for each example"]).max()
+    print(f"135M parameters, {count} examples of 40 tokens, 2 threads: codes kept {kept:.2f} s per example (the codes "
+          f"made once per job included), hashed for each {hashed:.2f} s, {hashed / kept:.2f}x; largest difference "
+          f"{gap:.1e}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """A virtualenv of a test's own, made once and cached between runs, for a package whose pins cannot share the
-project's environment (vLLM's CPU build: tests/vllm_env.py; OLMo-core: tests/olmocore_env.py). `ensure` makes or
+project's environment (vLLM's CPU build: tests/vllm_env.py; OLMo-core: tests/olmocore_env.py), or another directory
+made once (the real model: tests/smollm2.py). `ensure` makes or
 refreshes it under a lock (parallel test sessions wait for one maker) and stamps what it was made for; where it
 cannot be made (no package index, an unsupported platform) it raises `Unavailable` with pip's own words."""
 
@@ -50,16 +51,20 @@ def python_or_skip(environment, what: str) -> Path:
         pytest.skip(f"{what} could not be installed in {environment.location()}: {exc}")
 
 
+def prepared(directory: Path, wanted: str, make: Callable[[Path, object], None]) -> Path:
+    """`directory`, made (`make(directory, log)`) or refreshed as needed under a lock, stamped `wanted`."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f".{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ready = directory / "forgetmap-ready"
+        if ready.exists() and ready.read_text() == wanted:
+            return directory
+        with open(directory.parent / f"{directory.name}.install.log", "w") as log:
+            make(directory, log)
+        ready.write_text(wanted)
+    return directory
+
+
 def ensure(env: Path, wanted: str, make: Callable[[Path, object], None]) -> Path:
     """The environment's python, made (`make(python, log)`) or refreshed as needed, stamped `wanted`."""
-    python = env / "bin" / "python"
-    env.parent.mkdir(parents=True, exist_ok=True)
-    with open(env.parent / f".{env.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ready = env / "forgetmap-ready"
-        if ready.exists() and ready.read_text() == wanted:
-            return python
-        with open(env.parent / f"{env.name}.install.log", "w") as log:
-            make(python, log)
-        ready.write_text(wanted)
-    return python
+    return prepared(env, wanted, lambda directory, log: make(directory / "bin" / "python", log)) / "bin" / "python"

@@ -28,7 +28,7 @@ import pytest  # noqa: E402
 
 # the files that take longest (CI, 2 cores), longest first; every other file follows in collection order
 HEAVIEST = ("cluster/test_slurm.py", "vllm_cpu/test_vllm.py", "workflow/test_run.py", "workflow/test_posttraining.py",
-            "workflow/test_examples.py", "workflow/test_real_runs.py", "unit/test_memory.py", "workflow/test_dag.py",
+            "workflow/test_examples.py", "real_model/test_smollm2.py", "workflow/test_real_runs.py", "unit/test_memory.py", "workflow/test_dag.py",
             "workflow/test_imported.py", "gpu/test_device.py", "unit/test_monitor.py")
 
 
@@ -41,10 +41,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=rank)
 
 
-# the cached virtualenvs that selected tests need and that are slow to make, by the tests' marker: made from the start
+# the cached virtualenvs (and the converted real model) that selected tests need and that are slow to make, by the
+# tests' marker: made from the start
 # of the run in the background (at the lowest priority), where downloading and unpacking hide behind the tests'
 # work; a test that needs one before it is ready waits for it under its lock (tests/cached_env.py)
-PREWARMED = {"axolotl": "axolotl_env", "olmo_core": "olmocore_env"}
+PREWARMED = {"axolotl": "axolotl_env", "olmo_core": "olmocore_env", "real_model": "smollm2"}
 
 
 def pytest_collection_finish(session):

@@ -348,3 +348,18 @@ def test_greedy_answers_of_real_architectures_match_a_full_logits_loop(architect
                 expected.append(token)
                 ids.append(token)
         assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("given", ["file", "directory"])
+def test_a_gguf_file_given_as_a_base_is_refused_at_planning_saying_how_to_convert_it(data_dir, given):
+    """A GGUF file (or a directory of them without config.json) is no model directory: planning refuses it, naming
+    the key and the `forgetmap from-gguf` command that makes one."""
+    folder = data_dir / "gguf"
+    folder.mkdir()
+    (folder / "Model.Q4_1.gguf").write_bytes(b"GGUF")
+    path = str(folder / "Model.Q4_1.gguf") if given == "file" else str(folder)
+    with pytest.raises(ConfigError) as refused:
+        plan_with(pretrained_config(path))
+    said = str(refused.value)
+    assert "models.m.base.path" in said and "Model.Q4_1.gguf" in said
+    assert f"forgetmap from-gguf {folder / 'Model.Q4_1.gguf'} --out DIRECTORY" in said

@@ -71,6 +71,11 @@ COMMANDS = [
      [THREADS, arg("--out", default=None, help="the rates file to write (default: the package's)"),
       arg("--jobs", type=int, default=None, help="processes measuring at once (default: the CPUs / threads, as a "
                                                  "local run fills the machine)")], True),
+    ("from-gguf", "dequantize a GGUF file (llama.cpp's format) into a model directory a config's base.path can name",
+     "from_gguf:convert_command",
+     [arg("gguf_file", help="the .gguf file"), arg("--out", required=True, help="the model directory to write"),
+      arg("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="the saved weights' dtype")],
+     True),
     ("warm-start", "serve a local run's jobs from one process that has imported what they import (forgetmap.warm)",
      "warm:serve_command",
      [arg("--socket", dest="socket_path", required=True, help="the Unix socket to serve at"),

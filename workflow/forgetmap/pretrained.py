@@ -39,7 +39,11 @@ def locate(path: str, revision: str | None) -> Path:
     """The local directory holding the model `path` names (a directory, or an id in the HF cache); a
     FileNotFoundError says what is missing and how to make it available."""
     if looks_local(path):
+        from .from_gguf import refusal
+
         directory = Path(path).expanduser()
+        if refusal(path):
+            raise FileNotFoundError(refusal(path))
         if not directory.is_dir():
             raise FileNotFoundError(f"{path!r} is not a directory")
         if not (directory / "config.json").exists():

@@ -85,7 +85,8 @@ class PredictionPlan:
 def prediction_splits(cfg: dict, categories: dict[str, str]) -> dict[str, dict]:
     """Train and test rows of each configured split, restricted to a model's rows (`categories`: row ->
     category, tasks and checkpoints alike; the config's checks made sure every split names rows,
-    categories and in-domain splits that exist)."""
+    categories and in-domain splits that exist). A split is the model's only where it has both train and test
+    rows among them: a map of checkpoints beside a fine-tuned model has none of the latter's test tasks."""
     tasks = list(categories)
     splits: dict[str, dict] = {}
     configured = cfg["prediction"]["splits"]
@@ -99,4 +100,4 @@ def prediction_splits(cfg: dict, categories: dict[str, str]) -> dict[str, dict]:
         if split["test"] is None:
             test = [t for t in tasks if categories[t] == split["test_category"]]
             splits[name] = {"name": name, "train_tasks": splits[split["train_split"]]["train_tasks"], "test_tasks": test}
-    return {name: splits[name] for name in configured}
+    return {name: splits[name] for name in configured if splits[name]["train_tasks"] and splits[name]["test_tasks"]}
