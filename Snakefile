@@ -2,9 +2,6 @@
 # Default target: every configured model's forgetting matrix and its analyses. The default config is
 # the embedded demo; forgetmap.plan decides every job, the rule files only wire files to commands.
 
-import os
-import sys
-
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -22,11 +19,6 @@ report: "workflow/report/workflow.rst"
 # every rule is a Python process: fix its hash seed so set and dict orders never vary
 shell.prefix("export PYTHONHASHSEED=0; ")
 
-
-# rules call `forgetmap`: the one installed beside the interpreter running Snakemake (a virtualenv's, run without
-# activating it) comes first
-if os.path.exists(os.path.join(os.path.dirname(sys.executable), "forgetmap")):
-    os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
 include: "rules/common.smk"

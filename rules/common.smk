@@ -46,6 +46,8 @@ def profile_gpu_models():
     return named
 
 
+# rules call `forgetmap`: the one beside the interpreter running Snakemake (a virtualenv's, unactivated) first
+fm_warm.commands_first()
 try:
     for path in workflow.configfiles:  # one key given twice in a mapping: YAML keeps the last, silently
         fm_config.check_duplicate_keys(path)

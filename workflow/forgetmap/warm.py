@@ -294,6 +294,17 @@ def wanted(plan) -> bool:
                    for resources in plan.cfg["models"][m]["resources"].values())
 
 
+def commands_first() -> None:
+    """Put the directory of the interpreter running Snakemake first on PATH where `forgetmap` is installed there:
+    a virtualenv's `snakemake`, run without activating it, then finds its own `forgetmap` for every rule (and for
+    the warm server), not another one or none."""
+    import sys
+
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "forgetmap")):
+        os.environ["PATH"] = os.pathsep.join([here, os.environ.get("PATH", "")])
+
+
 def start(plan, log: str):
     """Start the run's server (when `wanted`) and point this process's jobs at it; the handle `stop` takes."""
     import shutil
