@@ -42,8 +42,9 @@ def locate(path: str, revision: str | None) -> Path:
         from .from_gguf import refusal
 
         directory = Path(path).expanduser()
-        if refusal(path):
-            raise FileNotFoundError(refusal(path))
+        why = refusal(path)
+        if why:
+            raise FileNotFoundError(why)
         if not directory.is_dir():
             raise FileNotFoundError(f"{path!r} is not a directory")
         if not (directory / "config.json").exists():

@@ -167,8 +167,9 @@ def check_gpus(plan) -> None:
         for stage in used:
             if stage == "base" and spec["base"]["kind"] == "pretrained":
                 continue  # a pointer to the weights: its job never touches a GPU
-            if spec["resources"][stage]["gpu"] > available:
-                over.append((model, stage, spec["resources"][stage]["gpu"]))
+            gpus = spec["resources"][stage]["gpu"]
+            if gpus > available:
+                over.append((model, stage, gpus))
     if over:
         keys = "; ".join(f"models.{m}.resources.{s}.gpu: value {g}" for m, s, g in over)
         lines = "models:" + "".join(f"\n  {m}:\n    resources:" + "".join(
