@@ -44,11 +44,11 @@ rule semantic_similarity:
         gpu=resource("semantic", "gpu"),
         slurm_partition=partition("semantic"),
         mem_mb=resource("semantic", "mem_mb"),
-        runtime=resource("semantic", "runtime"),
+        runtime=runtime("semantic", fm_plan.SEMANTIC_LOG),
     log:
-        "results/logs/{model}/semantic_similarity.log",
+        fm_plan.SEMANTIC_LOG,
     benchmark:
-        "results/benchmarks/{model}/semantic_similarity.tsv"
+        fm_plan.SEMANTIC_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:
@@ -77,11 +77,11 @@ rule gradient_similarity:
         gpu=resource("gradient", "gpu"),
         slurm_partition=partition("gradient"),
         mem_mb=resource("gradient", "mem_mb"),
-        runtime=resource("gradient", "runtime"),
+        runtime=runtime("gradient", fm_plan.GRADIENT_LOG),
     log:
-        "results/logs/{model}/gradient_similarity.log",
+        fm_plan.GRADIENT_LOG,
     benchmark:
-        "results/benchmarks/{model}/gradient_similarity.tsv"
+        fm_plan.GRADIENT_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

@@ -43,7 +43,7 @@ rule token_losses:
     log:
         fm_plan.TOKEN_LOSSES_LOG,
     benchmark:
-        "results/benchmarks/{model}/mitigation/token_losses/{task}.tsv"
+        fm_plan.TOKEN_LOSSES_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:
@@ -96,7 +96,7 @@ rule arm_run:
     log:
         fm_plan.ARM_LOG,
     benchmark:
-        "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/{task}.tsv"
+        fm_plan.ARM_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:
@@ -126,7 +126,7 @@ rule plain_scores:
     log:
         fm_plan.PLAIN_LOG,
     benchmark:
-        "results/benchmarks/{model}/mitigation/none/matrix/{task}.tsv"
+        fm_plan.PLAIN_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

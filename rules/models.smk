@@ -17,7 +17,7 @@ rule base_model:
     log:
         fm_plan.BASE_LOG,
     benchmark:
-        "results/benchmarks/{model}/base_model.tsv"
+        fm_plan.BASE_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:
@@ -44,7 +44,7 @@ rule finetune:
     log:
         fm_plan.FINETUNE_LOG,
     benchmark:
-        "results/benchmarks/{model}/finetune/{task}.tsv"
+        fm_plan.FINETUNE_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

@@ -34,9 +34,9 @@ rule predict:
         mem_mb=resource("analysis", "mem_mb"),
         runtime=resource("analysis", "runtime"),
     log:
-        "results/logs/{model}/predict/{split}/{method}.log",
+        fm_plan.PREDICT_LOG,
     benchmark:
-        "results/benchmarks/{model}/predict/{split}/{method}.tsv"
+        fm_plan.PREDICT_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

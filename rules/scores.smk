@@ -22,7 +22,7 @@ rule score:
     log:
         fm_plan.SCORE_LOG,
     benchmark:
-        "results/benchmarks/{model}/score/{run}/shard-{shard}.tsv"
+        fm_plan.SCORE_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from forgetmap.matrix import ForgettingMatrix
-from helpers import by_rule, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
+from helpers import by_rule, clone_workdir, edited, make_workdir, planned_jobs, snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).parent
@@ -60,8 +60,17 @@ def slurm_jobs(workdir: Path) -> list[dict]:
         rule = re.match(r"rule_(\w+?)(?:_wildcards_|$)", fields.get("Comment", ""))
         jobs.append({"id": int(fields["JobId"]), "rule": rule.group(1) if rule else None,
                      "partition": fields.get("Partition"), "gpus": fields.get("TresPerJob", ""),
-                     "state": fields.get("JobState")})
+                     "state": fields.get("JobState"), "minutes": _minutes(fields.get("TimeLimit", ""))})
     return sorted(jobs, key=lambda j: j["id"])
+
+
+def _minutes(limit: str) -> int | None:
+    """scontrol's TimeLimit ([days-]hours:minutes:seconds) in minutes."""
+    found = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", limit)
+    if not found:
+        return None
+    days, hours, minutes, _ = (int(g or 0) for g in found.groups())
+    return (days * 24 + hours) * 60 + minutes
 
 
 def gpu_config():
@@ -132,3 +141,35 @@ def test_an_unknown_partition_or_too_many_gpus_fails_with_slurms_reason_and_the_
     assert sorted(p.name for p in (workdir / "results/data/tasks").glob("*.parquet")) == [
         "city_qa.parquet", "hex_copy.parquet", "mod10_add.parquet"]
     assert not (workdir / MATRIX).exists()
+
+
+def test_later_jobs_are_given_the_time_their_kinds_finished_jobs_took(cluster, tiny_run, tmp_path, monkeypatch):
+    """The session's local run finished; its fine-tunes and score jobs are made to have taken 10 minutes each
+    (their benchmark files say so), the config leaves their SLURM time to the estimate, and a task is added: the
+    new fine-tune and score jobs are submitted with the time those took, learned, not the estimate's minimum."""
+    from forgetmap.plan import Plan
+
+    workdir = clone_workdir(tiny_run, tmp_path / "wf")
+    for pattern in ("finetune/*.tsv", "score/*/shard-*.tsv"):
+        for bench in (workdir / "results/benchmarks/tiny").glob(pattern):
+            lines = bench.read_text().splitlines()
+            bench.write_text("\n".join([lines[0], "\t".join(["600.0", *lines[1].split("\t")[1:]])]) + "\n")
+    config = edited(tiny_config(), lambda c: [c["tasks"].update(add_qa={"category": "world", "n_examples": 24}),
+                                              *(c["models"]["tiny"]["resources"][stage].update(runtime=None)
+                                                for stage in ("finetune", "score"))])
+    write_config(workdir, config)
+    monkeypatch.chdir(workdir)
+    plan = Plan(config)
+    learned = {r.stage: r.learned for r in plan.job_times("tiny") if r.job in ("finetune (longest)", "score shard 0")}
+    assert all(note and "learned from" in note for note in learned.values()), learned
+    expected = {stage: plan.resource("tiny", stage, "runtime") for stage in ("finetune", "score")}
+    assert min(expected.values()) > 15, expected  # 10 min x 1.5 + 5: the estimate alone gives 6
+    before = {j["id"] for j in slurm_jobs(workdir)}
+    snakemake(workdir, *SLURM, MATRIX, timeout=1800)
+    new = [j for j in slurm_jobs(workdir) if j["id"] not in before]
+    assert by_rule([(j["rule"], {}) for j in new]) == {"prepare_task": 1, "finetune": 1, "score": 2,
+                                                       "forgetting_matrix": 1}
+    for job in new:
+        if job["rule"] in expected:
+            assert job["minutes"] == expected[job["rule"]], job
+

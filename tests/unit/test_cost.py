@@ -35,12 +35,22 @@ def test_a_jobs_time_is_its_start_its_loading_and_each_kind_of_work_at_its_rate(
 
 def test_a_device_without_figures_borrows_another_and_says_from_which():
     a100 = cost.figures(cost.Device("gpu", "a100", 1), rates(), 1e9)
-    assert a100.borrowed == "h200's for a100, x0.32 by their bf16 peaks"
+    assert a100.borrowed.startswith("h200's for a100, x0.32 by their bf16 peaks (training, scoring) and x0.32 by "
+                                    "their memory bandwidths (decoding)")
     assert a100.rates["train"].flops_per_s == pytest.approx(3e14 * 312 / 989)
+    assert a100.rates["score"].flops_per_s == pytest.approx(3e14 * 312 / 989)
+    # decoding reads every weight each step: scaled by bandwidth (an L40S has 2x an A100's peak, half its bandwidth)
+    l40s = cost.figures(cost.Device("gpu", "l40s", 1), rates(), 1e9)
+    assert l40s.rates["train"].flops_per_s == pytest.approx(3e14 * 362 / 989)
+    assert l40s.rates["generate"].flops_per_s == pytest.approx(3e14 * 864 / 4800)
+    assert l40s.rates["generate"].pass_s == 0.04  # a decode step's launches: the host's, not the card's
     unnamed = cost.figures(cost.Device("gpu", None, 1), rates(), 1e9)
-    assert unnamed.borrowed == "h200's for an unnamed GPU" and unnamed.rates["train"].flops_per_s == 3e14
+    assert unnamed.borrowed == "h200's for an unnamed GPU, as they are: no GPU model named"
+    assert unnamed.rates["train"].flops_per_s == 3e14
+    absent = cost.figures(cost.Device("gpu", "mi300x", 1), rates(), 1e9)
+    assert absent.borrowed == "h200's for mi300x, as they are: 'mi300x' is not in forgetmap.gpu_specs"
     other_cpu = cost.figures(cost.Device("cpu", "Another CPU", 2), rates(), 1e6)
-    assert other_cpu.borrowed == "measured on Test CPU" and other_cpu.rates["score"].flops_per_s == 2e10
+    assert other_cpu.borrowed == "measured on Test CPU, as they are" and other_cpu.rates["score"].flops_per_s == 2e10
     own = cost.figures(cost.Device("cpu", "Test CPU", 1), rates(), 1e6)
     assert own.borrowed is None
     # each CPU model measured has its own figures; one not measured borrows the first listed
@@ -50,7 +60,7 @@ def test_a_device_without_figures_borrows_another_and_says_from_which():
     second = cost.figures(cost.Device("cpu", "Second CPU", 1), two, 1e6)
     assert second.borrowed is None and second.rates["train"].flops_per_s == 5e10
     assert cost.figures(cost.Device("cpu", "Test CPU", 1), two, 1e6).rates["train"].flops_per_s == 1e10
-    assert cost.figures(cost.Device("cpu", "Third CPU", 1), two, 1e6).borrowed == "measured on Test CPU"
+    assert cost.figures(cost.Device("cpu", "Third CPU", 1), two, 1e6).borrowed == "measured on Test CPU, as they are"
     # a job forked from the run's warm process starts in the warm start's time
     work = cost.Work().add("score", 1e4, 2e6, 10)
     assert cost.seconds(work, own) - cost.seconds(work, own, warm=True) == pytest.approx(3.0 - 0.2)
@@ -77,7 +87,7 @@ def test_the_package_rates_say_where_each_figure_was_measured():
 def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path, monkeypatch):
     from forgetmap import calibrate
     from forgetmap.calibrate import calibrate_command
-    from forgetmap.config.times import cpu_name
+    from forgetmap.devices import cpu_name
 
     timed = calibrate._timed  # one measured run of each, not the median of three: what is written is checked here,
     monkeypatch.setattr(calibrate, "_timed", lambda fn, repeats=3: timed(fn, 1))  # not the rates' noise

@@ -35,6 +35,31 @@ def test_a_row_completed_from_k_probes_beats_the_fit_tasks_mean_and_its_interval
     assert 0.8 <= inside.mean() <= 1.0 and widths[0.8].mean() < widths[0.9].mean()
 
 
+def test_a_forecast_is_zero_where_no_probe_has_changed_and_as_close_as_the_fold_in_once_they_have():
+    from forgetmap.predict.forecast import forecast_params
+
+    # the fit rows' mean far from 0 and varying by example, as finished fine-tunes' forgetting is
+    z = low_rank() + np.linspace(-0.3, 0.5, N, dtype=np.float32)
+    train, new = z[:FIT], z[FIT:]
+    known = choose(train, 30, "dopt", 0, "test")
+    params = forecast_params("mf", {})
+    assert params == {"origin": True} and forecast_params("mf", {"origin": False, "rank": 2}) == {
+        "origin": False, "rank": 2}
+    hidden = np.ones(N, dtype=bool)
+    hidden[known] = False
+    at_zero, _ = complete(train, known, np.zeros((1, 30)), "mf", params, [])
+    assert np.array_equal(at_zero, np.zeros((1, N), dtype=np.float32))  # exactly 0: through the origin
+    plain_zero, _ = complete(train, known, np.zeros((1, 30)), "mf", {}, [])
+    assert np.abs(plain_zero).mean() > 0.1  # the plain fold-in at 0: the fit rows' mean, less its average
+    values = new[:, known].astype(np.float64)
+    early, _ = complete(train, known, 0.01 * values, "mf", params, [])  # barely moved: a small row
+    assert np.abs(early).mean() < 0.02 * np.abs(new).mean()
+    pred, _ = complete(train, known, values, "mf", params, [])
+    plain, _ = complete(train, known, values, "mf", {}, [])
+    rmse = np.sqrt(np.mean((pred[:, hidden] - new[:, hidden]) ** 2))
+    assert rmse <= 1.1 * np.sqrt(np.mean((plain[:, hidden] - new[:, hidden]) ** 2))
+
+
 def test_k_as_large_as_the_usable_examples_is_an_error_naming_it():
     z = low_rank()
     z[0, :N - 20] = np.nan  # only 20 examples measured under every fit task

@@ -36,8 +36,11 @@ def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
     assert set(read.probe_rows["kind"]) <= {"lm", "chat"} and read.probe_rows["example_id"].tolist() == \
         matrix.example_ids[usable[read.known]].tolist()
     values = np.random.default_rng(1).normal(size=(1, 8)) * 0.2
-    expected, widths = complete(train, read.known, values, "mf", {}, [0.8, 0.9])
+    # the forecast's own settings: the fold-in through the origin (forgetmap.predict.forecast.FORECAST_PARAMS)
+    assert read.params == {"origin": True}
+    expected, widths = complete(train, read.known, values, "mf", read.params, [0.8, 0.9])
     row, got = read.forecast(values[0])
+    assert np.array_equal(read.forecast(np.zeros(8))[0], np.zeros(len(row), dtype=np.float32))  # nothing changed
     assert np.array_equal(row, expected[0])
     assert sorted(got) == [0.8, 0.9] and all(np.array_equal(got[level], widths[level]) for level in widths)
 
@@ -98,10 +101,14 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
     logged = [entry for entry in trainer.state.log_history if "eval_forget_mean" in entry]
     assert [entry["step"] for entry in logged] == [2, 4]
     for entry in logged:
-        assert {"eval_forget_upper", "eval_forget_lower", "eval_forget_estimate", "eval_forget_audit_mean",
-                "eval_forget_forgotten", "eval_forget_over_budget", "eval_forget_probe_mean",
-                "eval_forget_seconds"} <= set(entry)
-        assert entry["eval_forget_lower"] < entry["eval_forget_estimate"] < entry["eval_forget_upper"]
+        assert {"eval_forget_upper", "eval_forget_lower", "eval_forget_forecast_mean", "eval_forget_audit_mean",
+                "eval_forget_forecast_forgotten", "eval_forget_over_budget", "eval_forget_over_budget_lower",
+                "eval_forget_over_budget_upper", "eval_forget_forecast_over_budget", "eval_forget_probe_mean",
+                "eval_forget_seconds"} <= set(entry) and "eval_forget_estimate" not in entry
+        # the headline users watch is the estimate its interval bounds, the forecast's own under its own name
+        assert entry["eval_forget_lower"] < entry["eval_forget_mean"] < entry["eval_forget_upper"]
+        assert entry["eval_forget_over_budget_lower"] <= entry["eval_forget_over_budget"] <= \
+            entry["eval_forget_over_budget_upper"]
     # the probes moved: the fine-tune's learning rate is high
     assert abs(logged[-1]["eval_forget_probe_mean"]) > 1e-3
     out = tmp_path / "run" / "forgetmap-monitor"
@@ -117,7 +124,7 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         expected, widths = forecast_map.forecast(np.asarray(meta["probe_values"]))
         np.testing.assert_allclose(rows["forecast"], expected, atol=1e-5)  # probe values rounded to 1e-6
         np.testing.assert_allclose(rows["halfwidth_0.9"], widths[0.9])
-        assert math.isclose(float(rows["forecast"].mean()), entry["eval_forget_mean"], rel_tol=1e-4)
+        assert math.isclose(float(rows["forecast"].mean()), entry["eval_forget_forecast_mean"], rel_tol=1e-4)
         assert math.isclose(float(np.mean(meta["probe_values"])), entry["eval_forget_probe_mean"], abs_tol=1e-5)
         # the bound: the forecast corrected by the 30 audit examples' residuals (predict.bound), at level 0.8
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
@@ -125,12 +132,12 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         # drawn by the fit rows' two strata, each with its own skewness (the map's, recorded with the check)
         strata = refit_strata(forecast_map.train, forecast_map.known)
         assert forecast_map.strata.tolist() == strata.tolist() == rows["stratum"].tolist()
-        skew = refit_skew(forecast_map.train, forecast_map.known, strata=strata)
+        skew = refit_skew(forecast_map.train, forecast_map.known, params=forecast_map.params, strata=strata)
         assert meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
                            np.asarray(meta["audit_values"]), 0.8, skew=skew, strata=strata)
-        assert (entry["eval_forget_estimate"], entry["eval_forget_upper"]) == pytest.approx(
-            (bound.estimate, bound.upper), abs=1e-5)
+        assert (entry["eval_forget_mean"], entry["eval_forget_lower"], entry["eval_forget_upper"]) == pytest.approx(
+            (bound.estimate, bound.lower, bound.upper), abs=1e-5)
         audited, others = np.asarray(meta["audit_values"]), strata >= 0  # each stratum's mean weighted by its size
         own = sum(np.mean(others & (strata == h)) / np.mean(others) * audited[strata[forecast_map.audit] == h].mean()
                   for h in (0, 1))
@@ -138,6 +145,8 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         share = share_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
                             np.asarray(meta["audit_values"]), -10.0, 0.8, strata=strata)  # every example over it
         assert entry["eval_forget_over_budget_upper"] == pytest.approx(share.upper) == 1.0
+        assert entry["eval_forget_over_budget"] == pytest.approx(share.estimate)
+        assert entry["eval_forget_forecast_over_budget"] == pytest.approx(float(np.mean(rows["forecast"] > -10.0)))
     trajectory = pd.read_csv(out / "trajectory.tsv", sep="\t")
     assert trajectory["step"].tolist() == [2, 4] and "eval_forget_upper" in trajectory
 
@@ -698,3 +707,20 @@ def test_a_zero3_trainer_stops_at_a_budget_and_its_resume_keeps_the_baseline(map
     assert resumed["baseline"] == stopped["baseline"]
     assert [c["step"] for c in resumed["checks"]] == [2, 4] and resumed["checks"][0] == stopped["checks"][0]
     assert resumed["global_step"] == 4  # no budget this time: it trained to its last step
+
+
+def test_a_check_written_before_the_headline_was_the_estimate_reads_under_todays_names():
+    from forgetmap.monitor.timeline import current_scalars
+
+    old = {"mean": -0.12, "estimate": -0.10, "lower": -0.13, "upper": -0.07, "forgotten": 0.2, "over_budget": 0.05,
+           "over_budget_upper": 0.04, "probe_mean": -0.2, "audit_mean": -0.09}
+    now = current_scalars(old)
+    assert now["mean"] == -0.10 and now["forecast_mean"] == -0.12 and now["lower"] <= now["mean"] <= now["upper"]
+    assert now["forecast_forgotten"] == 0.2 and now["forecast_over_budget"] == 0.05 and "over_budget" not in now
+    assert "estimate" not in now and "forgotten" not in now and now["probe_mean"] == -0.2
+    # a map without audit examples: the forecast's mean was the estimate, its share the only one
+    assert current_scalars({"mean": -0.1, "upper": 0.0, "over_budget": 0.3}) == {
+        "mean": -0.1, "forecast_mean": -0.1, "upper": 0.0, "over_budget": 0.3, "forecast_over_budget": 0.3}
+    today = {"mean": -0.1, "forecast_mean": -0.12}
+    assert current_scalars(today) == today
+

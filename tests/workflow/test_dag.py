@@ -81,6 +81,8 @@ def test_a_dry_run_states_each_jobs_time_and_its_slurm_time_where_the_config_lea
             "arm random"} <= set(rows)
     assert rows["score shard 0"][0] == rows["score shard 1"][0] == 4 and rows["finetune (longest)"][0] == 3
     assert re.search(r"the whole plan \(jobs already done included\): [\d.]+ CPU core-hours", text)
+    # where each figure comes from: this CPU's own, or the nearest measured CPU's scaled by this machine's probe
+    assert re.search(r"  \[1\] .*(: measured on this device|'s scaled by the CPU probe \(x[\d.]+ train)", text)
     # each job's SLURM time is the table's: the estimate x1.5 and 5 minutes, the longest of its stage's
     block = proc.stdout.split("rule finetune:")[1].split("\n\n")[0]
     assert f"runtime={rows['finetune (longest)'][1]}," in block.replace(" ", "") + ","
@@ -94,7 +96,9 @@ def test_a_gpu_without_figures_of_its_own_borrows_them_and_the_table_says_so(tmp
     workdir = make_workdir(tmp_path / "a100", untimed(edited(tiny_config(), lambda c: c.pop("mitigation")), gpu=1))
     named = snakemake(workdir, "--dry-run", "--default-resources", "gpu_model='a100_80gb'")
     text = named.stdout + named.stderr
-    assert "borrowed: h200's for a100, x0.32 by their bf16 peaks" in text and "a100 GPU-hours" in text
+    assert ("h200's for a100, x0.32 by their bf16 peaks (training, scoring) and x0.32 by their memory bandwidths "
+            "(decoding): forgetmap.gpu_specs") in text
+    assert "a100 GPU-hours" in text
     unnamed = snakemake(workdir, "--dry-run")
     text = unnamed.stdout + unnamed.stderr
     assert "?: the slowest card: no GPU model named (name it: the profile's gpu_model)" in text

@@ -435,8 +435,9 @@ def test_a_forecast_task_costs_one_finetune_and_one_probe_scoring_job(finished, 
         assert (trajectory[f"items_{rate}_lower"] <= trajectory[f"items_{rate}"]).all()
         assert (trajectory[f"items_{rate}"] <= trajectory[f"items_{rate}_upper"]).all()
     timeline = page_data(workdir / "results/tiny/explorer.html")["timelines"]["json_profile"]  # its task panel's
-    assert timeline["steps"] == [2, 4] and timeline["mean"] == pytest.approx(trajectory["forecast_mean"].tolist(),
-                                                                             abs=1e-4)
+    assert timeline["steps"] == [2, 4] and timeline["mean"] == pytest.approx(trajectory["estimate"].tolist(),
+                                                                             abs=1e-4)  # the bounded estimate
+    assert timeline["forecast_mean"] == pytest.approx(trajectory["forecast_mean"].tolist(), abs=1e-4)
     # the multiple-choice items alone (forecast.generated off): other items follow the probes, and the monitored
     # fine-tune, which watched the old ones, trains again
     write_config(workdir, forecast_config())

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +62,29 @@ def _split(passes: float, small: tuple[float, float], large: tuple[float, float]
     return {"flops_per_s": rate, "pass_s": pass_s}
 
 
-def measure(architecture: dict, threads: int, steps: int = 8) -> dict:
-    """The figures of `threads` CPU threads for the training loop, the scorer and the decode loop."""
+@dataclass(frozen=True)
+class Run:
+    """One timed run of a kind of work: its FLOPs and passes (as forgetmap.cost counts a job's) and what runs it."""
+
+    flops: float
+    passes: int
+    run: object  # a callable
+
+    def work(self, kind: str) -> cost.Work:
+        work = cost.Work()
+        work.flops[kind], work.passes[kind] = self.flops, self.passes
+        return work
+
+
+def runs(model, steps: int = 8) -> dict[str, tuple[Run, Run]]:
+    """The training loop's, the scorer's and the decode loop's two runs on `model` (random tokens): each pair at two
+    sizes of work with the same number of passes, so that the seconds of a pass and the FLOP rate come apart
+    (`measure`); the larger of each is what a CPU probe times (forgetmap.probe)."""
+    from .anatomy import shape
     from .data.batches import task_batches
     from .generation import generate_torch
-    from .anatomy import shape
-    from .models import set_threads
     from .nll import TorchScorer
     from .train import train
-
-    set_threads(threads)
 
     class Ids:  # what the loops need of a tokenizer: pad and end ids (random tokens never end)
         pad_token_id, eos_token_id = 0, 1
@@ -81,40 +95,43 @@ def measure(architecture: dict, threads: int, steps: int = 8) -> dict:
         def batch_decode(self, rows, **kwargs):
             return ["" for _ in rows]
 
-    model = _random_model(architecture)
     size = shape(model.config)
     params = cost.multiplying_parameters(size)
     rng = np.random.default_rng(0)
     settings = {"lr": 1e-4, "warmup_steps": 0, "weight_decay": 0.0, "max_grad_norm": 1.0, "bf16": False,
                 "gradient_checkpointing": False}
-    figures = {}
 
     def fwd(length):
         return cost.forward_flops(params, size.layers, size.hidden, length / 2)
 
-    runs = []
-    for length in (24, 96):
-        examples = _encoded(rng, 16, length)
-        seconds = _timed(lambda: train(model, task_batches(examples, 16, 1, 0), steps, settings, 0, None))
-        runs.append((steps * 16 * length * 3 * fwd(length), seconds))
-    figures["train"] = _split(steps, *runs)
+    def training(examples):
+        return lambda: train(model, task_batches(examples, 16, 1, 0), steps, settings, 0, None)
 
+    out = {"train": tuple(Run(steps * 16 * length * 3 * fwd(length), steps, training(_encoded(rng, 16, length)))
+                          for length in (24, 96))}
     scorer = TorchScorer(model, 0, token_budget=4096)
-    runs = []
-    for length in (16, 64):  # 64 rows each: the same number of batches (the budget holds them all)
-        examples = _encoded(rng, 64, length)
-        seconds = _timed(lambda: scorer.score(examples))
-        runs.append((64 * length * fwd(length), seconds))
-    figures["score"] = _split(len(scorer.plan(_encoded(rng, 64, 64))), *runs)
-
-    runs = []
+    passes = len(scorer.plan(_encoded(rng, 64, 64)))  # 64 rows each: the same batches (the budget holds them all)
+    out["score"] = tuple(Run(64 * length * fwd(length), passes, lambda e=_encoded(rng, 64, length): scorer.score(e))
+                         for length in (16, 64))
     new = 16
-    for rows in (2, 32):  # one batch each: the same decode steps, more rows in each
+
+    def decoding(rows):  # one batch each: the same decode steps, more rows in each
         contexts = [rng.integers(4, VOCAB, 16) for _ in range(rows)]
-        limits = np.full(rows, new)
-        seconds = _timed(lambda: generate_torch(model, Ids(), contexts, limits, token_budget=8192))
-        runs.append((rows * new * fwd(16 + new), seconds))
-    figures["generate"] = _split(new, *runs)
+        return lambda: generate_torch(model, Ids(), contexts, np.full(rows, new), token_budget=8192)
+
+    out["generate"] = tuple(Run(rows * new * fwd(16 + new), new, decoding(rows)) for rows in (2, 32))
+    return out
+
+
+def measure(architecture: dict, threads: int, steps: int = 8) -> dict:
+    """The figures of `threads` CPU threads for the training loop, the scorer and the decode loop."""
+    from .models import set_threads
+
+    set_threads(threads)
+    figures = {}
+    for kind, pair in runs(_random_model(architecture), steps).items():
+        small, large = ((run.flops, _timed(run.run)) for run in pair)
+        figures[kind] = _split(pair[0].passes, small, large)
     return figures
 
 
@@ -287,11 +304,9 @@ def _die_with_parent() -> None:  # a worker whose calibration was ended must not
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def measured_together(threads: int, jobs: int) -> list[dict]:
-    """`worker`'s figures from `jobs` processes measuring at once (this process alone where `jobs` is 1)."""
-    if jobs == 1:
-        return [worker(threads)]
-    code = f"import json; from forgetmap.calibrate import worker; print(json.dumps(worker({threads})))"
+def together(code: str, threads: int, jobs: int, what: str) -> list[dict]:
+    """What `jobs` Python processes of `threads` threads, each running `code` at once, print last (JSON): the
+    figures of processes measuring as a run's jobs meet the machine. `what` names them where one fails."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, preexec_fn=_die_with_parent) for _ in range(jobs)]
@@ -299,9 +314,17 @@ def measured_together(threads: int, jobs: int) -> list[dict]:
     for proc in procs:
         out, err = proc.communicate()
         if proc.returncode:
-            raise RuntimeError(f"a calibration process failed:\n{err[-2000:]}")
+            raise RuntimeError(f"{what} failed:\n{err[-2000:]}")
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def measured_together(threads: int, jobs: int) -> list[dict]:
+    """`worker`'s figures from `jobs` processes measuring at once (this process alone where `jobs` is 1)."""
+    if jobs == 1:
+        return [worker(threads)]
+    code = f"import json; from forgetmap.calibrate import worker; print(json.dumps(worker({threads})))"
+    return together(code, threads, jobs, "a calibration process")
 
 
 def median_figures(results: list[dict]) -> dict:
@@ -319,7 +342,7 @@ def median_figures(results: list[dict]) -> dict:
 def calibrate_command(threads: int, out: str | None, jobs: int | None = None) -> dict:
     """Measure the CPU figures with `threads` threads in `jobs` processes at once (default: as many as the CPUs
     hold) and write them into the rates file (`out`, else the package's), beside the figures of other devices."""
-    from .config.times import cpu_name
+    from .devices import cpu_name
 
     path = Path(out) if out else cost.RATES
     jobs = jobs or max(1, (os.cpu_count() or 1) // threads)

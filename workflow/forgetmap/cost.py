@@ -12,9 +12,11 @@ per device kind and job kind (`assets/rates.json`: each figure with the device, 
 measured at). The seconds per pass are what a tiny model or a decode step spends in launches and Python,
 where FLOPs say nothing; the FLOP rate is what a large model's matrix products sustain.
 
-A device that has no figures of its own borrows another's and says so: a GPU the nearest measured card's
-(scaled by the two cards' dense bf16 peaks), a CPU the first measured CPU's. Each CPU model measured has figures of
-its own (`cpu_key`), so one rates file serves every machine it was calibrated on.
+A device that has no figures of its own borrows another's and says so: a GPU the nearest measured card's, its
+training and scoring scaled by the two cards' dense bf16 peaks and its decoding by their memory bandwidths
+(forgetmap.gpu_specs, each figure with its source); a CPU the nearest measured CPU's, scaled by a few seconds of
+probing (forgetmap.probe). Each CPU model measured has figures of its own (`cpu_key`), so one rates file serves every
+machine it was calibrated on.
 """
 
 from __future__ import annotations
@@ -27,11 +29,6 @@ from pathlib import Path
 
 RATES = Path(__file__).parent / "assets" / "rates.json"
 KINDS = ("train", "score", "generate")
-# dense bf16 tensor-core peaks in TFLOP/s (the vendors' data sheets, without sparsity): what a borrowed GPU rate
-# is scaled by
-BF16_PEAK = {"h200": 989, "h100": 989, "h100nvl": 835, "b200": 2250, "a100": 312, "a30": 165, "a10": 125,
-             "a10g": 70, "a40": 150, "l40": 181, "l40s": 362, "l4": 121, "a6000": 155, "6000ada": 364,
-             "a5000": 111, "a4000": 77, "v100": 125, "t4": 65, "3090": 71, "4090": 165}
 
 
 SETUPS = ("train", "score")  # what a job sets up before it computes: a fine-tune's, a scoring job's
@@ -99,9 +96,10 @@ def slowest_card(memory_bytes: float) -> str:
     """The card of least bf16 peak among those with at least `memory_bytes`: what a GPU no profile names is
     estimated as, so that a time limit from the estimate holds on whichever card the job gets."""
     from .gpu_models import CARDS
+    from .gpu_specs import SPECS
 
-    fits = [name for name, sizes in CARDS.items() if name in BF16_PEAK and max(sizes) * 2**20 >= memory_bytes * 0.99]
-    return min(fits or BF16_PEAK, key=lambda name: BF16_PEAK[name])
+    fits = [name for name, sizes in CARDS.items() if name in SPECS and max(sizes) * 2**20 >= memory_bytes * 0.99]
+    return min(fits or SPECS, key=lambda name: SPECS[name].bf16_tflops)
 
 
 @dataclass(frozen=True)
@@ -141,39 +139,57 @@ def read_rates(path: str | Path | None = None) -> dict:
         return {"devices": {}}
 
 
-def figures(device: Device, rates: dict, parameters: float) -> Figures:
+def figures(device: Device, rates: dict, parameters: float, probe: dict | None = None) -> Figures:
     """The figures a job of a model of `parameters` on `device` is estimated with: its device's own where
-    measured, else another's (said in `borrowed`); of the sizes measured, the nearest."""
+    measured, else another's (said in `borrowed`); of the sizes measured, the nearest. A CPU not measured takes
+    the nearest measured CPU's scaled by `probe` (forgetmap.probe's figures of this machine), or, without one,
+    the first listed as they are; so does a measured one whose figures miss its probe (another machine of the
+    same CPU model name)."""
     devices = rates.get("devices", {})
     if device.kind == "cpu":
         cpus = [d for d in devices.values() if d.get("kind") == "cpu"]
         if not cpus:
             raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
         own = [d for d in cpus if d.get("machine") == device.name]
-        entry = own[0] if own else cpus[0]  # a CPU not measured borrows the first listed
-        borrowed = None if own or device.name is None else f"measured on {entry.get('machine')}"
-        scale = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads given
-        return _figures(entry, scale, borrowed, parameters)
+        if probe is not None:
+            from .probe import fits, scale
+
+            if not own or not fits(own[0], probe):  # unmeasured, or measured on another machine of its name
+                scaled = scale(cpus, probe)
+                why = "" if not own else "its CPU model's own figures miss this machine's probe by over 1.5x: "
+                return entry_figures(scaled.entry, device.count / probe["threads"], why + scaled.how, parameters)
+        entry = own[0] if own else cpus[0]  # a CPU not measured nor probed borrows the first listed
+        borrowed = None if own or device.name is None else f"measured on {entry.get('machine')}, as they are"
+        scale_threads = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads
+        return entry_figures(entry, scale_threads, borrowed, parameters)
     gpus = {name: d for name, d in devices.items() if d.get("kind") == "gpu"}
     if not gpus:
         raise KeyError("the rates file has no GPU figures: `pytest -m gpu` on a GPU measures them")
     if device.name in gpus:
-        return _figures(gpus[device.name], 1.0, None, parameters)
-    name = next(iter(gpus))
-    peak, own = BF16_PEAK.get(device.name or ""), BF16_PEAK.get(name)
-    scale = peak / own if peak and own else 1.0
+        return entry_figures(gpus[device.name], 1.0, None, parameters)
+    from .gpu_specs import SPECS, nearest
+
+    name = nearest(device.name, list(gpus))
     what = f"{device.name} ({device.assumed})" if device.assumed else device.name or "an unnamed GPU"
-    how = f"{name}'s for {what}" + (f", x{scale:.2f} by their bf16 peaks" if scale != 1.0 else "")
-    return _figures(gpus[name], scale, how, parameters)
+    if device.name in SPECS and name in SPECS:
+        mine, theirs = SPECS[device.name], SPECS[name]
+        peak, bandwidth = mine.bf16_tflops / theirs.bf16_tflops, mine.bandwidth_gbs / theirs.bandwidth_gbs
+        how = (f"{name}'s for {what}, x{peak:.2f} by their bf16 peaks (training, scoring) and x{bandwidth:.2f} by "
+               f"their memory bandwidths (decoding): forgetmap.gpu_specs")
+        return entry_figures(gpus[name], {"train": peak, "score": peak, "generate": bandwidth}, how, parameters)
+    why = f"{device.name!r} is not in forgetmap.gpu_specs" if device.name else "no GPU model named"
+    return entry_figures(gpus[name], 1.0, f"{name}'s for {what}, as they are: {why}", parameters)
 
 
-def _figures(entry: dict, scale: float, borrowed: str | None, parameters: float) -> Figures:
+def entry_figures(entry: dict, scale: float | dict, borrowed: str | None, parameters: float) -> Figures:
+    """An entry's figures, each kind's FLOP rate x `scale` (one factor, or one per kind of work)."""
     rates = {}
     for kind in KINDS:
         measured = entry["rates"][kind]
         measured = measured if isinstance(measured, list) else [measured]
         near = min(measured, key=lambda r: abs(math.log(max(r.get("parameters") or parameters, 1) / max(parameters, 1))))
-        rates[kind] = Rate(near["flops_per_s"] * scale, near["pass_s"], entry["source"])
+        factor = scale[kind] if isinstance(scale, dict) else scale
+        rates[kind] = Rate(near["flops_per_s"] * factor, near["pass_s"], entry["source"])
     return Figures(entry["start_s"], entry["load_bytes_per_s"], rates, entry["source"], borrowed,
                    entry.get("warm_start_s"), entry.get("setup_s", {}), entry.get("example_s", 0.0))
 

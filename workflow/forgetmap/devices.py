@@ -134,3 +134,17 @@ def claim_gpus(count: int, timeout_s: float = 3600.0, poll_s: float = 1.0) -> Gp
             raise ForgetmapError(f"no {count} free GPU(s) among {len(candidates)} after {timeout_s:.0f} s "
                                  f"(lock files in {directory}); run with --resources gpu={len(candidates)}")
         time.sleep(poll_s)
+
+
+def cpu_name() -> str:
+    """This machine's CPU model (/proc/cpuinfo): what a CPU's figures are measured and kept under, and what a
+    job's log names as its device."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()

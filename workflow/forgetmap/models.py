@@ -31,6 +31,9 @@ def set_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, int(threads)))
 
 
+WARM_NOTE = "; forked from the run's warm process"  # said after a job's device (forgetmap.config.learned reads it)
+
+
 def pick_device(requested: str = "auto") -> torch.device:
     """`auto`: a GPU this job may use, else the CPU. A job whose `gpu` resource is 0 sees no GPU (the CLI
     hides them), so `auto` never lands on a device no lock or scheduler gave it."""
@@ -45,11 +48,27 @@ def pick_device(requested: str = "auto") -> torch.device:
                              f"`gpu` resource (models.<model>.resources.<stage>.gpu) or use device auto or cpu")
     else:
         device = torch.device(requested)
+    say_device(device)
+    return device
+
+
+def say_device(device) -> None:
+    """The job's device in its log: the card, or the CPU's model, and whether the job was forked from the run's
+    warm process (a finished job's time is learned from only on the device it ran on: forgetmap.config.learned)."""
     import logging
 
-    logging.getLogger(__name__).info("device: %s%s", device.type,
-                                     f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-    return device
+    from .warm import FORKED
+
+    kind = str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+
+        named = f" ({torch.cuda.get_device_name(torch.device(device))})"
+    else:  # (a job without torch, the CPU's: no import)
+        from .devices import cpu_name
+
+        named = f" ({cpu_name()})" if kind == "cpu" else ""
+    logging.getLogger(__name__).info("device: %s%s%s", kind, named, WARM_NOTE if FORKED else "")
 
 
 def pick_dtype(requested: str, device: torch.device) -> torch.dtype:

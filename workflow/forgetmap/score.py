@@ -58,6 +58,11 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     correctness.check_room(frame, rows, items, positions, item_settings)  # before any result is computed
     start = time.perf_counter()
     if settings["backend"] == "vllm":
+        import torch
+
+        from .models import say_device
+
+        say_device("cuda" if torch.cuda.is_available() else "cpu")  # the engine's: a GPU where one is visible
         lengths = [len(e.ids) for e in encoded]
         max_model_len, fits = vllm_lengths(lengths + _request_prompts(items, item_settings), positions)
         if max(lengths) > fits:  # a prompt must leave room for one output token within the model's positions

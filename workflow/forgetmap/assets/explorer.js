@@ -107,14 +107,17 @@
     return true;
   }
 
-  // a monitored fine-tune's checks: the mean forecast and its upper bound, the probes' mean, the measured mean
+  // a monitored fine-tune's checks: the mean (the estimate its upper bound bounds), the forecast's own mean, the
+  // probes' mean, the measured mean
   function drawTaskTimeline(body, t) {
     const box = el("div", { id: "task-timeline" });
     body.appendChild(el("div", {}, [el("h2", { text: "Forecast while training (" + t.steps.length + " checks)" }), box,
-      table(["step", "share of steps", "forecast mean", t.level ? "upper (" + t.level + ")" : "upper", "probes' mean"],
+      table(["step", "share of steps", "mean", t.level ? "upper (" + t.level + ")" : "upper", "forecast mean",
+             "probes' mean"],
         t.steps.map((step, c) => [step, fmt(t.fraction[c], 2), fmt(t.mean[c]), t.upper ? fmt(t.upper[c]) : "–",
-                                  fmt(t.probe_mean[c])]), "task-checks")]));
-    const traces = [{ x: t.fraction, y: t.mean, name: "forecast mean", mode: "lines+markers" }];
+                                  fmt(t.forecast_mean[c]), fmt(t.probe_mean[c])]), "task-checks")]));
+    const traces = [{ x: t.fraction, y: t.mean, name: "mean (estimate)", mode: "lines+markers" }];
+    traces.push({ x: t.fraction, y: t.forecast_mean, name: "forecast mean", mode: "lines", line: { dash: "dash" } });
     if (t.upper) traces.push({ x: t.fraction, y: t.upper, name: "upper bound", mode: "lines", line: { dash: "dot" } });
     traces.push({ x: t.fraction, y: t.probe_mean, name: "probes' mean (naive)", mode: "lines+markers" });
     if (t.measured != null) traces.push({ x: [0, 1], y: [t.measured, t.measured], name: "measured final mean",
@@ -232,12 +235,16 @@
   function drawRun() {
     const t = data.timeline;
     document.getElementById("overview-title").textContent = "The run's checks";
-    document.getElementById("overview-note").textContent = "At each check: the mean forecast forgetting over the " +
-      "map's " + data.n_examples + " upstream examples and its upper bound" + (data.level ? " (the mean's " +
-      data.level + " interval)" : "") + ", from " + data.k + " probes scored on the weights being trained; the " +
-      "probes' mean NLL change (what a naive monitor sees)" + (data.budget != null ? "; the budget" : "") + ".";
+    document.getElementById("overview-note").textContent = "At each check: the mean forgetting over the " +
+      "map's " + data.n_examples + " upstream examples and its interval" + (data.level ? " (at " + data.level +
+      ")" : "") + ", from " + data.k + " probes scored on the weights being trained (the forecast, corrected by the " +
+      "audit examples where the map has them); the forecast's own mean; the probes' mean NLL change (what a naive " +
+      "monitor sees)" + (data.budget != null ? "; the budget" : "") + ".";
     document.getElementById("heatmap").replaceChildren();
-    const traces = [{ x: t.steps, y: t.mean, name: "forecast mean", mode: "lines+markers" }];
+    const traces = [{ x: t.steps, y: t.mean, name: "mean (estimate)", mode: "lines+markers" }];
+    if (t.lower) traces.push({ x: t.steps, y: t.lower, name: "lower bound", mode: "lines", line: { dash: "dot" } });
+    if (t.forecast_mean) traces.push({ x: t.steps, y: t.forecast_mean, name: "forecast mean", mode: "lines",
+                                       line: { dash: "dash" } });
     if (t.upper) traces.push({ x: t.steps, y: t.upper, name: "upper bound", mode: "lines", line: { dash: "dot" } });
     traces.push({ x: t.steps, y: t.probe_mean, name: "probes' mean (naive)", mode: "lines+markers" });
     if (data.budget != null) traces.push({ x: [t.steps[0], t.steps[t.steps.length - 1]], y: [data.budget, data.budget],
@@ -246,8 +253,10 @@
       xaxis: { title: { text: "optimizer step" } }, yaxis: { title: { text: "Z (nats per token)" } } },
       { responsive: true, displaylogo: false });
     document.getElementById("task-title").textContent = "Checks";
-    const columns = [["mean", "forecast mean"], ["upper", "upper bound"], ["probe_mean", "probes' mean"],
-                     ["forgotten", "share forecast forgotten"], ["over_budget", "share over the budget"],
+    const columns = [["mean", "mean"], ["lower", "lower bound"], ["upper", "upper bound"],
+                     ["forecast_mean", "forecast mean"], ["probe_mean", "probes' mean"],
+                     ["forecast_forgotten", "share forecast forgotten"], ["over_budget", "share over the budget"],
+                     ["over_budget_upper", "its upper bound"], ["forecast_over_budget", "share forecast over it"],
                      ["replay_share", "replayed share"]].filter(([key]) => t[key]);
     document.getElementById("task-body").replaceChildren(
       el("p", { class: "note", text: data.path + "; map " + (data.map || "–") + " (" + (data.method || "–") + ")" }),

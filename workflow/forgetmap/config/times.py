@@ -24,10 +24,23 @@ from pathlib import Path
 import numpy as np
 
 from .. import cost
+from ..devices import cpu_name
 
 SAMPLE = 256  # examples tokenized to measure a file's mean length
 # the jobs whose resources are each stage's (rules/common.smk's STAGE_RULES): their estimate sets the stage's runtime
-TIMED_STAGES = ("base", "finetune", "score")
+TIMED_STAGES = ("base", "finetune", "score", "semantic", "gradient")
+# all-MiniLM-L6-v2 (forgetmap.embed), the semantic job's encoder: the weights that multiply (its 30,522 x 384
+# word embeddings are a lookup), its layers and width, its checkpoint's bytes, and the tokens it reads at most
+MINILM = {"parameters": 10_800_000, "layers": 6, "hidden": 384, "bytes": 90_900_000, "max_length": 256}
+# the count sketch's reading of each parameter's gradient, in the scorer's FLOPs (one example's projection at 135M
+# parameters took as long as this many FLOPs per parameter at the scorer's rate: forgetmap.gradients)
+PROJECTION_FLOPS = 360.0
+# a prediction job's completions per entry of the matrix and seed, in the scorer's FLOPs (paper scale, 66 x 141,871,
+# 10 seeds: about 4 s a (method, split) job on the 2-core Intel Xeon, benchmarks/prediction_scale.py)
+PREDICT_FLOPS = 1500.0
+# and what one costs besides (its modules' imports, its splits and files), in the same FLOPs: 0.45 s of a warm run's
+# prediction job on the 2-core AMD EPYC of 2026-12-02 whatever its method (the demo's all_forgotten, mean)
+PREDICT_FIXED_FLOPS = 1.4e10
 
 
 @dataclass
@@ -44,6 +57,18 @@ class JobTime:
     figures: cost.Figures
     lengths: str  # "measured" or "at most max_length"
     cold_seconds: float  # in a process of its own (a cluster job): what its SLURM time is sized on
+    jobs: tuple = ()  # each job of the kind (Job): where a finished one's time is read
+    learned: str | None = None  # how the run's finished jobs changed the estimate (forgetmap.config.learned)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a kind: its work, its `benchmark:` file and its log (where a finished job's seconds and device
+    are read)."""
+
+    work: cost.Work
+    benchmark: str
+    log: str
 
 
 class Lengths:
@@ -166,17 +191,11 @@ def device(plan, model: str, stage: str) -> cost.Device:
     return cost.Device("gpu", cost.slowest_card(low), resources["gpu"], why)
 
 
-def cpu_name() -> str:
-    """This machine's CPU model (/proc/cpuinfo), what a CPU's figures are measured on."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
+def examples_together(parameters: int, longest: int) -> int:
+    """How many upstream examples the gradient job differentiates at once: forgetmap.gradients.together's count
+    (tested equal), here without importing torch at planning."""
+    room = (1 << 26) // (4 * max(1, parameters))  # gradients.GRADIENT_BYTES of float32 gradients
+    return 1 if room < 2 else max(1, min(room, 2048 // max(1, longest)))  # gradients.BATCH_TOKENS
 
 
 class Model:
@@ -292,6 +311,51 @@ class Model:
         work.examples, work.setups["score"] = examples + mc + free, 1
         return work
 
+    def _task_examples(self, limit: int) -> list[tuple[str, int]]:
+        """Each fine-tuned task's training examples an analysis reads (at most `limit`), with its file."""
+        paths = self.plan.task_paths(self.model)
+        return [(paths.get(t), min(limit, self._examples(paths.get(t)) or limit)) for t in self.plan.finetuned[self.model]]
+
+    def semantic(self) -> cost.Work:
+        """MiniLM's forward over every upstream example and each task's training examples (forgetmap.correlate):
+        texts at most its 256 tokens, in batches of `batch_size`."""
+        settings = self.spec["correlations"]
+        length = min(self.upstream_length(MINILM["max_length"]), MINILM["max_length"])
+        texts = self.plan.n_upstream(self.model) + sum(n for _, n in self._task_examples(settings["max_task_examples"]))
+        fwd = cost.forward_flops(MINILM["parameters"], MINILM["layers"], MINILM["hidden"], length / 2)
+        work = cost.Work().add("score", texts * length, fwd, math.ceil(texts / settings["batch_size"]))
+        work.load_bytes = MINILM["bytes"]
+        work.examples, work.setups["score"] = texts, 1
+        return work
+
+    def gradient(self) -> cost.Work:
+        """Every upstream example's gradient, one backward each, projected by the count sketch (forgetmap.gradients),
+        and each task's mean gradient, a backward per batch of its training examples."""
+        settings = self.spec["correlations"]
+        length = self.upstream_length(settings["max_length"])
+        examples = self.plan.n_upstream(self.model)
+        batches = math.ceil(examples / examples_together(self.shape.parameters, int(length)))
+        work = cost.Work().add("train", examples * length, 3 * self.fwd(length), batches)
+        work.add("score", examples, PROJECTION_FLOPS * self.parameters, 0)
+        template = self.spec["chat_template"]
+        for path, n in self._task_examples(settings["max_task_examples"]):
+            task_length = self.lengths.mean(path, settings["max_length"], template, "train") if path \
+                else float(settings["max_length"])
+            work.add("train", n * task_length, 3 * self.fwd(task_length), math.ceil(n / 16))
+        work.load_bytes = self.weight_bytes
+        work.examples, work.setups["score"] = examples + sum(n for _, n in self._task_examples(
+            settings["max_task_examples"])), 1
+        return work
+
+    def prediction(self) -> cost.Work:
+        """A (split, method) prediction job: the matrix read, and each seed's completions over its entries."""
+        entries = len(self.plan.finetuned[self.model]) * self.plan.n_upstream(self.model)
+        work = cost.Work().add("score", entries * self.plan.cfg["prediction"]["seeds"], PREDICT_FLOPS, 0)
+        work.add("score", 1, PREDICT_FIXED_FLOPS, 0)
+        work.load_bytes = 4.0 * entries
+        work.setups["score"] = 1
+        return work
+
     def task_scoring(self, task: str, settings: dict, split: str | None) -> cost.Work:
         """A task's examples scored by the base (the token losses of a token-masking arm)."""
         path = self.plan.task_paths(self.model).get(task)
@@ -346,50 +410,106 @@ class Model:
         return work
 
 
-def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
-    """The model's jobs on devices, one row per kind: base, fine-tunes, score jobs, token losses, arms."""
-    from ..warm import wanted
+def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list[Job]]]:
+    """The model's jobs by kind, each kind's stage, label and jobs: base, fine-tunes, score jobs, token losses,
+    arms, and the semantic and gradient analyses (their work counted by `m`, a Model of `model`)."""
+    from .. import plan as paths
 
-    rates = rates if rates is not None else cost.read_rates()
-    m = Model(plan, model)
-    rows = []
-    warm = wanted(plan)
-
-    def row(stage: str, job: str, count: int, work: cost.Work):
-        if not count:
-            return
-        where = device(plan, model, stage)
-        fig = cost.figures(where, rates, m.parameters)
-        rows.append(JobTime(model, stage, job, count, where, work, cost.seconds(work, fig, warm), fig,
-                            "at most max_length" if m.lengths.bounded else "measured", cost.seconds(work, fig)))
-
-    row("base", "base model" if plan.base_settings(model)["kind"] == "demo" else "base model (a pointer)", 1, m.base())
+    m = m or Model(plan, model)
+    out = []
+    base = "base model" if plan.base_settings(model)["kind"] == "demo" else "base model (a pointer)"
+    out.append(("base", base, [Job(m.base(), paths.BASE_BENCH.format(model=model), paths.BASE_LOG.format(model=model))]))
     finetunes = {}
     for task in plan.finetuned[model]:
-        settings = plan.finetune_settings(model, task)
-        monitored = plan.forecast.monitor_settings(model, task) is not None
-        work = m.finetune(task, settings)
-        label = "finetune, monitored" if monitored else "finetune"
-        finetunes.setdefault(label, []).append(work)
-    for label, works in finetunes.items():
-        row("finetune", f"{label} (longest)" if len(works) > 1 else label, len(works), max(works, key=_flops))
+        label = "finetune, monitored" if plan.forecast.monitor_settings(model, task) is not None else "finetune"
+        where = {"model": model, "task": task}
+        finetunes.setdefault(label, []).append(Job(m.finetune(task, plan.finetune_settings(model, task)),
+                                                   paths.FINETUNE_BENCH.format(**where),
+                                                   paths.FINETUNE_LOG.format(**where)))
+    out += [("finetune", label, jobs) for label, jobs in finetunes.items()]
     scored = [r for r in plan.runs(model) if r not in plan.logged[model]]
     scoring = plan.score_settings(model)
     shards = len(plan.shard_paths(model))
     for shard in range(shards):
-        row("score", f"score shard {shard}" if shards > 1 else "score", len(scored), m.score(scoring, shard))
+        work = m.score(scoring, shard)
+        out.append(("score", f"score shard {shard}" if shards > 1 else "score",
+                    [Job(work, paths.SCORE_BENCH.format(model=model, run=r, shard=shard),
+                         paths.SCORE_LOG.format(model=model, run=r, shard=shard)) for r in scored]))
     arm_tasks = plan.mitigation.tasks(model)
     if arm_tasks:
         arms = plan.cfg["mitigation"]["arms"]
-        seeds = len(plan.cfg["mitigation"]["seeds"])
         if any(arm.get("tokens") for arm in arms.values()):
-            losses = plan.mitigation.token_loss_settings(model, arm_tasks[0])
-            row("score", "token losses", len(arm_tasks), m.task_scoring(arm_tasks[0], {**scoring, **losses}, "train"))
-        row("score", "plain fine-tune judged", len(arm_tasks), max((m.plain(t) for t in arm_tasks), key=_flops))
+            out.append(("score", "token losses", [
+                Job(m.task_scoring(t, {**scoring, **plan.mitigation.token_loss_settings(model, t)}, "train"),
+                    paths.TOKEN_LOSSES_BENCH.format(model=model, task=t), paths.TOKEN_LOSSES_LOG.format(model=model, task=t))
+                for t in arm_tasks]))
+        out.append(("score", "plain fine-tune judged", [Job(m.plain(t), paths.PLAIN_BENCH.format(model=model, task=t),
+                                                            paths.PLAIN_LOG.format(model=model, task=t))
+                                                        for t in arm_tasks]))
         for name, arm in arms.items():
-            work = max((m.arm(name, arm, task) for task in arm_tasks), key=_flops)
-            row("finetune", f"arm {name}", len(arm_tasks) * seeds, work)
+            jobs = []
+            for task in arm_tasks:
+                work = m.arm(name, arm, task)
+                for seed in plan.cfg["mitigation"]["seeds"]:
+                    where = {"model": model, "arm": name, "seed": seed, "task": task}
+                    jobs.append(Job(work, paths.ARM_BENCH.format(**where), paths.ARM_LOG.format(**where)))
+            out.append(("finetune", f"arm {name}", jobs))
+    predictions = [(split, method) for split in plan.prediction.splits(model) for method in plan.prediction.methods(model)]
+    if predictions:
+        work = m.prediction()
+        out.append(("analysis", "predict", [Job(work, paths.PREDICT_BENCH.format(model=model, split=s, method=k),
+                                                paths.PREDICT_LOG.format(model=model, split=s, method=k))
+                                            for s, k in predictions]))
+    if plan.task_correlations(model):
+        settings = plan.cfg["models"][model]["correlations"]
+        for stage, make in (("semantic", m.semantic), ("gradient", m.gradient)):
+            if settings[stage]:
+                bench, log = getattr(paths, f"{stage.upper()}_BENCH"), getattr(paths, f"{stage.upper()}_LOG")
+                out.append((stage, f"{stage} similarity", [Job(make(), bench.format(model=model),
+                                                              log.format(model=model))]))
+    return out
+
+
+def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
+    """The model's jobs on devices, one row per kind (its longest job's time), before any has run."""
+    from ..warm import wanted
+
+    rates = rates if rates is not None else cost.read_rates()
+    m = Model(plan, model)
+    warm = wanted(plan)
+    rows = []
+    for stage, label, jobs in kinds(plan, model, m):
+        if not jobs:
+            continue
+        where = device(plan, model, stage)
+        fig = cost.figures(where, rates, m.parameters, cpu_probe(where, rates))
+        longest = max((job.work for job in jobs), key=_flops)
+        several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
+        rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest, cost.seconds(longest, fig, warm), fig,
+                            "at most max_length" if m.lengths.bounded else "measured", cost.seconds(longest, fig),
+                            tuple(jobs)))
     return rows
+
+
+def cpu_probe(where: cost.Device, rates: dict) -> dict | None:
+    """This machine's probe (forgetmap.probe, kept per machine and boot) for a job on the CPU where `rates` has CPU
+    figures to check or scale; None otherwise, or where the probe fails (then said: the figures are taken as they
+    are)."""
+    cpus = [d for d in rates.get("devices", {}).values() if d.get("kind") == "cpu"]
+    if where.kind != "cpu" or not cpus:
+        return None
+    import os
+
+    from .. import probe
+
+    try:
+        # one thread in as many processes as the CPUs hold: what a run of one-thread jobs meets (a job of several
+        # threads is scaled from it as a calibrated CPU's figures are), probed once for every stage
+        return probe.measured(where.name, 1, max(1, os.cpu_count() or 1))
+    except Exception as exc:  # a probe that cannot run leaves the borrowed figures as they are, said
+        print(f"forgetmap: the CPU probe failed ({str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}); "
+              f"this CPU's job times are the rates file's as measured", file=sys.stderr)
+        return None
 
 
 def _flops(work: cost.Work) -> float:
@@ -426,9 +546,9 @@ def hours(rows: list[JobTime]) -> dict[str, float]:
     return totals
 
 
-def time_table(rows: list[JobTime]) -> str:
-    """Every model job's time, one line per kind of job, where its figures come from, and the plan's
-    device-hours."""
+def time_table(rows: list[JobTime], notes: list[str] = ()) -> str:
+    """Every model job's time, one line per kind of job, where its figures come from (measured on this device,
+    scaled from another's and by what, or learned from the run's finished jobs), and the plan's device-hours."""
     lines = ["forgetmap: time of each job (forgetmap.cost's estimate from its work and measured rates; docs/gpu.md)",
              f"  {'model':<14} {'job':<30} {'jobs':>5} {'device':<12} {'each':>9} {'total':>9} {'SLURM':>7}  figures"]
     sources = {}
@@ -436,8 +556,10 @@ def time_table(rows: list[JobTime]) -> str:
     for r in rows:
         longest[r.model, r.stage] = max(longest.get((r.model, r.stage), 0.0), r.cold_seconds)
     for r in rows:
-        key = sources.setdefault(r.figures.source, f"[{len(sources) + 1}]")
-        figures = key + (f" borrowed: {r.figures.borrowed}" if r.figures.borrowed else "")
+        how = f"{r.figures.source}; {r.figures.borrowed}" if r.figures.borrowed else \
+            f"{r.figures.source}: measured on this device"
+        key = sources.setdefault(how, f"[{len(sources) + 1}]")
+        figures = key + (f" {r.learned}" if r.learned else "")
         slurm = f"{cost.runtime_minutes(longest[r.model, r.stage])} min"
         lines.append(f"  {r.model:<14} {r.job[:30]:<30} {r.count:>5} {r.device.label()[:12]:<12} "
                      f"{_duration(r.seconds):>9} {_duration(r.count * r.seconds):>9} {slurm:>7}  {figures}")
@@ -455,6 +577,11 @@ def time_table(rows: list[JobTime]) -> str:
     if any(r.lengths != "measured" for r in rows):
         lines.append("  lengths: every example taken at its max_length where its data or the base's tokenizer does "
                      "not exist yet (an upper bound)")
+    if any(r.learned for r in rows):
+        lines.append("  learned: the estimate x the median measured / estimated of the kind's jobs finished on its "
+                     "device (their benchmark files)")
+    for note in notes:
+        lines.append(f"  passed over: {note}")
     totals = ", ".join(f"{v:.2f} {k}" for k, v in hours(rows).items())
     lines.append(f"  the whole plan (jobs already done included): {totals}")
     return "\n".join(lines)
@@ -472,4 +599,5 @@ def report(plan) -> None:
         print(f"forgetmap: no time estimate: {exc.args[0]}", file=sys.stderr)
         return
     if rows:
-        print(time_table(rows), file=sys.stderr)
+        notes = [note for model in plan.computed for note in plan.learning_notes(model)]
+        print(time_table(rows, notes), file=sys.stderr)

@@ -295,22 +295,26 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             return None
         started = time.perf_counter()
         row, widths = self.map.forecast(values)
-        scalars["mean"] = float(np.mean(row))
-        scalars["forgotten"] = float(np.mean(row > 0))
+        # the forecast's own values under their own names; the headline (`mean`, `over_budget`) is what its
+        # interval bounds: the forecast corrected by the audit examples where the check has them
+        scalars["forecast_mean"] = scalars["mean"] = float(np.mean(row))
+        scalars["forecast_forgotten"] = float(np.mean(row > 0))
         if len(audited):
             scalars["audit_mean"] = audit_mean(len(row), self.map.known, self.map.audit, audited, self.map.strata)
         if self.level is not None and len(audited):  # the run's own bound (predict.bound)
             bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level,
                                skew=self.map.residual_skew(), strata=self.map.strata)
-            scalars.update(estimate=bound.estimate, lower=bound.lower, upper=bound.upper)
-        elif self.level is not None:  # a map without audit examples: its constant half-width
-            scalars["upper"] = scalars["mean"] + self.map.mean_halfwidth(self.level)
+            scalars.update(mean=bound.estimate, lower=bound.lower, upper=bound.upper)
+        elif self.level is not None:  # a map without audit examples: the forecast's mean, its constant half-width
+            halfwidth = self.map.mean_halfwidth(self.level)
+            scalars.update(lower=scalars["mean"] - halfwidth, upper=scalars["mean"] + halfwidth)
         if self.budget is not None:
-            scalars["over_budget"] = float(np.mean(row > self.budget))
+            scalars["forecast_over_budget"] = scalars["over_budget"] = float(np.mean(row > self.budget))
             if self.level is not None and len(audited):  # a bound on that share too, as on the mean
                 share = share_bound(row, self.map.known, values, self.map.audit, audited, self.budget, self.level,
                                     strata=self.map.strata)
-                scalars["over_budget_upper"] = share.upper
+                scalars.update(over_budget=share.estimate, over_budget_lower=share.lower,
+                               over_budget_upper=share.upper)
             if scalars["upper"] > self.budget:
                 over.append(f"forecast upper bound {scalars['upper']:.4f} above the budget {self.budget}")
         if self.replay is not None:

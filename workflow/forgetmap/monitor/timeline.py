@@ -1,8 +1,9 @@
 """Forecasts over training, as the explorer shows them (forgetmap.explorer).
 
 - `run_timeline`: a trainer run's checks (the callback's `OUTPUT_DIR/forgetmap-monitor/`) as the page of their
-  own: each check's scalars over the steps (the mean forecast and its upper bound, the probes' mean, the share
-  forecast forgotten, the replayed share), and the examples forecast most forgotten at any check with their
+  own: each check's scalars over the steps (the mean and its interval, the forecast's own mean, the probes'
+  mean, the share forecast forgotten, the replayed share; a check written before the headline became the
+  estimate its interval bounds is read under today's names: `current_scalars`), and the examples forecast most forgotten at any check with their
   forecast and interval at every check, their texts where the upstream shards are given (the probes' always:
   the map carries them).
 - `task_timelines`: a workflow model's monitored fine-tunes (`forecast/trajectory.tsv`) for its page's tasks.
@@ -17,7 +18,27 @@ import numpy as np
 from ..errors import DataError
 
 CHECK_GLOB = "check-*.parquet"
-SERIES = ("mean", "upper", "probe_mean", "forgotten", "over_budget", "replay_share")
+SERIES = ("mean", "lower", "upper", "forecast_mean", "probe_mean", "forecast_forgotten", "over_budget",
+          "over_budget_upper", "forecast_over_budget", "replay_share")
+
+
+def current_scalars(scalars: dict) -> dict:
+    """A check's scalars under today's names, whenever they were written. Before, `mean` was the forecast's mean
+    and `estimate` the audit-corrected one its interval bounded (and `forgotten`, `over_budget` the forecast's
+    shares); now `mean` is the estimate its interval bounds, the forecast's own values are `forecast_*`."""
+    if "forecast_mean" in scalars or "mean" not in scalars:
+        return dict(scalars)
+    old = dict(scalars)
+    out = {k: v for k, v in old.items() if k not in ("mean", "estimate", "forgotten", "over_budget")}
+    out["forecast_mean"] = old["mean"]
+    out["mean"] = old.get("estimate", old["mean"])
+    if "forgotten" in old:
+        out["forecast_forgotten"] = old["forgotten"]
+    if "over_budget" in old:
+        out["forecast_over_budget"] = old["over_budget"]
+        if "over_budget_upper" not in old:  # no bound: the forecast's share was the only estimate
+            out["over_budget"] = old["over_budget"]
+    return out
 
 
 def _round(values) -> list:
@@ -67,7 +88,7 @@ def run_timeline(checks: str | Path, shards: list[str] | None = None, top: int =
                                 "forecast": _round(forecasts[:, i]),
                                 "halfwidth": _round(widths[:, i]) if widths is not None else None}
     ranked = chosen[np.argsort(-forecasts[-1][chosen], kind="stable")]  # by the last check's forecast
-    scalars = [m.get("scalars", {}) for m in metas]
+    scalars = [current_scalars(m.get("scalars", {})) for m in metas]
     return ({
         "model": directory.parent.name or str(directory), "mode": "run", "path": str(directory),
         "map": str(map_path) if map_path is not None else metas[-1].get("map"), "method": metas[-1].get("method"),
@@ -98,18 +119,21 @@ def _records(example_ids: np.ndarray, shards: list[str] | None, forecast_map) ->
 
 
 def task_timelines(trajectory: str | Path) -> dict:
-    """{task: its checks} from a workflow's `forecast/trajectory.tsv`: steps, share of the steps, the mean
-    forecast and its upper bound (the run's own, from each check's audit examples; without them the map's
-    constant one), the probes' mean, and (a `check` task) the measured final row's mean."""
+    """{task: its checks} from a workflow's `forecast/trajectory.tsv`: steps, share of the steps, the mean and the
+    upper end of its interval (the run's own estimate, from each check's audit examples; without them the
+    forecast's mean and the map's constant interval), the forecast's own mean, the probes' mean, and (a `check`
+    task) the measured final row's mean."""
     import pandas as pd
 
     table = pd.read_csv(trajectory, sep="\t")
     upper = next((c for prefix in ("estimate_upper_", "forecast_upper_") for c in table.columns
                   if c.startswith(prefix)), None)
+    headline = "estimate" if upper and upper.startswith("estimate_") else "forecast_mean"
     out = {}
     for task, rows in table.groupby("task", sort=False):
         out[str(task)] = {"steps": rows["step"].astype(int).tolist(), "fraction": _round(rows["fraction"]),
-                          "mean": _round(rows["forecast_mean"]), "probe_mean": _round(rows["probe_mean"]),
+                          "mean": _round(rows[headline]), "forecast_mean": _round(rows["forecast_mean"]),
+                          "probe_mean": _round(rows["probe_mean"]),
                           "upper": _round(rows[upper]) if upper else None,
                           "level": float(upper.rsplit("_", 1)[1]) if upper else None,
                           "measured": _round(rows["measured_mean"])[-1] if "measured_mean" in rows else None}

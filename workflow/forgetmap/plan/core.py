@@ -44,6 +44,7 @@ class Plan:
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
+        self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -446,12 +447,23 @@ class Plan:
 
     def job_times(self, model: str) -> list:
         """How long the model's jobs take, one row per kind (forgetmap.config.times: estimated once, for the time
-        table and every job's SLURM time the config leaves unset)."""
+        table and every job's SLURM time the config leaves unset), each kind learned from its jobs finished so far
+        (forgetmap.config.learned: read again when the benchmark files change)."""
+        from ..config import learned
+
         if model not in self._times:
             from ..config.times import job_times
 
             self._times[model] = job_times(self, model)
-        return self._times[model]
+        seen = learned.signature(model)
+        if self._learned.get(model, (None,))[0] != seen:
+            self._learned[model] = (seen, *learned.learn(self._times[model]))
+        return self._learned[model][1]
+
+    def learning_notes(self, model: str) -> list[str]:
+        """The benchmark files the model's times could not learn from (said under the time table)."""
+        self.job_times(model)
+        return self._learned[model][2]
 
     def finetune_memory(self, model: str) -> list[dict]:
         """What the model's fine-tunes need of their devices and the host, one row per kind (estimated once:

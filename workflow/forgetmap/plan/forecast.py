@@ -119,10 +119,12 @@ class ForecastPlan:
         return inputs
 
     def forecast_settings(self, model: str) -> dict:
+        from ..predict.forecast import forecast_params
+
         prediction, forecast = self.cfg["prediction"], self.cfg["forecast"]
         return {"tasks": self.tasks(model), "modes": self.modes(model), "fit_tasks": self.fit_tasks(model),
                 "k": forecast["k"], "probes": forecast["probes"], "method": forecast["method"],
-                "params": prediction["methods"][forecast["method"]],
+                "params": forecast_params(forecast["method"], prediction["methods"][forecast["method"]]),
                 "intervals": prediction["intervals"],
                 "references": {t: (self.cfg["models"][model]["checkpoints"] or {}).get(t, {}).get("reference", BASE_RUN)
                                for t in self.tasks(model)},

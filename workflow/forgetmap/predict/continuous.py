@@ -142,15 +142,23 @@ class FoldInMF(CompletionMethod):
     Everything comes from one pass over the train rows: their Gram matrix (M x M) gives the spectrum of
     any subset of them, centred, by an eigendecomposition; the factors of rank r are the rows' product
     with r eigenvectors. Validation scores every (rank, ridge) on the hidden entries of held-out rows
-    from low-dimensional sums, never forming a prediction."""
+    from low-dimensional sums, never forming a prediction.
+
+    A new row is the column means plus an offset plus the factors, weighted to fit its known values (the
+    paper's fold-in). `origin`: the column means get a weight of their own too, fitted unshrunk as the offset
+    is, so the row is linear in its known values: all of them 0 give 0, and small ones a small row (a
+    forecast part-way through a fine-tune, whose probes have barely moved, is near 0, where the plain fold-in
+    gives the fit rows' mean). Once the known values look like a fit row's, the mean's weight is about 1 and
+    the two agree."""
 
     name = "mf"
 
     def __init__(self, rank: int | None = None, reg: float | None = None, ranks=(1, 2, 3, 5, 8),
-                 regs=(0.001, 0.01, 0.1, 1.0, 10.0), validation_k: int = 30, seed: int = 0):
+                 regs=(0.001, 0.01, 0.1, 1.0, 10.0), validation_k: int = 30, seed: int = 0, origin: bool = False):
         self.rank, self.reg = rank, reg
         self.ranks, self.regs = ranks, regs
         self.validation_k, self.seed = validation_k, seed
+        self.origin = origin
 
     @staticmethod
     def _gram(train, block: int = 1 << 14) -> np.ndarray:
@@ -239,15 +247,36 @@ class FoldInMF(CompletionMethod):
         """The same rank and ridge fitted on the train rows less `row`, from the Gram matrix `fit` kept
         (one N x M product instead of a refit); `train` is the matrix `fit` saw."""
         rest = np.delete(np.arange(len(train)), row)
-        fold = FoldInMF(self.rank_, self.reg_)
+        fold = FoldInMF(self.rank_, self.reg_, origin=self.origin)
         fold.rank_, fold.reg_ = self.rank_, self.reg_
         fold.mean_, fold.factors_ = self._spectrum(np.asarray(train), self.gram_, rest, max(self.rank_, 1))
         return fold
 
     def predict(self, known_columns, known_values):
+        if self.origin:
+            return self._through_origin(known_columns, known_values)
         residual = np.asarray(known_values, dtype=np.float64) - self.mean_[known_columns]
         w = self._weights(self.factors_, self.reg_, known_columns, residual)
         pred = w[:, 1:].astype(np.float32) @ self.factors_.T
         pred += self.mean_.astype(np.float32)
         pred += w[:, :1].astype(np.float32)
         return pred
+
+    def _through_origin(self, known_columns, known_values):
+        """`origin`'s rows: ridge weights of [offset, column means, factors] (the first two unshrunk, bar a
+        trace-relative 1e-9 that keeps a near-constant mean at the probes solvable) fitted to the known values
+        themselves, so that values of 0 give weights, and a row, of 0."""
+        values = np.asarray(known_values, dtype=np.float64)
+        columns = np.asarray(known_columns)
+        basis = np.concatenate([self.mean_[:, None], self.factors_.astype(np.float64)], axis=1)  # (N, r + 1)
+        x = np.concatenate([np.ones(columns.shape + (1,)), basis[columns]], axis=2)  # (T, k, r + 2)
+        xt = x.transpose(0, 2, 1)
+        gram = xt @ x
+        penalty = self.reg_ * np.eye(x.shape[2])
+        penalty[0, 0] = penalty[1, 1] = 0.0
+        jitter = 1e-9 * np.trace(gram, axis1=1, axis2=2)[:, None, None] * np.eye(x.shape[2])
+        w = np.linalg.solve(gram + penalty + jitter, xt @ values[..., None])[..., 0]  # (T, r + 2)
+        pred = (w[:, 1:] @ basis.T).astype(np.float32)
+        pred += w[:, :1].astype(np.float32)
+        return pred
+

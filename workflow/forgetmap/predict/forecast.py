@@ -197,6 +197,17 @@ def probe_values(scores: str, measured_ids: np.ndarray, base_nll: np.ndarray) ->
     return table.column("nll").to_numpy().astype(np.float64) - base_nll, tokens
 
 
+# what forecasting adds to a method's prediction settings: a forecast starts where its fine-tune starts, so the
+# matrix factorization's fold-in goes through the origin (FoldInMF's `origin`: every probe's change 0, every
+# example's 0), where the prediction of a finished task's row (paper §5) keeps the paper's fold-in
+FORECAST_PARAMS = {"mf": {"origin": True}}
+
+
+def forecast_params(method: str, params: dict | None) -> dict:
+    """A forecast's settings of `method`: FORECAST_PARAMS', under the ones given."""
+    return {**FORECAST_PARAMS.get(method, {}), **(params or {})}
+
+
 def fit_completion(train: np.ndarray, known: np.ndarray, method: str, params: dict, levels: list[float]):
     """(`method` fitted on the fit tasks' rows, {level: half-width per usable example}): what completes any
     row from its values at the `known` positions. The half-widths depend on the probes, not on their values,

@@ -245,7 +245,9 @@ def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: 
     """`forgetmap predict`: one split and one method (`settings`: forgetmap.plan), every seed; each
     seed's predicted rows into the directory `out`, per-seed metrics to `metrics`."""
     from ..matrix import ForgettingMatrix
+    from ..models import say_device
 
+    say_device("cpu")  # where its time was spent (forgetmap.config.learned)
     side = np.load(similarity) if similarity else None
     return _predict_and_write(ForgettingMatrix.read(matrix), _split_definition(split), settings["method"],
                               settings["params"], settings, out, metrics, similarity=side,

@@ -103,8 +103,8 @@ MODEL = obj({
         "base": resources(0, 4000, None, 1, "base-model"),
         "finetune": resources(1, None, None, 4, "fine-tuning"),
         "score": resources(1, 16000, None, 4, "scoring"),
-        "semantic": resources(1, 16000, 60, 4, "semantic-similarity (MiniLM embedding)"),
-        "gradient": resources(1, 32000, 240, 4, "gradient-similarity (per-example gradients)"),
+        "semantic": resources(1, 16000, None, 4, "semantic-similarity (MiniLM embedding)"),
+        "gradient": resources(1, 32000, None, 4, "gradient-similarity (per-example gradients)"),
         "analysis": resources(0, 8000, 60, 1, "matrix-analysis (low rank, cross-task, prediction)"),
     }, description="per-rule resources", default={}),
 }, description="a model: its base, how it is fine-tuned and scored (or an imported matrix)")

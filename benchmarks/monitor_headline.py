@@ -1,0 +1,124 @@
+"""What the monitor's headline reads, against the truth at every check (issue 69; docs/monitor.md; BENCHMARKS.md).
+
+After `monitor_bound.py --truths truths.npz` (the demo's `check` tasks fine-tuned as the demo fine-tunes them, the
+whole upstream set scored every `--every` steps): at each check, from the probes' true values,
+
+1. the forecast at 0 where nothing has changed (every probe's change 0), and its RMSE against the measured row over
+   the examples that are not probes at the checks nearest 20 %, 50 % and 100 % of the steps, for the matrix
+   factorization's fold-in through the origin (`origin`, the forecast's default now) and the plain fold-in (the
+   forecast before), side by side;
+2. the bound on the mean at `--level` over `--draws` audits drawn as the map draws them (by two strata, each draw
+   its own seed), the forecast weighted 1 (before) and by the probes' cross-fitted weight
+   (`ForecastMap.probe_weight`, now), each with Hall's transformation at the map's residual skewness: coverage and
+   mean half-width against the narrowest interval the audit examples alone could give at the level (the `--level`
+   quantile over the draws of |the audit's own stratified estimate - the true mean|), per task.
+
+    python benchmarks/monitor_headline.py --workdir . --truths truths.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from monitor import demo_setup  # noqa: E402
+
+SHARES = (0.2, 0.5, 1.0)
+
+
+def refitted(forecast_map, **params):
+    """The map with other parameters for its completion (fitted again on first use)."""
+    return dataclasses.replace(forecast_map, params={**forecast_map.params, **params}, _completion=None, _folds=None,
+                               _mean_widths=None)
+
+
+def rmse(row: np.ndarray, truth: np.ndarray, hidden: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((row[hidden] - truth[hidden]) ** 2)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("."))
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--truths", type=Path, required=True, help="monitor_bound.py's --truths file")
+    parser.add_argument("--level", type=float, default=0.9)
+    parser.add_argument("--audit", type=int, default=60)
+    parser.add_argument("--draws", type=int, default=1000)
+    args = parser.parse_args()
+    from forgetmap.predict.audit import audit_draw, two_strata
+    from forgetmap.predict.bound import mean_bound
+
+    saved = np.load(args.truths)
+    tasks = [str(t) for t in saved["tasks"]]
+    origin = demo_setup(args.workdir, args.model, tasks[0])[-1]
+    maps = {"through the origin (now)": refitted(origin, origin=True),
+            "plain fold-in (before)": refitted(origin, origin=False)}
+    known = origin.known
+    hidden = np.ones(len(origin.example_ids), dtype=bool)
+    hidden[known] = False
+    steps = np.asarray(saved["steps"])
+    total = steps[-1]
+    print("1. the forecast where every probe's change is 0 (mean over the examples):")
+    for name, forecast_map in maps.items():
+        print(f"   {name}: {float(forecast_map.forecast(np.zeros(len(known)))[0].mean()):+.4f}")
+    accuracy, bounds = [], []
+    skew = origin.residual_skew()
+    draws = [audit_draw(origin.train, known, args.audit, d) for d in range(args.draws)]
+    for task, seed, truth in zip(tasks, saved["seeds"], saved["truths"]):
+        for share in SHARES:
+            c = int(np.argmin(np.abs(steps / total - share)))
+            line = {"task": task, "seed": int(seed), "share": share, "step": int(steps[c])}
+            for name, forecast_map in maps.items():
+                line[name] = rmse(forecast_map.forecast(truth[c][known])[0], truth[c], hidden)
+            line["probes' mean (naive)"] = rmse(np.full(len(truth[c]), truth[c][known].mean()), truth[c], hidden)
+            accuracy.append(line)
+        for c, z in enumerate(truth):
+            row = origin.forecast(z[known])[0]
+            weight = origin.probe_weight(z[known])
+            mean = float(z.mean())
+            for drawn, strata in draws:
+                labels = two_strata(strata)
+                found = {"weight 1 (before)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                         skew=skew, strata=labels),
+                         "probes' weight (now)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                            weight=weight, skew=skew, strata=labels)}
+                alone = mean_bound(row, known, z[known], drawn, z[drawn], args.level, weight=0.0, strata=labels)
+                record = {"task": task, "seed": int(seed), "step": int(steps[c]), "weight": weight,
+                          "alone_error": abs(alone.estimate - mean)}
+                for name, bound in found.items():
+                    record[f"{name} half"] = (bound.upper - bound.lower) / 2
+                    record[f"{name} covered"] = float(bound.lower <= mean <= bound.upper)
+                bounds.append(record)
+    table = pd.DataFrame(accuracy)
+    pd.set_option("display.width", 200)
+    print("\n1. RMSE against the measured row over the examples that are not probes (mean over tasks and seeds):")
+    print(table.groupby("share")[[*maps, "probes' mean (naive)"]].mean().to_string(float_format=lambda v: f"{v:.4f}"))
+    print("\n   by task, at 20 % / 50 % / 100 %:")
+    print(table.pivot_table(index="task", columns="share", values=list(maps)).to_string(
+        float_format=lambda v: f"{v:.4f}"))
+    frame = pd.DataFrame(bounds)
+    # the narrowest interval the audit alone gives at the level: per check, the level's quantile of its error
+    narrowest = frame.groupby(["task", "seed", "step"])["alone_error"].quantile(args.level).rename("narrowest")
+    frame = frame.join(narrowest, on=["task", "seed", "step"])
+    names = ["weight 1 (before)", "probes' weight (now)"]
+    rows = []
+    for task, part in frame.groupby("task"):
+        line = {"task": task, "probes' weight": part["weight"].mean(), "narrowest": part["narrowest"].mean()}
+        for name in names:
+            line[f"{name}: width / narrowest"] = (part[f"{name} half"] / part["narrowest"]).mean()
+            line[f"{name}: coverage"] = part[f"{name} covered"].mean()
+        rows.append(line)
+    print(f"\n2. the bound at {args.level} with {args.audit} audit examples, {args.draws} draws per check (half-width "
+          f"over the narrowest the audit alone gives at the level, mean over the checks):")
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

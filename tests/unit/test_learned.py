@@ -1,0 +1,92 @@
+"""Job times learned from the run (forgetmap.config.learned): a kind's finished jobs on its device give the rest
+their time and SLURM time; a job on another device, or a benchmark file that cannot be read, is not learned from."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forgetmap import cost
+from forgetmap.config.times import time_table
+from forgetmap.devices import cpu_name
+from forgetmap.plan import Plan
+
+CONFIG = Path(__file__).parents[2] / "config" / "config.yaml"
+
+
+def finished(job, seconds, device: str, warm: bool = False):
+    """A job's benchmark file and log as Snakemake and the job leave them."""
+    Path(job.benchmark).parent.mkdir(parents=True, exist_ok=True)
+    Path(job.benchmark).write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:{seconds:02.0f}\t100\n")
+    Path(job.log).parent.mkdir(parents=True, exist_ok=True)
+    note = "; forked from the run's warm process" if warm else ""
+    Path(job.log).write_text(f"INFO forgetmap.models: device: {device}{note}\nINFO done\n")
+
+
+def row(plan, label):
+    return next(r for r in plan.job_times("demo") if r.job == label)
+
+
+def test_a_kinds_finished_jobs_on_its_device_give_the_rest_their_time(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(yaml.safe_load(CONFIG.read_text()))
+    before = row(plan, "finetune (longest)")
+    minutes = plan.resource("demo", "finetune", "runtime")
+    jobs = before.jobs
+    fig = before.figures
+    # one fine-tune finished on this CPU in a process of its own, 3x its estimate
+    finished(jobs[0], 3 * cost.seconds(jobs[0].work, fig), f"cpu ({cpu_name()})")
+    # one on a GPU (another device kind: not learned from), one forked from a warm process at 2x its warm estimate
+    finished(jobs[1], 50 * cost.seconds(jobs[1].work, fig), "cuda (NVIDIA H200)")
+    learned = row(plan, "finetune (longest)")  # the same plan: the benchmark files changed, read again
+    assert learned.learned == "x3.00, learned from 1 finished job"
+    assert learned.seconds == pytest.approx(3 * before.seconds) and learned.cold_seconds == pytest.approx(
+        3 * before.cold_seconds)
+    finished(jobs[2], 2 * cost.seconds(jobs[2].work, fig, warm=True), f"cpu ({cpu_name()})", warm=True)
+    learned = row(plan, "finetune (longest)")
+    assert learned.learned == "x2.50, learned from 2 finished jobs"  # the median of 3 and 2
+    # its SLURM time follows (the stage's longest estimate: the arms' too, learned from nothing yet)
+    longest = max(r.cold_seconds for r in plan.job_times("demo") if r.stage == "finetune")
+    assert plan.resource("demo", "finetune", "runtime") == cost.runtime_minutes(longest) >= minutes
+    # other kinds learn nothing from the fine-tunes
+    assert row(plan, "score").learned is None
+    # a benchmark file that cannot be read: passed over, said under the table
+    Path(jobs[3].benchmark).parent.mkdir(parents=True, exist_ok=True)
+    Path(jobs[3].benchmark).write_text("not a benchmark\n")
+    Path(jobs[3].log).parent.mkdir(parents=True, exist_ok=True)
+    Path(jobs[3].log).write_text(f"device: cpu ({cpu_name()})\n")
+    assert row(plan, "finetune (longest)").learned == "x2.50, learned from 2 finished jobs"
+    table = time_table(plan.job_times("demo"), plan.learning_notes("demo"))
+    assert "x2.50, learned from 2 finished jobs" in table
+    assert f"passed over: {jobs[3].benchmark}: KeyError (not learned from)" in table
+
+
+def test_a_job_that_ran_on_another_cpu_model_is_not_learned_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(yaml.safe_load(CONFIG.read_text()))
+    score = row(plan, "score")
+    finished(score.jobs[0], 100, "cpu (Another CPU @ 1.00GHz)")
+    finished(score.jobs[1], 100, "cpu")  # a log that names no CPU model: a CPU's, learned from
+    assert row(plan, "score").learned == "x{:.2f}, learned from 1 finished job".format(
+        100 / cost.seconds(score.jobs[1].work, score.figures))
+
+
+def test_a_logs_device_line_names_the_cpu_model_with_its_own_parentheses(tmp_path):
+    from forgetmap.config.learned import ran_on
+
+    log = tmp_path / "job.log"
+    log.write_text("x\n2026 INFO forgetmap.models: device: cpu (Intel(R) Xeon(R) Processor @ 2.50GHz); forked from "
+                   "the run's warm process\nmore\n")
+    assert ran_on(str(log)) == ("cpu", "Intel(R) Xeon(R) Processor @ 2.50GHz", True)
+    log.write_text("device: cuda (NVIDIA H200)\n")
+    assert ran_on(str(log)) == ("cuda", "NVIDIA H200", False)
+    log.write_text("no device said\n")
+    assert ran_on(str(log)) is None and ran_on(str(tmp_path / "absent.log")) is None
+
+
+def test_planning_counts_the_gradient_jobs_batches_as_the_job_makes_them():
+    from forgetmap.config.times import examples_together
+    from forgetmap.gradients import together
+
+    for parameters, longest in ((918_656, 40), (918_656, 96), (8_000_000, 64), (135_000_000, 128), (30, 4096)):
+        assert examples_together(parameters, longest) == together(parameters, longest)

@@ -1,0 +1,80 @@
+"""A CPU the rates file has not measured (forgetmap.probe): a few seconds of probing, kept per machine, and the
+nearest measured CPU's figures scaled by what it shows."""
+
+import time
+
+import pytest
+
+from forgetmap import cost, probe
+
+
+def entry(machine, flops, pass_s, start=3.0):
+    return {"kind": "cpu", "machine": machine, "threads": 1, "start_s": start, "warm_start_s": 0.2,
+            "load_bytes_per_s": 1e9, "setup_s": {"score": 0.2, "train": 0.4}, "example_s": 1e-4,
+            "source": f"{machine}, 2026-11-28, commit abc",
+            "rates": {k: {"flops_per_s": flops[k], "pass_s": pass_s[k]} for k in cost.KINDS}}
+
+
+SLOW = entry("Slow CPU", dict.fromkeys(cost.KINDS, 1e10), dict.fromkeys(cost.KINDS, 0.05), start=11.0)
+FAST = entry("Fast CPU", {"train": 7e10, "score": 8e10, "generate": 3.5e10},
+             {"train": 0.006, "score": 0.0002, "generate": 0.0008}, start=4.0)
+
+
+# the probe's work: the larger of each of the calibration's pairs of runs on the demo's architecture
+WORK = {"train": {"flops": 7.1e10, "passes": 8}, "score": {"flops": 7.8e9, "passes": 1},
+        "generate": {"flops": 9.6e8, "passes": 16}}
+
+
+def probed(truth: dict) -> dict:
+    """A probe's figures on a machine whose real figures are `truth`'s (what its work would take there)."""
+    shape = {"parameters": 918_656, "work": WORK, "threads": 1}
+    return {**shape, "seconds": probe.predicted(truth, shape), "start_s": truth["start_s"],
+            "warm_start_s": 0.06, "load_bytes_per_s": 2.5e9, "machine": truth["machine"], "processes": 2}
+
+
+def test_an_unmeasured_cpu_takes_the_nearest_measured_cpus_figures_scaled_by_its_probe():
+    new = entry("New CPU", {"train": 9e10, "score": 9e10, "generate": 5e10},
+                {"train": 0.005, "score": 0.0002, "generate": 0.0006}, start=3.2)
+    measured = probed(new)
+    rates = {"devices": {"cpu-slow": SLOW, "cpu-fast": FAST}}
+    fig = cost.figures(cost.Device("cpu", "New CPU", 1), rates, 918_656, measured)
+    assert fig.borrowed.startswith("Fast CPU's scaled by the CPU probe (x")  # the nearer of the two
+    # the scaled figures predict what the probe measured, kind by kind
+    scaled = probe.scale([SLOW, FAST], measured).entry
+    assert probe.predicted(scaled, measured) == pytest.approx(measured["seconds"])
+    # what the probe measures directly is taken as measured; a job's setups scale with the start-ups
+    assert fig.start_s == 3.2 and fig.warm_start_s == 0.06 and fig.load_bytes_per_s == 2.5e9
+    assert fig.setup_s["train"] == pytest.approx(0.4 * 0.06 / 0.2)  # by the warm start-ups
+    # a job of the probe's own size is estimated as the machine would run it, within the scaling's reach
+    work = cost.Work().add("train", 16 * 64 * 50, 3 * cost.forward_flops(918_656, 4, 128, 32), 50)
+    truth = cost.seconds(work, cost.entry_figures(new, 1.0, None, 918_656))
+    assert cost.seconds(work, fig) == pytest.approx(truth, rel=0.05)
+    # two threads: the FLOP rates grow with them, as a measured CPU's do
+    two = cost.figures(cost.Device("cpu", "New CPU", 2), rates, 918_656, measured)
+    assert two.rates["train"].flops_per_s == pytest.approx(2 * fig.rates["train"].flops_per_s)
+    # without a probe (it failed): the first listed, as measured, said so
+    plain = cost.figures(cost.Device("cpu", "New CPU", 1), rates, 918_656)
+    assert plain.borrowed == "measured on Slow CPU, as they are"
+    # a CPU model measured: its own figures, where they predict its probe within 1.5x
+    own = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(FAST))
+    assert own.borrowed is None and own.rates["train"].flops_per_s == 7e10
+    # another machine of the same name (2.5x slower): the nearest figures scaled, and why
+    slower = {**SLOW, "machine": "Fast CPU"}
+    other = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(slower))
+    assert other.borrowed.startswith("its CPU model's own figures miss this machine's probe by over 1.5x: Slow CPU's")
+    assert other.rates["train"].flops_per_s == pytest.approx(1e10)
+
+
+def test_the_probe_takes_seconds_and_is_kept_per_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
+    started = time.monotonic()
+    first = probe.measured("Probe Test CPU", 1, 1)  # kept per boot: a name alone does not say which machine
+    took = time.monotonic() - started
+    assert took < 60, took  # seconds (about 10 on CI's 2 cores), not a calibration
+    assert all(first["seconds"][k] > 0 for k in probe.COMPUTE) and first["start_s"] > first["warm_start_s"] > 0
+    assert first["load_bytes_per_s"] > 1e6 and first["machine"] == "Probe Test CPU" and first["processes"] == 1
+    started = time.monotonic()
+    assert probe.measured("Probe Test CPU", 1, 1) == first and time.monotonic() - started < 1  # kept, not probed
+    # this machine's probe against the shipped rates: the scaled figures predict it exactly
+    shipped = [d for d in cost.read_rates()["devices"].values() if d["kind"] == "cpu"]
+    assert probe.predicted(probe.scale(shipped, first).entry, first) == pytest.approx(first["seconds"])
