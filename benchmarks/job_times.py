@@ -58,13 +58,15 @@ def main() -> None:
                 seconds = seconds_taken(job.benchmark)
                 if seconds is not None:
                     rows.append({"kind": label.split(" shard")[0], "job": job.benchmark.split("benchmarks/", 1)[1],
-                                 "measured_s": seconds, "estimated_s": cost.seconds(job.work, fig, warm)})
+                                 "measured_s": seconds,
+                                 "estimated_s": cost.seconds(job.work, fig, warm and stage != "base")})
     table = pd.DataFrame(rows)
     table["ratio"] = table["measured_s"] / table["estimated_s"]
     pd.set_option("display.width", 160)
     print(table.round(2).to_string(index=False))
     print()
-    for kind, part in [*table.groupby("kind", sort=False), ("all", table)]:
+    models = table[~table["kind"].isin(["predict", "semantic similarity", "gradient similarity"])]
+    for kind, part in [*table.groupby("kind", sort=False), ("model jobs", models), ("all", table)]:
         within = ((part["ratio"] >= 0.5) & (part["ratio"] <= 2)).mean()
         print(f"{kind:<24} jobs {len(part):>3}  median measured/estimated {statistics.median(part['ratio']):.2f}  "
               f"within 0.5-2x {within:.0%}  measured {part['measured_s'].sum():.0f} s, "

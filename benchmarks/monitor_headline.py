@@ -8,10 +8,11 @@ whole upstream set scored every `--every` steps): at each check, from the probes
    factorization's fold-in through the origin (`origin`, the forecast's default now) and the plain fold-in (the
    forecast before), side by side;
 2. the bound on the mean at `--level` over `--draws` audits drawn as the map draws them (by two strata, each draw
-   its own seed), the forecast weighted 1 (before) and by the probes' cross-fitted weight
-   (`ForecastMap.probe_weight`, now), each with Hall's transformation at the map's residual skewness: coverage and
-   mean half-width against the narrowest interval the audit examples alone could give at the level (the `--level`
-   quantile over the draws of |the audit's own stratified estimate - the true mean|), per task.
+   its own seed): the plain fold-in's forecast weighted 1 (before), the origin's weighted 1 (the monitor's now) and
+   weighted by the probes' cross-fitted weight (`probe_weight`, the issue's proposal), each with Hall's
+   transformation at the residual skewness of its own completion: coverage and mean half-width against the
+   narrowest interval the audit examples alone could give at the level (the `--level` quantile over the draws of
+   |the audit's own stratified estimate - the true mean|), per task.
 
     python benchmarks/monitor_headline.py --workdir . --truths truths.npz
 """
@@ -37,6 +38,23 @@ def refitted(forecast_map, **params):
     """The map with other parameters for its completion (fitted again on first use)."""
     return dataclasses.replace(forecast_map, params={**forecast_map.params, **params}, _completion=None, _folds=None,
                                _mean_widths=None)
+
+
+def probe_weight(forecast_map, values: np.ndarray) -> float:
+    """The forecast's weight in the bound chosen from the probes alone by cross-fitting: each probe's value
+    forecast from the other k - 1, and the least-squares slope of the measured values on those forecasts (about
+    their means), clipped to [0, 1]. It never sees an audit example, so the audit bounds the estimate it weights
+    as honestly as at a fixed weight (forgetmap.predict.bound)."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    k = len(values)
+    model, _ = forecast_map.completion()
+    others = np.array([np.delete(np.arange(k), j) for j in range(k)])  # (k, k - 1): each probe left out in turn
+    held = model.predict(forecast_map.known[others], values[others])[np.arange(k), forecast_map.known]
+    centred = held.astype(np.float64) - held.mean()
+    spread = float(centred @ centred)
+    if spread <= 1e-12 * max(float(np.abs(held).max()) ** 2, 1e-300) * k:
+        return 0.0
+    return float(np.clip(centred @ (values - values.mean()) / spread, 0.0, 1.0))
 
 
 def rmse(row: np.ndarray, truth: np.ndarray, hidden: np.ndarray) -> float:
@@ -69,7 +87,8 @@ def main() -> None:
     for name, forecast_map in maps.items():
         print(f"   {name}: {float(forecast_map.forecast(np.zeros(len(known)))[0].mean()):+.4f}")
     accuracy, bounds = [], []
-    skew = origin.residual_skew()
+    skew = maps["through the origin (now)"].residual_skew()
+    plain_skew = maps["plain fold-in (before)"].residual_skew()
     draws = [audit_draw(origin.train, known, args.audit, d) for d in range(args.draws)]
     for task, seed, truth in zip(tasks, saved["seeds"], saved["truths"]):
         for share in SHARES:
@@ -80,14 +99,16 @@ def main() -> None:
             line["probes' mean (naive)"] = rmse(np.full(len(truth[c]), truth[c][known].mean()), truth[c], hidden)
             accuracy.append(line)
         for c, z in enumerate(truth):
-            row = origin.forecast(z[known])[0]
-            weight = origin.probe_weight(z[known])
+            row, before = (forecast_map.forecast(z[known])[0] for forecast_map in maps.values())
+            weight = probe_weight(maps["through the origin (now)"], z[known])
             mean = float(z.mean())
             for drawn, strata in draws:
                 labels = two_strata(strata)
-                found = {"weight 1 (before)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
-                                                         skew=skew, strata=labels),
-                         "probes' weight (now)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                found = {"weight 1 (before)": mean_bound(before, known, z[known], drawn, z[drawn], args.level,
+                                                         skew=plain_skew, strata=labels),
+                         "origin, weight 1 (now)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                        skew=skew, strata=labels),
+                         "probes' weight": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
                                                             weight=weight, skew=skew, strata=labels)}
                 alone = mean_bound(row, known, z[known], drawn, z[drawn], args.level, weight=0.0, strata=labels)
                 record = {"task": task, "seed": int(seed), "step": int(steps[c]), "weight": weight,
@@ -107,10 +128,10 @@ def main() -> None:
     # the narrowest interval the audit alone gives at the level: per check, the level's quantile of its error
     narrowest = frame.groupby(["task", "seed", "step"])["alone_error"].quantile(args.level).rename("narrowest")
     frame = frame.join(narrowest, on=["task", "seed", "step"])
-    names = ["weight 1 (before)", "probes' weight (now)"]
+    names = ["weight 1 (before)", "origin, weight 1 (now)", "probes' weight"]
     rows = []
     for task, part in frame.groupby("task"):
-        line = {"task": task, "probes' weight": part["weight"].mean(), "narrowest": part["narrowest"].mean()}
+        line = {"task": task, "weight chosen": part["weight"].mean(), "narrowest": part["narrowest"].mean()}
         for name in names:
             line[f"{name}: width / narrowest"] = (part[f"{name} half"] / part["narrowest"]).mean()
             line[f"{name}: coverage"] = part[f"{name} covered"].mean()

@@ -63,7 +63,7 @@ def test_axolotl_train_runs_the_monitor_logs_its_scalars_stops_at_a_budget_and_r
     assert len((out / "trajectory.tsv").read_text().splitlines()) == 4
     # Axolotl's TensorBoard logger received every check's scalars (transformers' `eval/` form of `eval_` names)
     for check in resumed["checks"]:
-        for name in ("mean", "estimate", "lower", "upper", "probe_mean", "items_F", "items_acc"):
+        for name in ("mean", "forecast_mean", "lower", "upper", "probe_mean", "items_F", "items_acc"):
             logged = result["logged"][f"eval/forget_{name}"][str(check["step"])]
             assert logged == pytest.approx(check[f"eval_forget_{name}"], rel=1e-6, abs=1e-7)
 

@@ -78,7 +78,7 @@ def test_olmo_cores_trainer_runs_the_monitor_stops_at_a_budget_resumes_and_agree
     # OLMo-core's loggers receive the check's scalars as metrics of its step
     for check in first["checks"]:
         logged = first["metrics"][str(check["step"])]
-        for name in ("mean", "estimate", "lower", "upper", "probe_mean"):
+        for name in ("mean", "forecast_mean", "lower", "upper", "probe_mean"):
             assert logged[f"forget/{name}"] == pytest.approx(check[f"eval_forget_{name}"], rel=1e-6)
     record, _ = last_check(resumed["work_dir"])
     assert record["step"] == 6

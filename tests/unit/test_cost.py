@@ -89,8 +89,8 @@ def test_calibrate_measures_this_cpu_and_keeps_the_other_devices(tmp_path, monke
     from forgetmap.calibrate import calibrate_command
     from forgetmap.devices import cpu_name
 
-    timed = calibrate._timed  # one measured run of each, not the median of three: what is written is checked here,
-    monkeypatch.setattr(calibrate, "_timed", lambda fn, repeats=3: timed(fn, 1))  # not the rates' noise
+    timed = calibrate.timed  # one measured run of each, not the median of three: what is written is checked here,
+    monkeypatch.setattr(calibrate, "timed", lambda fn, repeats=3: timed(fn, 1))  # not the rates' noise
 
     path = tmp_path / "rates.json"
     path.write_text(json.dumps(rates(cpu_machine="Old CPU")))

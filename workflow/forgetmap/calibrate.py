@@ -42,7 +42,7 @@ def _encoded(rng, n: int, length: int):
     return [Encoded(rng.integers(4, VOCAB, length), 1, length) for _ in range(n)]
 
 
-def _timed(fn, repeats: int = 3) -> float:
+def timed(fn, repeats: int = 3) -> float:
     """The median of `repeats` runs (after one unmeasured): what the work costs as the machine runs it (jobs
     meet its noise too; the least of them would estimate every job low)."""
     fn()
@@ -129,13 +129,13 @@ def measure(architecture: dict, threads: int, steps: int = 8) -> dict:
 
     set_threads(threads)
     figures = {}
-    for kind, pair in runs(_random_model(architecture), steps).items():
-        small, large = ((run.flops, _timed(run.run)) for run in pair)
+    for kind, pair in runs(random_model(architecture), steps).items():
+        small, large = ((run.flops, timed(run.run)) for run in pair)
         figures[kind] = _split(pair[0].passes, small, large)
     return figures
 
 
-def _random_model(architecture: dict):
+def random_model(architecture: dict):
     """A Llama of the demo's kind at `architecture`'s widths, with seeded random weights."""
     import torch
     from transformers import LlamaForCausalLM
@@ -152,7 +152,7 @@ def start_seconds(model_dir: Path) -> float:
             "models.load_model(sys.argv[1], torch.device('cpu'), torch.float32)")
     def run():
         subprocess.run([sys.executable, "-c", code, str(model_dir)], check=True, capture_output=True)
-    return _timed(run, repeats=1)
+    return timed(run, repeats=1)
 
 
 def warm_start_seconds(model_dir: Path) -> float:
@@ -164,7 +164,7 @@ def warm_start_seconds(model_dir: Path) -> float:
 
     def client():
         subprocess.run([sys.executable, "-c", "import forgetmap.cli"], check=True, capture_output=True)
-    return _timed(client, repeats=1) + _timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
+    return timed(client, repeats=1) + timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
 
 
 def load_rate(directory: Path) -> float:
@@ -178,7 +178,7 @@ def load_rate(directory: Path) -> float:
     def roundtrip():
         save_file(weights, path)
         load_file(path)
-    return 2 * 64 * 2**20 / _timed(roundtrip)
+    return 2 * 64 * 2**20 / timed(roundtrip)
 
 
 def commit() -> str:
@@ -215,8 +215,8 @@ def job_figures(directory: Path, threads: int) -> dict:
     write_task("city_qa", {"category": "calibration", "n_examples": 200, "validation_fraction": 0.1}, 0, 0,
                str(directory / "task.parquet"))
     loaded = load_tokenizer(model_dir)
-    example_s = _timed(lambda: encode_examples(loaded, corpus, "auto", 96)) / len(corpus)
-    load_s = _timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
+    example_s = timed(lambda: encode_examples(loaded, corpus, "auto", 96)) / len(corpus)
+    load_s = timed(lambda: load_model(model_dir, torch.device("cpu"), torch.float32))
     code = f"import json, sys; from forgetmap.calibrate import forked_jobs; print(json.dumps(forked_jobs(sys.argv[1], {threads})))"
     done = subprocess.run([sys.executable, "-c", code, str(directory)], check=True, capture_output=True, text=True)
     (score, score_s), (tuned, tuned_s) = json.loads(done.stdout.strip().splitlines()[-1])
@@ -289,7 +289,7 @@ def worker(threads: int) -> dict:
 
     figures = {"rates": measure(DEMO, threads)}
     with tempfile.TemporaryDirectory() as tmp:
-        save_model(_random_model(DEMO), tmp)
+        save_model(random_model(DEMO), tmp)
         figures.update(start_s=start_seconds(Path(tmp)), warm_start_s=warm_start_seconds(Path(tmp)),
                        load_bytes_per_s=load_rate(Path(tmp)))
     with tempfile.TemporaryDirectory() as tmp:

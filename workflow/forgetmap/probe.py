@@ -46,21 +46,21 @@ def worker(threads: int, spawned: float) -> dict:
     import torch  # start-up, as the calibration's `start_seconds` measures it)
     from transformers import LlamaForCausalLM  # noqa: F401
 
-    from .calibrate import DEMO, _random_model, _timed, load_rate, runs
+    from .calibrate import DEMO, load_rate, random_model, runs, timed
     from .models import load_model, save_model, set_threads
 
     imported = time.time() - spawned
     set_threads(threads)
-    model = _random_model(DEMO)
+    model = random_model(DEMO)
     with tempfile.TemporaryDirectory() as tmp:
         save_model(model, tmp)
-        load_s = _timed(lambda: load_model(tmp, torch.device("cpu"), torch.float32), repeats=1)
-        client = _timed(lambda: subprocess.run([sys.executable, "-c", "import forgetmap.cli"], check=True,
+        load_s = timed(lambda: load_model(tmp, torch.device("cpu"), torch.float32), repeats=1)
+        client = timed(lambda: subprocess.run([sys.executable, "-c", "import forgetmap.cli"], check=True,
                                                capture_output=True), repeats=1)
         load_bytes_per_s = load_rate(Path(tmp))
     seconds, work = {}, {}
     for kind, (_, large) in runs(model).items():
-        seconds[kind] = _timed(large.run, repeats=3)  # the median of three: a probe moved by 10-25 % with one
+        seconds[kind] = timed(large.run, repeats=3)  # the median of three: a probe moved by 10-25 % with one
         work[kind] = {"flops": large.flops, "passes": large.passes}
     return {"seconds": seconds, "work": work, "start_s": imported + load_s, "warm_start_s": client + load_s,
             "load_bytes_per_s": load_bytes_per_s, "parameters": cost.multiplying_parameters(_shape(model))}

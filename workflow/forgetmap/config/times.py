@@ -35,6 +35,11 @@ MINILM = {"parameters": 10_800_000, "layers": 6, "hidden": 384, "bytes": 90_900_
 # the count sketch's reading of each parameter's gradient, in the scorer's FLOPs (one example's projection at 135M
 # parameters took as long as this many FLOPs per parameter at the scorer's rate: forgetmap.gradients)
 PROJECTION_FLOPS = 360.0
+# a full fine-tune's optimizer step (AdamW, clipping, zeroing) per weight, in the training loop's FLOPs: 2.4 s a step
+# at 135M parameters on one thread of the 2-core AMD EPYC of 2026-12-02 (SmolLM2's fine-tunes of 3 steps); the
+# calibration's model (about a million parameters: forgetmap.calibrate.DEMO) holds its own in the seconds per pass
+OPTIMIZER_FLOPS = 650.0
+CALIBRATED_PARAMETERS = 1_000_000
 # a prediction job's completions per entry of the matrix and seed, in the scorer's FLOPs (paper scale, 66 x 141,871,
 # 10 seeds: about 4 s a (method, split) job on the 2-core Intel Xeon, benchmarks/prediction_scale.py)
 PREDICT_FLOPS = 1500.0
@@ -238,7 +243,10 @@ class Model:
             path, settings["max_length"], settings.get("chat_template", self.spec["chat_template"]), split,
             settings["batch_size"], micro)
         tokens = steps * (padded if padded is not None else settings["batch_size"] * micro * length)
-        return work.add("train", tokens, passes * self.fwd(length), steps * micro)
+        work.add("train", tokens, passes * self.fwd(length), steps * micro)
+        if settings.get("method") != "lora":  # the optimizer's step over every weight, beyond the calibration's
+            work.flops["train"] += steps * OPTIMIZER_FLOPS * max(0, self.shape.parameters - CALIBRATED_PARAMETERS)
+        return work
 
     def base(self) -> cost.Work | None:
         settings = self.plan.base_settings(self.model)
@@ -314,7 +322,8 @@ class Model:
     def _task_examples(self, limit: int) -> list[tuple[str, int]]:
         """Each fine-tuned task's training examples an analysis reads (at most `limit`), with its file."""
         paths = self.plan.task_paths(self.model)
-        return [(paths.get(t), min(limit, self._examples(paths.get(t)) or limit)) for t in self.plan.finetuned[self.model]]
+        return [(paths.get(t), min(limit, self._examples(paths.get(t)) or limit))
+                for t in self.plan.finetuned[self.model]]
 
     def semantic(self) -> cost.Work:
         """MiniLM's forward over every upstream example and each task's training examples (forgetmap.correlate):
@@ -338,13 +347,13 @@ class Model:
         work = cost.Work().add("train", examples * length, 3 * self.fwd(length), batches)
         work.add("score", examples, PROJECTION_FLOPS * self.parameters, 0)
         template = self.spec["chat_template"]
-        for path, n in self._task_examples(settings["max_task_examples"]):
+        tasks = self._task_examples(settings["max_task_examples"])
+        for path, n in tasks:
             task_length = self.lengths.mean(path, settings["max_length"], template, "train") if path \
                 else float(settings["max_length"])
             work.add("train", n * task_length, 3 * self.fwd(task_length), math.ceil(n / 16))
         work.load_bytes = self.weight_bytes
-        work.examples, work.setups["score"] = examples + sum(n for _, n in self._task_examples(
-            settings["max_task_examples"])), 1
+        work.examples, work.setups["score"] = examples + sum(n for _, n in tasks), 1
         return work
 
     def prediction(self) -> cost.Work:
@@ -412,20 +421,23 @@ class Model:
 
 def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list[Job]]]:
     """The model's jobs by kind, each kind's stage, label and jobs: base, fine-tunes, score jobs, token losses,
-    arms, and the semantic and gradient analyses (their work counted by `m`, a Model of `model`)."""
+    arms, prediction jobs, and the semantic and gradient analyses (their work counted by `m`, a Model of
+    `model`)."""
     from .. import plan as paths
 
     m = m or Model(plan, model)
-    out = []
+
+    def job(work: cost.Work, name: str, **where) -> Job:  # a job of `name`'s benchmark and log templates
+        return Job(work, getattr(paths, f"{name}_BENCH").format(model=model, **where),
+                   getattr(paths, f"{name}_LOG").format(model=model, **where))
+
     base = "base model" if plan.base_settings(model)["kind"] == "demo" else "base model (a pointer)"
-    out.append(("base", base, [Job(m.base(), paths.BASE_BENCH.format(model=model), paths.BASE_LOG.format(model=model))]))
+    out = [("base", base, [job(m.base(), "BASE")])]
     finetunes = {}
     for task in plan.finetuned[model]:
         label = "finetune, monitored" if plan.forecast.monitor_settings(model, task) is not None else "finetune"
-        where = {"model": model, "task": task}
-        finetunes.setdefault(label, []).append(Job(m.finetune(task, plan.finetune_settings(model, task)),
-                                                   paths.FINETUNE_BENCH.format(**where),
-                                                   paths.FINETUNE_LOG.format(**where)))
+        finetunes.setdefault(label, []).append(job(m.finetune(task, plan.finetune_settings(model, task)), "FINETUNE",
+                                                   task=task))
     out += [("finetune", label, jobs) for label, jobs in finetunes.items()]
     scored = [r for r in plan.runs(model) if r not in plan.logged[model]]
     scoring = plan.score_settings(model)
@@ -433,40 +445,28 @@ def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list
     for shard in range(shards):
         work = m.score(scoring, shard)
         out.append(("score", f"score shard {shard}" if shards > 1 else "score",
-                    [Job(work, paths.SCORE_BENCH.format(model=model, run=r, shard=shard),
-                         paths.SCORE_LOG.format(model=model, run=r, shard=shard)) for r in scored]))
+                    [job(work, "SCORE", run=r, shard=shard) for r in scored]))
     arm_tasks = plan.mitigation.tasks(model)
     if arm_tasks:
         arms = plan.cfg["mitigation"]["arms"]
         if any(arm.get("tokens") for arm in arms.values()):
             out.append(("score", "token losses", [
-                Job(m.task_scoring(t, {**scoring, **plan.mitigation.token_loss_settings(model, t)}, "train"),
-                    paths.TOKEN_LOSSES_BENCH.format(model=model, task=t), paths.TOKEN_LOSSES_LOG.format(model=model, task=t))
-                for t in arm_tasks]))
-        out.append(("score", "plain fine-tune judged", [Job(m.plain(t), paths.PLAIN_BENCH.format(model=model, task=t),
-                                                            paths.PLAIN_LOG.format(model=model, task=t))
-                                                        for t in arm_tasks]))
+                job(m.task_scoring(t, {**scoring, **plan.mitigation.token_loss_settings(model, t)}, "train"),
+                    "TOKEN_LOSSES", task=t) for t in arm_tasks]))
+        out.append(("score", "plain fine-tune judged", [job(m.plain(t), "PLAIN", task=t) for t in arm_tasks]))
         for name, arm in arms.items():
-            jobs = []
-            for task in arm_tasks:
-                work = m.arm(name, arm, task)
-                for seed in plan.cfg["mitigation"]["seeds"]:
-                    where = {"model": model, "arm": name, "seed": seed, "task": task}
-                    jobs.append(Job(work, paths.ARM_BENCH.format(**where), paths.ARM_LOG.format(**where)))
-            out.append(("finetune", f"arm {name}", jobs))
-    predictions = [(split, method) for split in plan.prediction.splits(model) for method in plan.prediction.methods(model)]
-    if predictions:
+            out.append(("finetune", f"arm {name}", [job(work, "ARM", arm=name, seed=seed, task=task)
+                                                    for task in arm_tasks for work in [m.arm(name, arm, task)]
+                                                    for seed in plan.cfg["mitigation"]["seeds"]]))
+    splits, methods = plan.prediction.splits(model), plan.prediction.methods(model)
+    if splits and methods:
         work = m.prediction()
-        out.append(("analysis", "predict", [Job(work, paths.PREDICT_BENCH.format(model=model, split=s, method=k),
-                                                paths.PREDICT_LOG.format(model=model, split=s, method=k))
-                                            for s, k in predictions]))
+        out.append(("analysis", "predict", [job(work, "PREDICT", split=s, method=k) for s in splits for k in methods]))
     if plan.task_correlations(model):
         settings = plan.cfg["models"][model]["correlations"]
         for stage, make in (("semantic", m.semantic), ("gradient", m.gradient)):
             if settings[stage]:
-                bench, log = getattr(paths, f"{stage.upper()}_BENCH"), getattr(paths, f"{stage.upper()}_LOG")
-                out.append((stage, f"{stage} similarity", [Job(make(), bench.format(model=model),
-                                                              log.format(model=model))]))
+                out.append((stage, f"{stage} similarity", [job(make(), stage.upper())]))
     return out
 
 
@@ -485,7 +485,9 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         fig = cost.figures(where, rates, m.parameters, cpu_probe(where, rates))
         longest = max((job.work for job in jobs), key=_flops)
         several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
-        rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest, cost.seconds(longest, fig, warm), fig,
+        # the base is the run's first job: it starts before the warm server has done importing, in its own process
+        rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest,
+                            cost.seconds(longest, fig, warm and stage != "base"), fig,
                             "at most max_length" if m.lengths.bounded else "measured", cost.seconds(longest, fig),
                             tuple(jobs)))
     return rows

@@ -222,26 +222,6 @@ class ForecastMap:
         row = model.predict(self.known[None, :], values).astype(np.float32, copy=False)[0]
         return row, widths
 
-    def probe_weight(self, values: np.ndarray) -> float:
-        """The forecast's weight in the bound at a check, chosen from the probes alone by cross-fitting: each
-        probe's value forecast from the other k - 1, and the least-squares slope of the measured values on those
-        forecasts (about their means), clipped to [0, 1]. It never sees an audit example, so the audit bounds the
-        estimate it weights as honestly as at a fixed weight (forgetmap.predict.bound): a forecast that tracks
-        this run weighs about 1, one that does not about 0 (the audit's own mean)."""
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-        k = len(values)
-        if k < 3 or not np.isfinite(values).all():
-            return 1.0
-        model, _ = self.completion()
-        others = np.array([np.delete(np.arange(k), j) for j in range(k)])  # (k, k - 1)
-        rows = model.predict(self.known[others], values[others])  # each probe left out in turn
-        held = rows[np.arange(k), self.known].astype(np.float64)
-        centred = held - held.mean()
-        spread = float(centred @ centred)
-        if spread <= 1e-12 * max(float(np.abs(held).max()) ** 2, 1e-300) * k:
-            return 0.0
-        return float(np.clip(centred @ (values - values.mean()) / spread, 0.0, 1.0))
-
     # --- the file -------------------------------------------------------------------------------------
 
     def write(self, path: str | Path) -> None:

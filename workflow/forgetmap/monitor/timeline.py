@@ -3,9 +3,9 @@
 - `run_timeline`: a trainer run's checks (the callback's `OUTPUT_DIR/forgetmap-monitor/`) as the page of their
   own: each check's scalars over the steps (the mean and its interval, the forecast's own mean, the probes'
   mean, the share forecast forgotten, the replayed share; a check written before the headline became the
-  estimate its interval bounds is read under today's names: `current_scalars`), and the examples forecast most forgotten at any check with their
-  forecast and interval at every check, their texts where the upstream shards are given (the probes' always:
-  the map carries them).
+  estimate its interval bounds is read under today's names: `current_scalars`), and the examples forecast most
+  forgotten at any check with their forecast and interval at every check, their texts where the upstream shards
+  are given (the probes' always: the map carries them).
 - `task_timelines`: a workflow model's monitored fine-tunes (`forecast/trajectory.tsv`) for its page's tasks.
 """
 
