@@ -36,7 +36,7 @@ def main() -> None:
 
     from forgetmap import cost
     from forgetmap.config.learned import seconds_taken
-    from forgetmap.config.times import Model, cpu_probe, device, kinds
+    from forgetmap.config.times import Model, device, figures, kinds
     from forgetmap.devices import cpu_name
     from forgetmap.plan import Plan
     from forgetmap.warm import wanted
@@ -52,7 +52,7 @@ def main() -> None:
         parameters = Model(plan, model).parameters
         for stage, label, jobs in kinds(plan, model):
             where = device(plan, model, stage)
-            fig = cost.figures(where, rates, parameters, cpu_probe(where, rates))
+            fig = figures(where, rates, parameters)
             sources[label] = fig.borrowed or f"measured on this device ({fig.source})"
             for job in jobs:
                 seconds = seconds_taken(job.benchmark)

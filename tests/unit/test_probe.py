@@ -37,7 +37,7 @@ def test_an_unmeasured_cpu_takes_the_nearest_measured_cpus_figures_scaled_by_its
                 {"train": 0.005, "score": 0.0002, "generate": 0.0006}, start=3.2)
     measured = probed(new)
     rates = {"devices": {"cpu-slow": SLOW, "cpu-fast": FAST}}
-    fig = cost.figures(cost.Device("cpu", "New CPU", 1), rates, 918_656, measured)
+    fig = probe.scaled_figures(cost.Device("cpu", "New CPU", 1), rates, 918_656, measured)
     assert fig.borrowed.startswith("Fast CPU's scaled by the CPU probe (x")  # the nearer of the two
     # the scaled figures predict what the probe measured, kind by kind
     scaled = probe.scale([SLOW, FAST], measured).entry
@@ -50,17 +50,18 @@ def test_an_unmeasured_cpu_takes_the_nearest_measured_cpus_figures_scaled_by_its
     truth = cost.seconds(work, cost.entry_figures(new, 1.0, None, 918_656))
     assert cost.seconds(work, fig) == pytest.approx(truth, rel=0.05)
     # two threads: the FLOP rates grow with them, as a measured CPU's do
-    two = cost.figures(cost.Device("cpu", "New CPU", 2), rates, 918_656, measured)
+    two = probe.scaled_figures(cost.Device("cpu", "New CPU", 2), rates, 918_656, measured)
     assert two.rates["train"].flops_per_s == pytest.approx(2 * fig.rates["train"].flops_per_s)
     # without a probe (it failed): the first listed, as measured, said so
     plain = cost.figures(cost.Device("cpu", "New CPU", 1), rates, 918_656)
     assert plain.borrowed == "measured on Slow CPU, as they are"
     # a CPU model measured: its own figures, where they predict its probe within 1.5x
-    own = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(FAST))
+    assert probe.scaled_figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(FAST)) is None
+    own = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656)
     assert own.borrowed is None and own.rates["train"].flops_per_s == 7e10
     # another machine of the same name (2.5x slower): the nearest figures scaled, and why
     slower = {**SLOW, "machine": "Fast CPU"}
-    other = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(slower))
+    other = probe.scaled_figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(slower))
     assert other.borrowed.startswith("its CPU model's own figures miss this machine's probe by over 1.5x: Slow CPU's")
     assert other.rates["train"].flops_per_s == pytest.approx(1e10)
 

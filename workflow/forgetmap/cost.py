@@ -139,25 +139,16 @@ def read_rates(path: str | Path | None = None) -> dict:
         return {"devices": {}}
 
 
-def figures(device: Device, rates: dict, parameters: float, probe: dict | None = None) -> Figures:
+def figures(device: Device, rates: dict, parameters: float) -> Figures:
     """The figures a job of a model of `parameters` on `device` is estimated with: its device's own where
     measured, else another's (said in `borrowed`); of the sizes measured, the nearest. A CPU not measured takes
-    the nearest measured CPU's scaled by `probe` (forgetmap.probe's figures of this machine), or, without one,
-    the first listed as they are; so does a measured one whose figures miss its probe (another machine of the
-    same CPU model name)."""
+    the first listed as they are (where its probe can say more: forgetmap.probe.scaled_figures)."""
     devices = rates.get("devices", {})
     if device.kind == "cpu":
         cpus = [d for d in devices.values() if d.get("kind") == "cpu"]
         if not cpus:
             raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
         own = [d for d in cpus if d.get("machine") == device.name]
-        if probe is not None:
-            from .probe import fits, scale
-
-            if not own or not fits(own[0], probe):  # unmeasured, or measured on another machine of its name
-                scaled = scale(cpus, probe)
-                why = "" if not own else "its CPU model's own figures miss this machine's probe by over 1.5x: "
-                return entry_figures(scaled.entry, device.count / probe["threads"], why + scaled.how, parameters)
         entry = own[0] if own else cpus[0]  # a CPU not measured nor probed borrows the first listed
         borrowed = None if own or device.name is None else f"measured on {entry.get('machine')}, as they are"
         scale_threads = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads

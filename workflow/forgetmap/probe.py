@@ -160,3 +160,17 @@ def scale(cpus: list[dict], probe: dict) -> Scaled:
     how = (f"{nearest.get('machine')}'s scaled by the CPU probe ({factors}; start-up {probe['start_s']:.1f} s, "
            f"setups x{start:.2f})")
     return Scaled(entry, how)
+
+
+def scaled_figures(device: cost.Device, rates: dict, parameters: float, probe: dict) -> cost.Figures | None:
+    """A CPU job's figures where this machine's `probe` says the rates file does not describe it: its CPU model has
+    no figures, or they miss the probe (`fits`: another machine of the same name); the nearest measured CPU's
+    scaled, with how (`scale`). None where the CPU's own figures fit (or there are none to scale)."""
+    cpus = [d for d in rates.get("devices", {}).values() if d.get("kind") == "cpu"]
+    own = [d for d in cpus if d.get("machine") == device.name]
+    if device.kind != "cpu" or not cpus or (own and fits(own[0], probe)):
+        return None
+    scaled = scale(cpus, probe)
+    why = "" if not own else "its CPU model's own figures miss this machine's probe by over 1.5x: "
+    return cost.entry_figures(scaled.entry, device.count / probe["threads"], why + scaled.how, parameters)
+

@@ -423,13 +423,10 @@ def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list
     """The model's jobs by kind, each kind's stage, label and jobs: base, fine-tunes, score jobs, token losses,
     arms, prediction jobs, and the semantic and gradient analyses (their work counted by `m`, a Model of
     `model`)."""
-    from .. import plan as paths
-
     m = m or Model(plan, model)
 
     def job(work: cost.Work, name: str, **where) -> Job:  # a job of `name`'s benchmark and log templates
-        return Job(work, getattr(paths, f"{name}_BENCH").format(model=model, **where),
-                   getattr(paths, f"{name}_LOG").format(model=model, **where))
+        return Job(work, *plan.job_record(name, model, **where))
 
     base = "base model" if plan.base_settings(model)["kind"] == "demo" else "base model (a pointer)"
     out = [("base", base, [job(m.base(), "BASE")])]
@@ -482,7 +479,7 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         if not jobs:
             continue
         where = device(plan, model, stage)
-        fig = cost.figures(where, rates, m.parameters, cpu_probe(where, rates))
+        fig = figures(where, rates, m.parameters)
         longest = max((job.work for job in jobs), key=_flops)
         several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
         # the base is the run's first job: it starts before the warm server has done importing, in its own process
@@ -491,6 +488,16 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
                             "at most max_length" if m.lengths.bounded else "measured", cost.seconds(longest, fig),
                             tuple(jobs)))
     return rows
+
+
+def figures(where: cost.Device, rates: dict, parameters: float) -> cost.Figures:
+    """The figures a job on `where` is estimated with: forgetmap.cost's from `rates`, or, on a CPU the rates do not
+    describe (by its probe), the nearest measured CPU's scaled (forgetmap.probe)."""
+    from ..probe import scaled_figures
+
+    measured = cpu_probe(where, rates)
+    found = scaled_figures(where, rates, parameters, measured) if measured is not None else None
+    return found or cost.figures(where, rates, parameters)
 
 
 def cpu_probe(where: cost.Device, rates: dict) -> dict | None:

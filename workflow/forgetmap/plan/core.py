@@ -445,6 +445,14 @@ class Plan:
                   minutes)
         return minutes
 
+    def job_record(self, kind: str, model: str, **where) -> tuple[str, str]:
+        """A job's `benchmark:` file and log, from the templates `{kind}_BENCH` and `{kind}_LOG` (forgetmap.plan's
+        paths: what a finished job's time is learned from)."""
+        from . import paths
+
+        return (getattr(paths, f"{kind}_BENCH").format(model=model, **where),
+                getattr(paths, f"{kind}_LOG").format(model=model, **where))
+
     def job_times(self, model: str) -> list:
         """How long the model's jobs take, one row per kind (forgetmap.config.times: estimated once, for the time
         table and every job's SLURM time the config leaves unset), each kind learned from its jobs finished so far
