@@ -339,7 +339,7 @@ def test_sampled_answers_repeat_by_seed_and_differ_across_seeds(checkpoint):
 
 # --- forgetmap against the plain alternatives -----------------------------------------------------------------
 
-def timed(run):
+def _timed(run):
     if CUDA:
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -360,7 +360,7 @@ def test_scoring_agrees_with_a_plain_hugging_face_loop(checkpoint):
     model = loaded(checkpoint)
     scorer = TorchScorer(model, 0, BUDGET)
     scorer.score(examples[:2])  # warm-up, both paths
-    ours, seconds = timed(lambda: scorer.score(examples)[0])
+    ours, seconds = _timed(lambda: scorer.score(examples)[0])
 
     @torch.inference_mode()
     def plain():
@@ -371,7 +371,7 @@ def test_scoring_agrees_with_a_plain_hugging_face_loop(checkpoint):
             out.append(-logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].mean(-1).cpu())
         return torch.cat(out).numpy()
 
-    theirs, plain_seconds = timed(plain)
+    theirs, plain_seconds = _timed(plain)
     report("scoring against a plain loop", forgetmap_tokens_per_s=round(n * length / seconds),
            plain_tokens_per_s=round(n * length / plain_seconds), ratio=round(plain_seconds / seconds, 2))
     assert np.abs(ours - theirs).max() <= (5e-3 if CUDA else 1e-4)
@@ -391,8 +391,8 @@ def test_packed_scoring_writes_the_padded_scores_and_both_are_timed(checkpoint):
     model = loaded(checkpoint)
     padded, packed = TorchScorer(model, 0, BUDGET), TorchScorer(model, 0, BUDGET, packing=True)
     padded.score(examples[:2]), packed.score(examples[:2])  # warm-up, both paths
-    theirs, padded_seconds = timed(lambda: padded.score(examples)[0])
-    ours, packed_seconds = timed(lambda: packed.score(examples)[0])
+    theirs, padded_seconds = _timed(lambda: padded.score(examples)[0])
+    ours, packed_seconds = _timed(lambda: packed.score(examples)[0])
     report("packed scoring against padded", examples=n, lengths=f"{shortest}-{longest}",
            padded_tokens_per_s=round(tokens / padded_seconds), packed_tokens_per_s=round(tokens / packed_seconds),
            ratio=round(padded_seconds / packed_seconds, 2), max_nll_difference=float(np.abs(ours - theirs).max()))
@@ -419,9 +419,9 @@ def test_generation_writes_what_generate_writes_and_both_are_timed(checkpoint):
         ours, theirs = runners(model, tokenizer, prompts, 0.0, 1.0, 64 * (prompt + new))
         if timed:  # warm-up; the static cache's compiled step at the shapes it is timed at (it compiles per shape)
             ours(2), theirs(2), ours(new, static=True)
-        mine, seconds = timed(lambda: ours(new))
-        fixed, static_seconds = timed(lambda: ours(new, static=True))
-        generated, generate_seconds = timed(lambda: theirs(new))
+        mine, seconds = _timed(lambda: ours(new))
+        fixed, static_seconds = _timed(lambda: ours(new, static=True))
+        generated, generate_seconds = _timed(lambda: theirs(new))
         same = [np.array_equal(m, g[prompt:prompt + len(m)].cpu().numpy()) for m, g in zip(mine.tokens, generated)]
         static_same = [np.array_equal(m, g[prompt:prompt + len(m)].cpu().numpy())
                        for m, g in zip(fixed.tokens, generated)]
@@ -478,8 +478,8 @@ def test_fine_tuning_matches_transformers_trainer_step_for_step(checkpoint, tmp_
         run.train()
         return [entry["loss"] for entry in run.state.log_history if "loss" in entry]
 
-    mine, seconds = timed(ours)
-    theirs, trainer_seconds = timed(trainer)
+    mine, seconds = _timed(ours)
+    theirs, trainer_seconds = _timed(trainer)
     report("fine-tuning against Trainer", tokens=steps * batch * length, forgetmap_seconds=round(seconds, 2),
            trainer_seconds=round(trainer_seconds, 2), losses=[mine, theirs])
     assert len(mine) == len(theirs) == steps

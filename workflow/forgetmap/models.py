@@ -32,6 +32,7 @@ def set_threads(threads: int) -> None:
 
 
 WARM_NOTE = "; forked from the run's warm process"  # said after a job's device (forgetmap.config.learned reads it)
+FORKED = False  # this process is a job forked from the run's warm server (forgetmap.warm sets it in the child)
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -56,8 +57,6 @@ def say_device(device) -> None:
     """The job's device in its log: the card, or the CPU's model, and whether the job was forked from the run's
     warm process (a finished job's time is learned from only on the device it ran on: forgetmap.config.learned)."""
     import logging
-
-    from .warm import FORKED
 
     kind = str(device).split(":")[0]
     if kind == "cuda":

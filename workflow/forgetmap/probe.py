@@ -42,8 +42,8 @@ def worker(threads: int, spawned: float) -> dict:
     """Every figure of the probe, measured in this process (started at wall time `spawned`, one of the processes
     probing at once): the larger of each of `forgetmap calibrate`'s pairs of runs (forgetmap.calibrate.runs), which
     a calibrated CPU's figures predict exactly (its FLOP rate and seconds per pass were split from that pair)."""
-    from forgetmap import cli, nll, train  # noqa: F401  (what a model job imports, and a Llama's modelling: its
-    import torch  # start-up, as the calibration's `start_seconds` measures it)
+    from forgetmap import nll, train  # noqa: F401  (with the CLI, which the process imported first: what a model
+    import torch  # job imports, and a Llama's modelling: its start-up, as the calibration's `start_seconds` has it)
     from transformers import LlamaForCausalLM  # noqa: F401
 
     from .calibrate import DEMO, load_rate, random_model, runs, timed
@@ -94,7 +94,8 @@ def measured(machine: str, threads: int, jobs: int) -> dict:
 def _measured(machine: str, boot: str, threads: int, jobs: int) -> dict:
     from .calibrate import together
 
-    code = f"import json; from forgetmap.probe import worker; print(json.dumps(worker({threads}, {time.time()!r})))"
+    code = (f"import json; import forgetmap.cli; from forgetmap.probe import worker; "
+            f"print(json.dumps(worker({threads}, {time.time()!r})))")
     results = together(code, threads, jobs, "the CPU probe")
     first = results[0]
     med = statistics.median

@@ -27,7 +27,6 @@ import struct
 import sys
 
 ENV = "FORGETMAP_WARM"  # the server's socket, where a run has one
-FORKED = False  # this process is a job forked from the run's warm server
 # what a job may set for itself: its shell's own, its temporary directory (read again in the child) and its
 # threads (the server imports with one thread each; a child sets its BLAS threads, and torch its own, to the job's)
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -219,8 +218,9 @@ def _child(conn: socket.socket, request: dict, fds: list[int], run) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ.pop(ENV, None)  # what it runs in turn starts cold
-        global FORKED
-        FORKED = True  # its log says so (forgetmap.models.pick_device): its time is learned from as a warm job's
+        from . import models
+
+        models.FORKED = True  # its log says so (models.say_device): its time is learned from as a warm job's
         _own_threads_and_temp()
         sys.argv = ["forgetmap", *request["argv"]]  # the streams write to descriptors 1 and 2: the job's own
         code = run(request["argv"])
