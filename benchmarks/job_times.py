@@ -36,30 +36,26 @@ def main() -> None:
 
     from forgetmap import cost
     from forgetmap.config.learned import seconds_taken
-    from forgetmap.config.times import Model, device, figures, kinds
+    from forgetmap.config.times import job_times, starts_warm
     from forgetmap.devices import cpu_name
     from forgetmap.plan import Plan
-    from forgetmap.warm import wanted
 
     config = yaml.safe_load(Path(args.config).read_text())
     rates = cost.read_rates(rates_path)
     if args.unmeasured:
         rates["devices"].pop(cost.cpu_key(cpu_name()), None)
     plan = Plan(config)
-    warm = wanted(plan)
     rows, sources = [], {}
     for model in plan.computed:
-        parameters = Model(plan, model).parameters
-        for stage, label, jobs in kinds(plan, model):
-            where = device(plan, model, stage)
-            fig = figures(where, rates, parameters)
-            sources[label] = fig.borrowed or f"measured on this device ({fig.source})"
-            for job in jobs:
+        for kind in job_times(plan, model, rates):  # as planned, nothing learned from the run
+            label = kind.job.removesuffix(" (longest)")
+            sources[label] = kind.figures.borrowed or f"measured on this device ({kind.figures.source})"
+            for job in kind.jobs:
                 seconds = seconds_taken(job.benchmark)
                 if seconds is not None:
                     rows.append({"kind": label.split(" shard")[0], "job": job.benchmark.split("benchmarks/", 1)[1],
                                  "measured_s": seconds,
-                                 "estimated_s": cost.seconds(job.work, fig, warm and stage != "base")})
+                                 "estimated_s": cost.seconds(job.work, kind.figures, starts_warm(plan, kind.stage))})
     table = pd.DataFrame(rows)
     table["ratio"] = table["measured_s"] / table["estimated_s"]
     pd.set_option("display.width", 160)

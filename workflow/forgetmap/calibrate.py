@@ -70,11 +70,6 @@ class Run:
     passes: int
     run: object  # a callable
 
-    def work(self, kind: str) -> cost.Work:
-        work = cost.Work()
-        work.flops[kind], work.passes[kind] = self.flops, self.passes
-        return work
-
 
 def runs(model, steps: int = 8) -> dict[str, tuple[Run, Run]]:
     """The training loop's, the scorer's and the decode loop's two runs on `model` (random tokens): each pair at two

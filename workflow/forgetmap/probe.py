@@ -46,6 +46,7 @@ def worker(threads: int, spawned: float) -> dict:
     import torch  # job imports, and a Llama's modelling: its start-up, as the calibration's `start_seconds` has it)
     from transformers import LlamaForCausalLM  # noqa: F401
 
+    from .anatomy import shape
     from .calibrate import DEMO, load_rate, random_model, runs, timed
     from .models import load_model, save_model, set_threads
 
@@ -63,13 +64,7 @@ def worker(threads: int, spawned: float) -> dict:
         seconds[kind] = timed(large.run, repeats=3)  # the median of three: a probe moved by 10-25 % with one
         work[kind] = {"flops": large.flops, "passes": large.passes}
     return {"seconds": seconds, "work": work, "start_s": imported + load_s, "warm_start_s": client + load_s,
-            "load_bytes_per_s": load_bytes_per_s, "parameters": cost.multiplying_parameters(_shape(model))}
-
-
-def _shape(model):
-    from .anatomy import shape
-
-    return shape(model.config)
+            "load_bytes_per_s": load_bytes_per_s, "parameters": cost.multiplying_parameters(shape(model.config))}
 
 
 def boot() -> str:

@@ -467,13 +467,18 @@ def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list
     return out
 
 
-def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
-    """The model's jobs on devices, one row per kind (its longest job's time), before any has run."""
+def starts_warm(plan, stage: str) -> bool:
+    """Whether a stage's jobs are forked from the run's warm server (forgetmap.warm): a local run's, but for the
+    base, the run's first job, which starts before the server has done importing, in its own process."""
     from ..warm import wanted
 
+    return wanted(plan) and stage != "base"
+
+
+def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
+    """The model's jobs on devices, one row per kind (its longest job's time), before any has run."""
     rates = rates if rates is not None else cost.read_rates()
     m = Model(plan, model)
-    warm = wanted(plan)
     rows = []
     for stage, label, jobs in kinds(plan, model, m):
         if not jobs:
@@ -482,9 +487,8 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         fig = figures(where, rates, m.parameters)
         longest = max((job.work for job in jobs), key=_flops)
         several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
-        # the base is the run's first job: it starts before the warm server has done importing, in its own process
         rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest,
-                            cost.seconds(longest, fig, warm and stage != "base"), fig,
+                            cost.seconds(longest, fig, starts_warm(plan, stage)), fig,
                             "at most max_length" if m.lengths.bounded else "measured", cost.seconds(longest, fig),
                             tuple(jobs)))
     return rows
