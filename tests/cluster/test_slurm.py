@@ -114,19 +114,6 @@ def test_the_cluster_matrix_equals_the_local_one_bit_for_bit(submitted, local_ma
     assert np.array_equal(cluster_matrix.base_nll, local_matrix.base_nll)
 
 
-def test_adding_a_task_submits_exactly_the_new_jobs(submitted):
-    workdir, _ = submitted
-    before = {j["id"] for j in slurm_jobs(workdir)}
-    write_config(workdir, edited(gpu_config(), lambda c: c["tasks"].update(
-        add_qa={"category": "world", "n_examples": 24})))
-    planned = planned_jobs(workdir, *SLURM, MATRIX)
-    assert by_rule(planned) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1}
-    snakemake(workdir, *SLURM, MATRIX, timeout=1800)
-    new = [j for j in slurm_jobs(workdir) if j["id"] not in before]
-    assert by_rule([(j["rule"], {}) for j in new]) == by_rule(planned)
-    assert ForgettingMatrix.read(workdir / MATRIX).tasks[-1] == "add_qa"
-
-
 def test_an_unknown_partition_or_too_many_gpus_fails_with_slurms_reason_and_the_rest_runs(cluster, tmp_path):
     # (--set-resources on the command line replaces the profile's: base_model goes to the default partition)
     workdir = make_workdir(tmp_path / "wf", gpu_config())
@@ -143,10 +130,12 @@ def test_an_unknown_partition_or_too_many_gpus_fails_with_slurms_reason_and_the_
     assert not (workdir / MATRIX).exists()
 
 
-def test_later_jobs_are_given_the_time_their_kinds_finished_jobs_took(cluster, tiny_run, tmp_path, monkeypatch):
+def test_adding_a_task_submits_exactly_the_new_jobs_given_the_time_their_kinds_finished_jobs_took(
+        cluster, tiny_run, tmp_path, monkeypatch):
     """The session's local run finished; its fine-tunes and score jobs are made to have taken 10 minutes each
-    (their benchmark files say so), the config leaves their SLURM time to the estimate, and a task is added: the
-    new fine-tune and score jobs are submitted with the time those took, learned, not the estimate's minimum."""
+    (their benchmark files say so), the config leaves their SLURM time to the estimate, and a task is added: exactly
+    the new task's jobs are submitted (those the dry run plans), its fine-tune and score jobs with the time those
+    took, learned, not the estimate's minimum, and the matrix gains its row."""
     from forgetmap.plan import Plan
 
     workdir = clone_workdir(tiny_run, tmp_path / "wf")
@@ -164,12 +153,13 @@ def test_later_jobs_are_given_the_time_their_kinds_finished_jobs_took(cluster, t
     assert all(note and "learned from" in note for note in learned.values()), learned
     expected = {stage: plan.resource("tiny", stage, "runtime") for stage in ("finetune", "score")}
     assert min(expected.values()) > 15, expected  # 10 min x 1.5 + 5: the estimate alone gives 6
+    planned = planned_jobs(workdir, *SLURM, MATRIX)
+    assert by_rule(planned) == {"prepare_task": 1, "finetune": 1, "score": 2, "forgetting_matrix": 1}
     before = {j["id"] for j in slurm_jobs(workdir)}
     snakemake(workdir, *SLURM, MATRIX, timeout=1800)
     new = [j for j in slurm_jobs(workdir) if j["id"] not in before]
-    assert by_rule([(j["rule"], {}) for j in new]) == {"prepare_task": 1, "finetune": 1, "score": 2,
-                                                       "forgetting_matrix": 1}
+    assert by_rule([(j["rule"], {}) for j in new]) == by_rule(planned)
     for job in new:
         if job["rule"] in expected:
             assert job["minutes"] == expected[job["rule"]], job
-
+    assert ForgettingMatrix.read(workdir / MATRIX).tasks[-1] == "add_qa"

@@ -1,6 +1,6 @@
 """A real pretrained model through the workflow: the shipped config/examples/smollm2.yaml run in miniature on
 SmolLM2-135M-Instruct (converted once from the package index's GGUF: tests/smollm2.py), over the demo's own data:
-three of its tasks, 105 upstream examples (lm text, chat turns, 15 quiz items), short fine-tunes, the matrix and
+three of its tasks, 84 upstream examples (lm text, chat turns, 12 quiz items), short fine-tunes, the matrix and
 its analyses, one monitored (forecast) fine-tune; then a post-training map row of one of those checkpoints, added
 to the same config, running only its own jobs. Every NLL is what plain transformers computes."""
 
@@ -21,16 +21,16 @@ SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face" 
 def miniature(model_dir) -> dict:
     """The shipped example with only its base path, sizes, steps and tasks overridden."""
     cfg = yaml.safe_load((REPO / "config/examples/smollm2.yaml").read_text())
-    cfg["shard_size"] = 105
+    cfg["shard_size"] = 84
     cfg["keep_checkpoints"] = True  # the map row reads one
-    cfg["upstream"]["demo"]["n_examples"] = 105
+    cfg["upstream"]["demo"]["n_examples"] = 84  # 12 of each of its seven domains
     cfg["categories"] = {"world": {"group": "in_domain"}, "math": {"group": "in_domain"},
                          "string": {"group": "out_of_domain"}}
     cfg["tasks"] = {"city_qa": {"category": "world", "n_examples": 12},
                     "add_qa": {"category": "math", "n_examples": 12},
                     "reverse_qa": {"category": "world", "n_examples": 12, "forecast": "check"}}
     cfg["prediction"] = {"k": 10, "seeds": 2, "splits": {"id": {"test": ["reverse_qa"]}}}
-    cfg["forecast"] = {"k": 10, "probes": "dopt", "method": "mf"}
+    cfg["forecast"] = {"k": 10, "probes": "dopt", "method": "mf", "audit": 24}  # 34 examples at each check
     spec = cfg["models"]["smollm2"]
     spec["base"]["path"] = str(model_dir)
     spec["finetune"].update(steps=3, batch_size=2, max_length=48, monitor={"every": 1})
@@ -67,7 +67,7 @@ def plain_nll(net, ids: list[int], start: int, end: int) -> float:
 def test_the_real_models_matrix_and_analyses_are_built_without_a_traceback(finished):
     workdir, _ = finished
     matrix = pd.read_parquet(workdir / "results/smollm2/forgetting.parquet")
-    assert list(matrix.columns[3:]) == list(TASKS) and len(matrix) == 105
+    assert list(matrix.columns[3:]) == list(TASKS) and len(matrix) == 84
     z = matrix[list(TASKS)].to_numpy()
     assert np.isfinite(z).all() and (np.abs(z) > 1e-4).mean() > 0.9  # real fine-tunes move real rows
     for path in ("lowrank/r2.tsv", "correlations/semantic.tsv", "correlations/cross_task.tsv",
@@ -111,7 +111,7 @@ def test_every_base_and_fine_tuned_nll_is_what_plain_transformers_computes_throu
             assert found["n_tokens"] == end - start
             assert abs(found["nll"] - plain_nll(net, ids, start, end)) < 1e-5, (run, row.example_id)
             checked[row.kind] += 1
-        assert checked["lm"] >= 60 and checked["chat"] >= 25
+        assert checked["lm"] >= 60 and checked["chat"] >= 20
 
 
 def test_a_post_training_map_row_of_a_fine_tune_added_to_the_config_runs_only_its_own_jobs(finished, tmp_path):

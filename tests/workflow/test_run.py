@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -80,6 +81,9 @@ def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
     for rule in ("base_model.tsv", "finetune/city_qa.tsv", "score/base/shard-0.tsv", "forgetting_matrix.tsv"):
         assert (finished / "results/benchmarks/tiny" / rule).exists()
     assert (finished / "results/logs/tiny/finetune/city_qa.log").exists()
+    gradient_log = (finished / "results/logs/tiny/gradient_similarity.log").read_text()
+    assert re.search(r"task gradient means: 3 of 3 tasks \(hex_copy, \d+ examples\), [\d.]+ s each, about 0.0 min "
+                     r"left", gradient_log), gradient_log  # the log says how far the job has come
     assert planned_jobs(finished) == []  # nothing left to do
 
 

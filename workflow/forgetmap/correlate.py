@@ -7,9 +7,14 @@ either value is NaN are left out. Everything is vectorised: the cost grows linea
 
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
+
+log = logging.getLogger(__name__)
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -172,13 +177,16 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
     examples = encode_examples(tokenizer, upstream, settings["chat_template"], settings["max_length"])
     # upstream lm examples are trained on every token (as the reference's make_label_lm), chat on the response
     upstream_grads = projected_gradients(model, examples, settings["dim"], settings["seed"])
-    task_vectors = []
-    for task in matrix.tasks:
+    task_vectors, started = [], time.monotonic()
+    for done, task in enumerate(matrix.tasks, 1):
         frame = pd.read_parquet(task_paths[task])
         frame = frame[frame["split"] == "train"].iloc[:settings["max_task_examples"]]
         encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
                               settings["chat_template"], settings["max_length"])
         task_vectors.append(mean_projection(model, encoded, settings["dim"], settings["seed"]))
+        each = (time.monotonic() - started) / done  # the log says how far the tasks' means have come
+        log.info("task gradient means: %d of %d tasks (%s, %d examples), %.1f s each, about %.1f min left", done,
+                 len(matrix.tasks), task, len(encoded), each, each * (len(matrix.tasks) - done) / 60)
     score = (np.stack(task_vectors).astype(np.float64) @ upstream_grads.T.astype(np.float64)) / settings["dim"]
     table = pair_correlations(matrix.values, score.astype(np.float32), matrix.tasks)
     _write(table, out_tsv)
