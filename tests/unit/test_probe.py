@@ -68,14 +68,57 @@ def test_an_unmeasured_cpu_takes_the_nearest_measured_cpus_figures_scaled_by_its
 
 def test_the_probe_takes_seconds_and_is_kept_per_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
+    monkeypatch.setattr(probe, "BUSY", float("inf"))  # kept however busy the other test process keeps the CPUs
     started = time.monotonic()
     first = probe.measured("Probe Test CPU", 1, 1)  # kept per boot: a name alone does not say which machine
     took = time.monotonic() - started
     assert took < 60, took  # seconds (about 10 on CI's 2 cores), not a calibration
     assert all(first["seconds"][k] > 0 for k in probe.COMPUTE) and first["start_s"] > first["warm_start_s"] > 0
     assert first["load_bytes_per_s"] > 1e6 and first["machine"] == "Probe Test CPU" and first["processes"] == 1
+    assert 0 <= first["others"] <= 1.2  # the share of the CPUs other work held meanwhile
     started = time.monotonic()
     assert probe.measured("Probe Test CPU", 1, 1) == first and time.monotonic() - started < 1  # kept, not probed
     # this machine's probe against the shipped rates: the scaled figures predict it exactly
     shipped = [d for d in cost.read_rates()["devices"].values() if d["kind"] == "cpu"]
     assert probe.predicted(probe.scale(shipped, first).entry, first) == pytest.approx(first["seconds"])
+
+
+def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_says_so(tmp_path, monkeypatch):
+    """Other processes spin on every CPU while the probe runs (its own processes stood in for by ones that sleep):
+    the share other work held is measured from the machine's CPU time, the figures serve this process alone, a
+    plan in another process probes again, and the scaled figures say why."""
+    import os
+    import subprocess
+    import sys
+
+    from forgetmap import calibrate
+
+    monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
+    monkeypatch.setattr(probe, "_UNKEPT", {})
+    canned = {k: probed(SLOW)[k] for k in ("seconds", "work", "parameters", "start_s", "warm_start_s",
+                                            "load_bytes_per_s")}
+    calls = []
+
+    def sleeping(code, threads, jobs, what):
+        calls.append(what)
+        time.sleep(2.0)
+        return [canned] * jobs
+
+    monkeypatch.setattr(calibrate, "together", sleeping)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        busy = probe.measured("Busy Test CPU", 1, 2)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert busy["others"] > probe.BUSY and len(calls) == 1, busy["others"]
+    assert probe.measured("Busy Test CPU", 1, 2) == busy and len(calls) == 1  # this process: probed once
+    assert not list((tmp_path / "kept").rglob("measured-*.json"))  # not kept: another process probes again
+    monkeypatch.setattr(probe, "_UNKEPT", {})
+    quiet = probe.measured("Busy Test CPU", 1, 2)  # nothing else running but the other test process
+    assert len(calls) == 2
+    how = probe.scale([FAST], busy).how
+    assert f"probed while other work held {busy['others']:.0%} of the CPUs: not kept" in how, how
+    assert "other work" not in probe.scale([FAST], {**quiet, "others": 0.1}).how

@@ -61,9 +61,12 @@ def prune(root: Path, keep: int = INSTALLATIONS) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def kept(reading):
+def kept(reading=None, *, keep=None):
     """`reading` made once per JSON arguments and installation, then read back from disk; its value is what JSON
-    gives back (a tuple comes back a list) whether it was made now or read, so a run never depends on which."""
+    gives back (a tuple comes back a list) whether it was made now or read, so a run never depends on which.
+    `keep`: whether a value just made is kept (`@kept(keep=...)`); one that is not is made again next time."""
+    if reading is None:
+        return functools.partial(kept, keep=keep)
 
     signature = inspect.signature(reading)
 
@@ -79,6 +82,8 @@ def kept(reading):
         except (OSError, ValueError):
             pass
         value = json.loads(json.dumps(reading(*bound.args, **bound.kwargs)))
+        if keep is not None and not keep(value):
+            return value
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         try:
             if not path.parent.is_dir():

@@ -18,12 +18,16 @@ A CPU model's own figures are checked the same way: a machine of the same name t
 off them (cloud machines share names like "AMD EPYC": one ran the calibration's work 2.5x slower than another)
 takes the nearest figures scaled, as an unmeasured one does. The probe is kept per machine and boot
 (forgetmap.kept: CPU model, boot id, threads, processes, and the installation), so a machine probes once, not at
-every dry run.
+every dry run; except where other work held more than BUSY of the CPUs while it ran (Linux's CPU time, less the
+probe's own): its figures read the machine slow (9x beside a running test suite), so they serve that plan alone,
+its time table says so, and the next plan probes again.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -79,25 +83,62 @@ def boot() -> str:
         return platform.node()
 
 
+# the share of the CPUs other work may hold while the probe runs for its figures to be kept for the boot: a probe
+# beside a running suite held 0 of the 2 cores and read the CPU 9x slower than it is; one beside a single-threaded
+# process on 2 cores holds half
+BUSY = 0.6
+
+
+_UNKEPT: dict = {}  # probes not kept (the CPUs were busy), each made once in this process: a plan's jobs all ask
+
+
 def measured(machine: str, threads: int, jobs: int) -> dict:
     """The probe's figures on this machine (`machine`: its CPU model), kept for this boot: `jobs` processes of
-    `threads` threads probing at once, each figure their median."""
-    return _measured(machine, boot(), threads, jobs)
+    `threads` threads probing at once, each figure their median, and `others` the share of the CPUs other work held
+    meanwhile. A probe while other work held more than BUSY of them is this process's alone, not kept: the next
+    plan probes again."""
+    key = (machine, threads, jobs)
+    if key not in _UNKEPT:
+        value = _measured(machine, boot(), threads, jobs)
+        if value["others"] <= BUSY:
+            return value
+        _UNKEPT[key] = value
+    return _UNKEPT[key]
 
 
-@kept
+def busy_seconds() -> float | None:
+    """The CPU seconds every process of the machine has run since its boot (Linux's /proc/stat: all but idle and
+    I/O wait), None where it cannot be read."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_seconds() -> float:
+    """The CPU seconds this process's finished children have run."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+@kept(keep=lambda probe: probe["others"] <= BUSY)
 def _measured(machine: str, boot: str, threads: int, jobs: int) -> dict:
     from .calibrate import together
 
     code = (f"import json; import forgetmap.cli; from forgetmap.probe import worker; "
             f"print(json.dumps(worker({threads}, {time.time()!r})))")
+    started, machine_before, ours_before = time.monotonic(), busy_seconds(), children_seconds()
     results = together(code, threads, jobs, "the CPU probe")
+    wall, machine_after = time.monotonic() - started, busy_seconds()
+    others = 0.0 if machine_before is None or machine_after is None else \
+        max(0.0, machine_after - machine_before - (children_seconds() - ours_before)) / (wall * (os.cpu_count() or 1))
     first = results[0]
     med = statistics.median
     return {"seconds": {k: med([r["seconds"][k] for r in results]) for k in COMPUTE},
             **{k: med([r[k] for r in results]) for k in ("start_s", "warm_start_s", "load_bytes_per_s")},
             "work": first["work"], "parameters": first["parameters"],
-            "machine": machine, "threads": threads, "processes": jobs}
+            "machine": machine, "threads": threads, "processes": jobs, "others": round(others, 3)}
 
 
 @dataclass(frozen=True)
@@ -153,8 +194,10 @@ def scale(cpus: list[dict], probe: dict) -> Scaled:
              "setup_s": {k: v * start for k, v in nearest.get("setup_s", {}).items()},
              "example_s": nearest.get("example_s", 0.0) * start}
     factors = ", ".join(f"x{speed[k]:.2f} {k}" for k in COMPUTE)
+    busy = "" if probe.get("others", 0.0) <= BUSY else \
+        f"; probed while other work held {probe['others']:.0%} of the CPUs: not kept, the next plan probes again"
     how = (f"{nearest.get('machine')}'s scaled by the CPU probe ({factors}; start-up {probe['start_s']:.1f} s, "
-           f"setups x{start:.2f})")
+           f"setups x{start:.2f}{busy})")
     return Scaled(entry, how)
 
 
