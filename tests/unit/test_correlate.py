@@ -153,11 +153,13 @@ def test_examples_differentiated_together_project_as_one_at_a_time_and_a_tasks_m
     assert all(p.grad is None for p in model.parameters())
     monkeypatch.setattr(gradients, "GRADIENT_BYTES", 0)  # one example at a time, as a large model's are
     alone = projected_gradients(model, examples, dim=64, seed=1)
-    # a large model's mean: batches within the longest example's tokens (no per-example gradient to hold)
+    # a large model's mean: batches within the longest example's tokens (no per-example gradient to hold), or
+    # within the job's max_length (the memory one example at max_length takes holds them)
     large_mean = mean_projection(model, examples, dim=64, seed=1)
+    roomy_mean = mean_projection(model, examples, dim=64, seed=1, room=3 * max(len(e.ids) for e in examples))
     assert not alone[-1].any() and not together[-1].any()  # no target: no gradient
     np.testing.assert_allclose(together, alone, rtol=1e-4, atol=1e-6 * np.abs(alone).max())
-    for found in (mean, large_mean):
+    for found in (mean, large_mean, roomy_mean):
         np.testing.assert_allclose(found, alone.mean(axis=0), rtol=1e-4, atol=1e-6 * np.abs(alone).max())
 
 

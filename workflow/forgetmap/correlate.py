@@ -183,7 +183,7 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
         frame = frame[frame["split"] == "train"].iloc[:settings["max_task_examples"]]
         encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(),
                               settings["chat_template"], settings["max_length"])
-        task_vectors.append(mean_projection(model, encoded, settings["dim"], settings["seed"]))
+        task_vectors.append(mean_projection(model, encoded, settings["dim"], settings["seed"], settings["max_length"]))
         each = (time.monotonic() - started) / done  # the log says how far the tasks' means have come
         log.info("task gradient means: %d of %d tasks (%s, %d examples), %.1f s each, about %.1f min left", done,
                  len(matrix.tasks), task, len(encoded), each, each * (len(matrix.tasks) - done) / 60)

@@ -230,18 +230,20 @@ def _batch_projections(model, sketch: CountSketch, ids: torch.Tensor, weights: t
     return out
 
 
-def mean_projection(model, examples: list[Encoded], dim: int, seed: int = 0) -> np.ndarray:
+def mean_projection(model, examples: list[Encoded], dim: int, seed: int = 0, room: int | None = None) -> np.ndarray:
     """(dim,) the mean over `examples` of their projected gradients (an example with no target counts as 0): the
     projection of the gradient of their mean loss, a backward per batch, each parameter's gradient projected as it
     is written and freed. No per-example gradient is held, so a large model's batches are bounded by activations
-    alone: as many examples as fill the longest one's tokens, padding included (the memory one example at
-    max_length takes, forgetmap.memory.gradient_need), where one at a time took 7.5 of its 18.6 minutes at 135M."""
+    alone: as many examples as fill `room` tokens, padding included (the job's max_length: the memory one example at
+    max_length takes, forgetmap.memory.gradient_need, holds them, attention's included, as B·L ≤ room; default the
+    longest example's). At 135M one at a time took 7.5 of the job's 18.6 minutes, and batches within the longest
+    example's tokens, where a task's examples are of one length, were one at a time again (5.5 of 12.5)."""
     sketch = CountSketch(model, dim, seed)
     device = next(model.parameters()).device
     model.eval()
     model.zero_grad(set_to_none=True)
     parameters = sum(p.numel() for p in sketch.params)
-    room = max((len(e.ids) for e in examples), default=1)
+    room = max([len(e.ids) for e in examples] + [room or 1])
     with projecting(sketch, torch.zeros(dim, dtype=torch.float64, device=device)) as out:
         for batch in batches(examples, lambda longest: max(together(parameters, longest), room // max(1, longest))):
             ids, weights = padded(examples, batch, device)
