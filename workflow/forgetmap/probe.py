@@ -92,6 +92,11 @@ BUSY = 0.75
 _UNKEPT: dict = {}  # probes not kept (the CPUs were busy), each made once in this process: a plan's jobs all ask
 
 
+def undisturbed(probe: dict) -> bool:
+    """Whether other work held at most BUSY of the CPUs while `probe` ran: its figures are kept for the boot."""
+    return probe.get("others", 0.0) <= BUSY
+
+
 def measured(machine: str, threads: int, jobs: int) -> dict:
     """The probe's figures on this machine (`machine`: its CPU model), kept for this boot: `jobs` processes of
     `threads` threads probing at once, each figure their median, and `others` the share of the CPUs other work held
@@ -100,7 +105,7 @@ def measured(machine: str, threads: int, jobs: int) -> dict:
     key = (machine, threads, jobs)
     if key not in _UNKEPT:
         value = _measured(machine, boot(), threads, jobs)
-        if value["others"] <= BUSY:
+        if undisturbed(value):
             return value
         _UNKEPT[key] = value
     return _UNKEPT[key]
@@ -122,7 +127,7 @@ def children_seconds() -> float:
     return used.ru_utime + used.ru_stime
 
 
-@kept(keep=lambda probe: probe["others"] <= BUSY)
+@kept(keep=undisturbed)
 def _measured(machine: str, boot: str, threads: int, jobs: int) -> dict:
     from .calibrate import together
 
@@ -194,7 +199,7 @@ def scale(cpus: list[dict], probe: dict) -> Scaled:
              "setup_s": {k: v * start for k, v in nearest.get("setup_s", {}).items()},
              "example_s": nearest.get("example_s", 0.0) * start}
     factors = ", ".join(f"x{speed[k]:.2f} {k}" for k in COMPUTE)
-    busy = "" if probe.get("others", 0.0) <= BUSY else \
+    busy = "" if undisturbed(probe) else \
         f"; probed while other work held {probe['others']:.0%} of the CPUs: not kept, the next plan probes again"
     how = (f"{nearest.get('machine')}'s scaled by the CPU probe ({factors}; start-up {probe['start_s']:.1f} s, "
            f"setups x{start:.2f}{busy})")
