@@ -494,3 +494,30 @@ def test_adding_a_checkpoint_runs_only_its_pointer_its_scores_and_the_analyses(m
     assert counts["posttrained"] == 1 and counts["score"] == 2 and "base_model" not in counts
     assert {w["run"] for r, w in jobs if r == "score"} == {"rl"}
     assert "finetune" not in counts and "shard_upstream" not in counts
+
+
+def test_a_second_map_over_the_same_base_reads_its_base_scores_unless_it_scores_otherwise(mapped):
+    """A model over the same pretrained base, corpus and scoring as an earlier one scores its checkpoints only and
+    subtracts the earlier model's base scores; where it scores otherwise (a shorter max_length), its own base.
+    In place, as above: the config is put back."""
+    from helpers import write_config
+
+    def second(max_length: int):
+        def edit(cfg):
+            spec = json.loads(json.dumps(cfg["models"]["chain"]))
+            spec["checkpoints"] = {"rl": {"path": "models/rl", "category": "preference"}}
+            spec["score"]["max_length"] = max_length
+            cfg["models"]["again"] = spec
+        return edited(map_config(), edit)
+
+    original = (mapped / "config/config.yaml").read_text()
+    planned = {}
+    try:
+        for max_length in (96, 64):
+            write_config(mapped, second(max_length))
+            planned[max_length] = planned_jobs(mapped, env=hub(mapped))
+    finally:
+        (mapped / "config/config.yaml").write_text(original)
+    assert {(w["model"], w["run"]) for r, w in planned[96] if r == "score"} == {("again", "rl")}
+    assert ("forgetting_matrix", "again") in {(r, w.get("model")) for r, w in planned[96]}  # its base: chain's
+    assert {(w["model"], w["run"]) for r, w in planned[64] if r == "score"} == {("again", "rl"), ("again", "base")}

@@ -16,6 +16,7 @@ what each row is compared with.
 from __future__ import annotations
 
 import copy
+import json
 
 from .. import config as fm_config
 from .. import pretrained
@@ -45,6 +46,7 @@ class Plan:
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
         self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
+        self._base_scorers: dict | None = None  # each computed model's base score files' model (base_scorer)
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -175,8 +177,27 @@ class Plan:
         return SHARD.format(corpus=self.corpus(model), shard=shard)
 
     def scores(self, model: str, run: str) -> list[str]:
-        """The score files of one run: one per upstream shard, in corpus order."""
-        return [SCORES.format(model=model, run=run, shard=k) for k in range(len(self.shards[self.corpus(model)]))]
+        """The score files of one run: one per upstream shard, in corpus order. A base scored exactly as an
+        earlier model's base is (`base_scorer`) is that model's files."""
+        owner = self.base_scorer(model) if run == BASE_RUN else model
+        return [SCORES.format(model=owner, run=run, shard=k) for k in range(len(self.shards[self.corpus(model)]))]
+
+    def base_scorer(self, model: str) -> str:
+        """The model whose base score files a computed model reads: the first in the config whose pretrained base
+        has the same settings and files (identity), over the same corpus, scored with the same settings (a post-
+        training map over a base another model fine-tunes scores nothing twice); the model itself otherwise (a
+        base trained here is its model's own)."""
+        if self._base_scorers is None:
+            first: dict[str, str] = {}
+            self._base_scorers = {}
+            for m in self.computed:
+                if self.cfg["models"][m]["base"]["kind"] != "pretrained":
+                    self._base_scorers[m] = m
+                    continue
+                settings = {k: v for k, v in self.run_score_settings(m, BASE_RUN).items() if k != "row"}
+                key = json.dumps([self.base_settings(m), self.corpus(m), settings], sort_keys=True, default=str)
+                self._base_scorers[m] = first.setdefault(key, m)
+        return self._base_scorers[model]
 
     def all_scores(self, model: str) -> list[str]:
         """Every score file the matrix reads: each run's shards (the settings say which run is which)."""
