@@ -8,8 +8,9 @@ mean at `--level`:
 
 - the run's own (forgetmap.predict.bound): the forecast from the map's k D-optimal probes, corrected by the audit
   examples' residuals (the forecast's weight 1), the audit drawn as the map draws it, by two strata of the fit rows
-  (forgetmap.predict.audit; each draw with its own seed), Hall's transformation of Student's t at each stratum's
-  skewness of the map's leave-one-task-out residuals (what the monitor logs);
+  (forgetmap.predict.audit; each draw with its own seed), Student's t's half-width scaled to the ends the map's fit
+  tasks place the truth at (forgetmap.predict.ends: what the monitor logs); beside it, Hall's transformation of t
+  at each stratum's skewness of the map's leave-one-task-out residuals (what the monitor logged before);
 - the same from an audit drawn uniformly, Hall's at the residuals' skewness over every example (the monitor's
   before the strata), and with Student's t (before that);
 - the same with the forecast's weight tuned on the uniform audit examples (`weight="tuned"`, PPI++);
@@ -30,6 +31,7 @@ stopped whose true mean never exceeded the budget `patience` checks in a row, ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -84,17 +86,21 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     constant = forecast_map.mean_halfwidth(level)
     rest = np.setdiff1d(np.arange(len(truth)), known)
     rng = np.random.default_rng(seed)
-    out = {"run's own": [], "run's own, uniform": [], "run's own, uniform, t": [], "tuned weight": [],
-           "a random sample's": []}
+    out = {"run's own": [], "run's own, Hall's (before)": [], "run's own, uniform": [], "run's own, uniform, t": [],
+           "tuned weight": [], "a random sample's": []}
     skew = forecast_map.residual_skew()  # one per stratum (what the monitor takes)
     whole = fold_skewness(forecast_map.train, known, forecast_map.completion()[0], forecast_map.method,
                           forecast_map.params)  # over every hidden example (the monitor's before the strata)
     by_strata = [audit_draw(forecast_map.train, known, audit, seed * draws + d) for d in range(draws)]  # the map's
+    calibrated = dataclasses.replace(forecast_map, audit=by_strata[0][0], strata=two_strata(by_strata[0][1]), _ends={})
+    ends = calibrated.bound_ends(level)  # the map's ends for audits of this size and strata (what the monitor takes)
     for drawn, strata in by_strata:
         labels = two_strata(strata)
-        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew if labels is not None
-                         else whole, strata=labels)
+        own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, ends=ends, strata=labels)
         out["run's own"].append((own.lower, own.upper))
+        hall = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew if labels is not None
+                          else whole, strata=labels)
+        out["run's own, Hall's (before)"].append((hall.lower, hall.upper))
         drawn = np.sort(rng.choice(rest, audit, replace=False))  # uniformly
         uniform = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=whole)
         plain = mean_bound(row, known, truth[known], drawn, truth[drawn], level)

@@ -8,14 +8,13 @@ whole upstream set scored every `--every` steps): at each check, from the probes
    factorization's fold-in through the origin (`origin`, the forecast's default now) and the plain fold-in (the
    forecast before), side by side;
 2. the bound on the mean at `--level` over `--draws` audits drawn as the map draws them (by two strata, each draw
-   its own seed): the plain fold-in's forecast weighted 1 (before), the origin's weighted 1 (the monitor's now) and
-   weighted by the probes' cross-fitted weight (`probe_weight`, the issue's proposal), each with Hall's
-   transformation at the residual skewness of its own completion; and two other ends for the origin's bound at
-   weight 1: Student's t's (no skewness) and the map's own studentized ends (`studentized_ends`: audits drawn as
-   the map draws them on each fit task's leave-one-task-out row, how far the estimate fell from that row's mean in
-   t-interval half-widths). Coverage and mean half-width against the narrowest interval the audit examples alone
-   could give at the level (the `--level` quantile over the draws of |the audit's own stratified estimate - the
-   true mean|), per task.
+   its own seed), the origin's forecast weighted 1 with three ends: the map's own studentized ends (the monitor's
+   now: forgetmap.predict.ends, audits drawn as the map's on each fit task's leave-one-task-out row, how far the
+   estimate fell from that row's mean in t-interval half-widths), Hall's transformation at the map's residual
+   skewness (the monitor's before), and Student's t's; beside them the plain fold-in's forecast with Hall's
+   (before that) and the origin's weighted by the probes' cross-fitted weight (`probe_weight`) with the map's ends.
+   Coverage and mean half-width against the narrowest interval the audit examples alone could give at the level
+   (the `--level` quantile over the draws of |the audit's own stratified estimate - the true mean|), per task.
 
     python benchmarks/monitor_headline.py --workdir . --truths truths.npz
 """
@@ -40,7 +39,7 @@ SHARES = (0.2, 0.5, 1.0)
 def refitted(forecast_map, **params):
     """The map with other parameters for its completion (fitted again on first use)."""
     return dataclasses.replace(forecast_map, params={**forecast_map.params, **params}, _completion=None, _folds=None,
-                               _mean_widths=None)
+                               _mean_widths=None, _ends={})
 
 
 def probe_weight(forecast_map, values: np.ndarray) -> float:
@@ -60,29 +59,6 @@ def probe_weight(forecast_map, values: np.ndarray) -> float:
     return float(np.clip(centred @ (values - values.mean()) / spread, 0.0, 1.0))
 
 
-def studentized_ends(forecast_map, level: float, size: int, draws: int) -> tuple[float, float]:
-    """(up, down): the interval [estimate - down · h, estimate + up · h], h the t-interval's half-width at `level`,
-    as the map's own fit tasks place the truth: each left out in turn (forgetmap.predict.conformal's folds), its row
-    completed from its probes, `draws` audits of `size` drawn as the map draws them (seeds apart from the
-    benchmark's), and the level's central quantiles of (estimate - the row's mean) / h. Known before any run, as
-    Hall's skewness is."""
-    from forgetmap.predict.audit import audit_draw, two_strata
-    from forgetmap.predict.bound import mean_bound
-    from forgetmap.predict.conformal import fold_predictions
-
-    train, known = forecast_map.train, forecast_map.known
-    audits = [audit_draw(train, known, size, 100_000 + d) for d in range(draws)]
-    ratios = []
-    for row, pred in fold_predictions(train, known, forecast_map.completion()[0], forecast_map.method,
-                                      forecast_map.params):
-        z = np.asarray(train[row], dtype=np.float64)
-        for drawn, strata in audits:
-            bound = mean_bound(pred, known, z[known], drawn, z[drawn], level, strata=two_strata(strata))
-            ratios.append((bound.estimate - float(z.mean())) / bound.halfwidth)
-    low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2])
-    return float(-low), float(high)
-
-
 def rmse(row: np.ndarray, truth: np.ndarray, hidden: np.ndarray) -> float:
     return float(np.sqrt(np.mean((row[hidden] - truth[hidden]) ** 2)))
 
@@ -95,7 +71,6 @@ def main() -> None:
     parser.add_argument("--level", type=float, default=0.9)
     parser.add_argument("--audit", type=int, default=60)
     parser.add_argument("--draws", type=int, default=1000)
-    parser.add_argument("--calibration", type=int, default=1000, help="audits per fit task for the map's ends")
     args = parser.parse_args()
     from forgetmap.predict.audit import audit_draw, two_strata
     from forgetmap.predict.bound import mean_bound
@@ -116,9 +91,11 @@ def main() -> None:
     accuracy, bounds = [], []
     skew = maps["through the origin (now)"].residual_skew()
     plain_skew = maps["plain fold-in (before)"].residual_skew()
-    up, down = studentized_ends(maps["through the origin (now)"], args.level, args.audit, args.calibration)
-    print(f"   the map's studentized ends at {args.level}: up {up:.3f}, down {down:.3f} t half-widths")
     draws = [audit_draw(origin.train, known, args.audit, d) for d in range(args.draws)]
+    now = refitted(maps["through the origin (now)"], origin=True)
+    now.audit, now.strata = draws[0][0], two_strata(draws[0][1])  # the map's ends for audits of --audit
+    ends = now.bound_ends(args.level)
+    print(f"   the map's studentized ends at {args.level}: up {ends[0]:.3f}, down {ends[1]:.3f} t half-widths")
     for task, seed, truth in zip(tasks, saved["seeds"], saved["truths"]):
         for share in SHARES:
             c = int(np.argmin(np.abs(steps / total - share)))
@@ -133,17 +110,17 @@ def main() -> None:
             mean = float(z.mean())
             for drawn, strata in draws:
                 labels = two_strata(strata)
-                found = {"weight 1 (before)": mean_bound(before, known, z[known], drawn, z[drawn], args.level,
-                                                         skew=plain_skew, strata=labels),
-                         "origin, weight 1 (now)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
-                                                        skew=skew, strata=labels),
-                         "probes' weight": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
-                                                            weight=weight, skew=skew, strata=labels)}
-                t_bound = mean_bound(row, known, z[known], drawn, z[drawn], args.level, strata=labels)
-                found["origin, weight 1, t's ends"] = t_bound
-                found["origin, weight 1, the map's ends"] = dataclasses.replace(
-                    t_bound, lower=t_bound.estimate - down * t_bound.halfwidth,
-                    upper=t_bound.estimate + up * t_bound.halfwidth)
+                found = {
+                    "origin, weight 1, the map's ends (now)": mean_bound(row, known, z[known], drawn, z[drawn],
+                                                                         args.level, ends=ends, strata=labels),
+                    "origin, weight 1, Hall's (before)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                                    skew=skew, strata=labels),
+                    "origin, weight 1, t's ends": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                             strata=labels),
+                    "plain fold-in, weight 1, Hall's": mean_bound(before, known, z[known], drawn, z[drawn], args.level,
+                                                                  skew=plain_skew, strata=labels),
+                    "probes' weight, the map's ends": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                                 weight=weight, ends=ends, strata=labels)}
                 alone = mean_bound(row, known, z[known], drawn, z[drawn], args.level, weight=0.0, strata=labels)
                 record = {"task": task, "seed": int(seed), "step": int(steps[c]), "weight": weight,
                           "alone_error": abs(alone.estimate - mean)}
@@ -162,8 +139,7 @@ def main() -> None:
     # the narrowest interval the audit alone gives at the level: per check, the level's quantile of its error
     narrowest = frame.groupby(["task", "seed", "step"])["alone_error"].quantile(args.level).rename("narrowest")
     frame = frame.join(narrowest, on=["task", "seed", "step"])
-    names = ["weight 1 (before)", "origin, weight 1 (now)", "probes' weight", "origin, weight 1, t's ends",
-             "origin, weight 1, the map's ends"]
+    names = list(found)
     rows = []
     for task, part in frame.groupby("task"):
         line = {"task": task, "weight chosen": part["weight"].mean(), "narrowest": part["narrowest"].mean()}

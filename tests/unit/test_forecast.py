@@ -8,8 +8,10 @@ from forgetmap.errors import DataError
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.predict.bound import mean_bound
+from forgetmap.predict.ends import studentized_ends
 from forgetmap.predict.forecast import choose, complete, fit_rows, forecast_command, probes_command
-from helpers import refit_skew, refit_strata
+from forgetmap.predict.registry import make_method
+from helpers import refit_strata
 
 N, FIT = 600, 16
 
@@ -129,17 +131,17 @@ def test_the_forecast_job_completes_each_task_and_scores_a_checked_one_against_i
     assert not table.loc["new", "measured"] and np.isnan(table.loc["new", "rmse"])
     assert table.loc["new", "probe_tokens"] == 3 * 65 and table.loc["new", "upstream_tokens"] == 7 * N
     # each row's mean bounded by its own 40 audit examples (predict.bound), drawn by the fit rows' two strata, the
-    # measured one's interval holding it and the interval skewed as the fit rows' leave-one-task-out residuals are in
-    # each stratum (Hall's transformation)
+    # measured one's interval holding it, its ends as the fit rows' leave-one-task-out folds place the truth
+    # (predict.ends)
     train, _ = fit_rows(ForgettingMatrix.read(tmp_path / "forgetting.parquet"), fit, "m")
     strata = refit_strata(train, index)
     assert chosen["audit_strata"]["examples"] == [N - 25 - round(0.1 * (N - 25)), round(0.1 * (N - 25))]
     assert chosen["audit_strata"]["audit"] == [int((strata[audit] == h).sum()) for h in (0, 1)]
-    skew = refit_skew(train, index, strata=strata)
-    assert max(abs(v) for v in skew) > 0.05 and meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
+    ends = studentized_ends(train, index, make_method("mf").fit(train), "mf", {}, audit, strata, [0.9])
+    assert meta["bound_ends"]["0.9"] == pytest.approx(list(ends[0.9]), rel=1e-9) and min(ends[0.9]) > 0
     for name, t in (("checked", FIT), ("new", FIT + 1)):
         measured = (base[both] + z[t][both]).astype(np.float32).astype(np.float64) - base[both]
-        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, skew=skew,
+        bound = mean_bound(rows[name].to_numpy(), index, measured[:25], audit, measured[25:], 0.9, ends=ends[0.9],
                            strata=strata)
         assert table.loc[name, ["estimate", "estimate_lower_0.9", "estimate_upper_0.9"]].tolist() \
             == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)

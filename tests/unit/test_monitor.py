@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import page_data, refit_skew, refit_strata, released_fixture
+from forgetmap.predict.ends import studentized_ends
+from forgetmap.predict.registry import make_method
+from helpers import page_data, refit_strata, released_fixture
 from monitor_run import MAX_LENGTH, N_CHAT, N_LM, TASKS, make_trainer, monitored_base
 from standins import TULU_TEMPLATE, save_standin, sentences
 
@@ -129,13 +131,15 @@ def test_an_sft_trainer_logs_forecasts_at_each_evaluation_and_stops_at_a_budget(
         # the bound: the forecast corrected by the 30 audit examples' residuals (predict.bound), at level 0.8
         assert rows["audit"].sum() == 30 and not (rows["audit"] & rows["probe"]).any()
         assert meta["audit_ids"] == rows["example_id"][rows["audit"]].tolist()
-        # drawn by the fit rows' two strata, each with its own skewness (the map's, recorded with the check)
+        # drawn by the fit rows' two strata, its ends as the fit tasks place the truth (the map's, recorded with
+        # the check; forgetmap.predict.ends, tests/unit/test_ends.py)
         strata = refit_strata(forecast_map.train, forecast_map.known)
         assert forecast_map.strata.tolist() == strata.tolist() == rows["stratum"].tolist()
-        skew = refit_skew(forecast_map.train, forecast_map.known, params=forecast_map.params, strata=strata)
-        assert meta["residual_skew"] == pytest.approx(skew, rel=1e-6)
+        ends = studentized_ends(forecast_map.train, forecast_map.known, forecast_map.completion()[0], "mf",
+                                forecast_map.params, forecast_map.audit, strata, [0.8])[0.8]
+        assert meta["bound_ends"] == pytest.approx(ends, rel=1e-9) and ends[0] > 0 and ends[1] > 0
         bound = mean_bound(expected, forecast_map.known, np.asarray(meta["probe_values"]), forecast_map.audit,
-                           np.asarray(meta["audit_values"]), 0.8, skew=skew, strata=strata)
+                           np.asarray(meta["audit_values"]), 0.8, ends=ends, strata=strata)
         assert (entry["eval_forget_mean"], entry["eval_forget_lower"], entry["eval_forget_upper"]) == pytest.approx(
             (bound.estimate, bound.lower, bound.upper), abs=1e-5)
         audited, others = np.asarray(meta["audit_values"]), strata >= 0  # each stratum's mean weighted by its size
@@ -537,9 +541,10 @@ def test_a_trajectory_scores_each_check_against_the_measured_final_row_beside_th
     assert table["forecast_mean"].iloc[-1] == pytest.approx(float(final.mean()), abs=1e-6)
     assert table["probe_mean"].tolist() == pytest.approx([truth[:8].mean() / 2, truth[:8].mean()], abs=1e-6)
     # each check's mean bounded by its own 12 audit examples (predict.bound), as the trainer callback bounds it
+    ends = studentized_ends(train, known, make_method("mf").fit(train), "mf", {}, audit, None, [0.8])[0.8]
     for c, share in enumerate((0.5, 1.0)):
         row = complete(train, known, share * truth[None, :8].astype(np.float32), "mf", {}, [])[0][0]
-        bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8, skew=refit_skew(train, known))
+        bound = mean_bound(row, known, share * truth[:8], audit, share * truth[8:], 0.8, ends=ends)
         assert table.loc[c, ["estimate", "estimate_lower_0.8", "estimate_upper_0.8"]].tolist() \
             == pytest.approx([bound.estimate, bound.lower, bound.upper], rel=1e-5, abs=1e-6)
     measured = float(matrix.row("task5")[usable].mean())  # the last check's weights are the measured row's

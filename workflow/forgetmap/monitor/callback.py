@@ -303,7 +303,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
             scalars["audit_mean"] = audit_mean(len(row), self.map.known, self.map.audit, audited, self.map.strata)
         if self.level is not None and len(audited):  # the run's own bound (predict.bound)
             bound = mean_bound(row, self.map.known, values, self.map.audit, audited, self.level,
-                               skew=self.map.residual_skew(), strata=self.map.strata)
+                               ends=self.map.bound_ends(self.level), strata=self.map.strata)
             scalars.update(mean=bound.estimate, lower=bound.lower, upper=bound.upper)
         elif self.level is not None:  # a map without audit examples: the forecast's mean, its constant half-width
             halfwidth = self.map.mean_halfwidth(self.level)
@@ -392,7 +392,7 @@ class ForgettingMonitor(TrainerCallback, ExportableState):
                     {"step": state.global_step, "epoch": state.epoch, "map": self.map.path,
                      "probe_ids": self.map.probe_ids.tolist(), "probe_values": np.round(values, 6).tolist(),
                      "audit_ids": self.map.audit_ids.tolist(), "audit_values": np.round(audited, 6).tolist(),
-                     "residual_skew": self.map.residual_skew() if len(self.map.audit) else None,
+                     "bound_ends": self.map.bound_ends(self.level) if self.level is not None else None,
                      "method": self.map.method, "levels": sorted(widths), "level": self.level, "budget": self.budget,
                      "scalars": scalars})
 

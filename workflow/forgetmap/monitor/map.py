@@ -97,6 +97,7 @@ class ForecastMap:
     _completion: tuple | None = field(default=None, repr=False)
     _folds: tuple | None = field(default=None, repr=False)
     _mean_widths: dict | None = field(default=None, repr=False)
+    _ends: dict = field(default_factory=dict, repr=False)
 
     @property
     def k(self) -> int:
@@ -211,6 +212,18 @@ class ForecastMap:
         from ..predict.conformal import median_skewness
 
         return median_skewness(self._fold_residuals()[1])
+
+    def bound_ends(self, level: float) -> tuple[float, float] | None:
+        """(up, down): the ends of the bound on a check's mean at `level` in t's half-widths, as the fit tasks'
+        leave-one-task-out rows place the truth under audits drawn as this map's was (forgetmap.predict.ends;
+        computed once per level, a second or two); None without audit examples or with fewer than 3 fit tasks."""
+        if level not in self._ends:
+            from ..predict.ends import studentized_ends
+
+            found = studentized_ends(self.train, self.known, self.completion()[0], self.method, self.params,
+                                     self.audit, self.strata, [level]) if len(self.audit) else None
+            self._ends[level] = None if found is None else found[level]
+        return self._ends[level]
 
     def forecast(self, values: np.ndarray) -> tuple[np.ndarray, dict[float, np.ndarray]]:
         """(the forecast row over the usable examples (U,) float32, {level: half-width (U,)}) from the

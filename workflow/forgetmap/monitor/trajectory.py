@@ -83,7 +83,8 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
 
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
-    from ..predict.conformal import fold_residuals, mean_halfwidths, median_skewness
+    from ..predict.conformal import fold_residuals, mean_halfwidths
+    from ..predict.ends import studentized_ends
     from ..predict.audit import audit_positions
     from ..predict.forecast import chosen_probes, fit_completion, own_bound
     from ..predict.metrics import evaluate
@@ -98,15 +99,15 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
     completion, widths = fit_completion(train, known, settings["method"], settings["params"],
                                         [float(v) for v in settings["intervals"]])
     level = max(widths) if widths else None
-    # the folds, passed over once: the mean's conformal half-widths and, with audit examples, the residuals' skewness
-    errors, skews = fold_residuals(train, known, completion, settings["method"], settings["params"],
-                                   strata=strata) if widths or len(audit) else ((), ())
+    # the mean's conformal half-widths from the folds and, with audit examples, the bound's ends (predict.ends)
+    errors, _ = fold_residuals(train, known, completion, settings["method"], settings["params"]) if widths else ((), ())
     mean_widths = mean_halfwidths(errors, sorted(widths)) if widths else {}
-    skew = median_skewness(skews) if len(audit) else None
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False
     lines, drawn = [], {}
     shown = level if level is not None else 0.9  # the level the run's own bound and the items are given at
+    ends = studentized_ends(train, known, completion, settings["method"], settings["params"], audit, strata,
+                            [shown]) if len(audit) else None
     items, items_drawn = ({}, {}) if transitions is None else \
         _item_lines(transitions, probes, base_scores or [], settings, checkpoints, shown)
     for task, checkpoint in zip(settings["tasks"], checkpoints):
@@ -117,7 +118,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
         truth = forgetting.row(task)[usable] if task in forgetting.tasks else None
         # each check's bound from its audit examples; the last check's weights are the measured row's
         bounds = [own_bound(pred[c], known, values[c], audit, audited[c], [shown],
-                            truth if step == total else None, skew, strata) for c, step in enumerate(steps[1:])]
+                            truth if step == total else None, ends, strata) for c, step in enumerate(steps[1:])]
         drawn[task] = (steps[1:], total, pred, values, truth, bounds)
         for c, step in enumerate(steps[1:]):
             line = {"task": task, "step": step, "fraction": step / total, "forecast_mean": float(pred[c].mean()),

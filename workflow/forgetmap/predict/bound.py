@@ -28,11 +28,13 @@ or, given the corrected values' skewness γ (`skew`), Hall's (1992) transformati
 same scale, the upper end t's quantile pushed out and the lower end drawn in for γ > 0. Per-example forgetting
 has a long upper tail (kurtosis 40-60 on the demo's later checks), which a sample of 30 or 60 mostly misses, so
 t's interval misses the mean from below more often than the level allows (0.876 at 0.9 on the demo, 30
-examples). The sample's own skewness is no help (it misses the tail too: 0.826); the map's is: the monitor and
-the workflow give the median skewness of the fit tasks' leave-one-task-out residuals
-(forgetmap.predict.conformal.median_skewness) in each stratum of the audit, known before the run, and with 60 audit
-examples drawn by strata the interval covered 0.898 at a mean half-width 12-13 % narrower than 60 uniform examples'
-own t-interval (BENCHMARKS.md).
+examples). The sample's own skewness is no help (it misses the tail too: 0.826); the map's is, in part: with the
+median skewness of the fit tasks' leave-one-task-out residuals in each stratum (forgetmap.predict.conformal.
+median_skewness) and 60 audit examples drawn by strata the interval covered 0.898, but Hall's upper end grows
+without bound with the skewness (1.6x t's on one machine's demo map). The monitor and the workflow give `ends`
+instead (forgetmap.predict.ends): t's half-width scaled to where the map's fit tasks place the truth, known before
+the run too; on that demo they covered 0.898 at a mean half-width of 0.037 nats per token, Hall's 0.897 at 0.060
+(BENCHMARKS.md).
 
 It promises, over the draw of the audit examples (not over tasks or runs), that the interval covers the mean
 forgetting of the weights at that check with probability about `level`: an approximation to the corrected
@@ -77,17 +79,20 @@ def _t(level: float, df: int) -> float:
 
 def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
                audit_values: np.ndarray, level: float, weight: float | str = 1.0,
-               indicators: bool = False, skew=None, strata: np.ndarray | None = None) -> MeanBound:
+               indicators: bool = False, skew=None, strata: np.ndarray | None = None,
+               ends: tuple[float, float] | None = None) -> MeanBound:
     """The mean of z over every usable example at a check, bounded at `level`: `forecast` the completed row (N,),
     `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
     of them probes) and `audit_values` their measured z. `weight`: the forecast's (1: the plain prediction-powered
     estimate; 0: the audit's own mean; "tuned": tuned on the audit, `tuned_weights`); `indicators`: 0/1 values
     (`share_bound`); `skew`: the corrected values' skewness as the map knows it, one for all or one per stratum
     (`hall_quantiles`; None: t's); `strata`: each usable example's stratum (0, 1, ...; forgetmap.predict.audit) where
-    the audit was drawn by strata, None where uniformly."""
+    the audit was drawn by strata, None where uniformly; `ends`: (up, down), the interval [estimate - down · h,
+    estimate + up · h] with h t's half-width, as the map's fit tasks place the truth (forgetmap.predict.ends; the
+    monitor's), instead of `skew`."""
     forecast = np.asarray(forecast, dtype=np.float64)
     return corrected_mean(forecast, known, probe_values, audit_values, forecast[audit], level, weight=weight,
-                          indicators=indicators, skew=skew,
+                          indicators=indicators, skew=skew, ends=ends,
                           strata=None if strata is None else (np.asarray(strata), np.asarray(strata)[audit]))
 
 
@@ -173,7 +178,8 @@ def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, 
 def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, sampled: np.ndarray,
                    sampled_forecast: np.ndarray, level: float, disjoint: bool = False,
                    weight: float | str = 1.0, indicators: bool = False, skew=None,
-                   strata: tuple[np.ndarray, np.ndarray] | None = None) -> MeanBound:
+                   strata: tuple[np.ndarray, np.ndarray] | None = None,
+                   ends: tuple[float, float] | None = None) -> MeanBound:
     """The examples at `known` counted as measured (`values`), the N - k others' mean estimated from examples drawn
     at random (`sampled` measured there, `sampled_forecast` the forecast of each that did not see it) as
 
@@ -193,7 +199,11 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
     each corrected about its own forecast mean, with the variance Σ W_h² s_h² / m_h · (1 - m_h / N_h), Welch and
     Satterthwaite's degrees of freedom, and (given `skew`, one per stratum or one for all) Hall's transformation at
     the estimate's own skewness Σ W_h³ γ_h s_h³ / m_h² over its standard error cubed. One stratum is the plain audit,
-    the same interval. A stratum with fewer than two sampled values gives no bound (NaN)."""
+    the same interval. A stratum with fewer than two sampled values gives no bound (NaN).
+
+    `ends`: (up, down) in t's half-widths (forgetmap.predict.ends), instead of `skew`."""
+    if ends is not None and skew is not None:
+        raise ValueError("a bound's ends come from the map's calibration (ends) or from a skewness (skew), not both")
     forecast = np.asarray(forecast, dtype=np.float64)
     n, k = len(forecast), len(known)
     z, f = np.asarray(sampled, dtype=np.float64), np.asarray(sampled_forecast, dtype=np.float64)
@@ -238,6 +248,8 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
         lean = float(np.sum(share ** 3 * gamma * spreads ** 3 / counts ** 2) / terms.sum() ** 1.5) \
             if np.isfinite(gamma).all() and terms.sum() > 0 else None
     up, down = hall_ends(level, df, lean)
+    if ends is not None:
+        up, down = ends[0] * up, ends[1] * down
     scale = (n - k) / n * np.sqrt(variance)
     return MeanBound(estimate, estimate - down * scale, estimate + up * scale, float(lam.mean()))
 

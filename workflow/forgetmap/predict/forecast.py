@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import DataError
 from .audit import audit_draw, audit_positions, audit_record
-from .conformal import coverage, fold_skewness, halfwidths
+from .conformal import coverage, halfwidths
+from .ends import studentized_ends
 from .metrics import evaluate
 from .probes import choose_probes, design
 from .protocol import interval_capable, interval_column
@@ -263,7 +264,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     levels = [float(level) for level in settings["intervals"]]
     model, widths = fit_completion(train, known, settings["method"], settings["params"], levels)
     pred = model.predict(np.broadcast_to(known, values.shape), values).astype(np.float32, copy=False)
-    skew = fold_skewness(train, known, model, settings["method"], settings["params"], strata=strata) \
+    ends = studentized_ends(train, known, model, settings["method"], settings["params"], audit, strata, levels) \
         if len(audit) else None
 
     n = forgetting.shape[1]
@@ -286,13 +287,13 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
         "probe_values": {task: values[t].round(6).tolist() for t, task in enumerate(tasks)},
         "audit_ids": forgetting.example_ids[usable[audit]].tolist(),
         "audit_values": {task: audited[t].round(6).tolist() for t, task in enumerate(tasks)},
-        "residual_skew": skew})
+        "bound_ends": None if ends is None else {f"{level:g}": list(end) for level, end in ends.items()}})
 
     upstream_tokens = sum(int(pq.read_table(p, columns=["n_tokens"]).column(0).to_numpy().sum()) for p in base_scores)
     rows = [{**_task_summary(task, t, settings, forgetting, usable, known, pred, values, measured[t][1],
                              upstream_tokens, widths),
              **own_bound(pred[t], known, values[t], audit, audited[t], levels,
-                         forgetting.row(task)[usable] if task in forgetting.tasks else None, skew, strata),
+                         forgetting.row(task)[usable] if task in forgetting.tasks else None, ends, strata),
              **(item_columns or {}).get(task, {})} for t, task in enumerate(tasks)]
     table = pd.DataFrame(rows)
     with atomic_path(summary) as tmp:
@@ -305,21 +306,23 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
 
 
 def own_bound(row: np.ndarray, known: np.ndarray, values: np.ndarray, audit: np.ndarray, audited: np.ndarray,
-              levels: list[float], truth: np.ndarray | None = None, skew=None,
+              levels: list[float], truth: np.ndarray | None = None, ends: dict | None = None,
               strata: np.ndarray | None = None) -> dict:
     """A forecast row's mean over the usable examples bounded by its own audit examples at each level
     (forgetmap.predict.bound: `estimate`, `estimate_lower_{level}`, `estimate_upper_{level}`, and the audit's own
     estimate of the others' mean, `audit_mean`); with the measured row (`truth`), whether each interval holds
-    its mean (`estimate_covered_{level}`). None of them without audit examples. `skew`: the map's residual
-    skewness (forgetmap.predict.conformal.fold_skewness), which the interval takes as the monitor's does;
-    `strata`: the audit's strata (forgetmap.predict.audit), None where it was drawn uniformly."""
+    its mean (`estimate_covered_{level}`). None of them without audit examples. `ends`: {level: (up, down)}, the
+    interval's ends as the map's fit tasks place the truth (forgetmap.predict.ends), which the interval takes as
+    the monitor's does (t's where None); `strata`: the audit's strata (forgetmap.predict.audit), None where it was
+    drawn uniformly."""
     from .bound import audit_mean, mean_bound
 
     if len(audit) < 2 or np.isfinite(audited).sum() < 2:
         return {}
     out = {"audit_mean": audit_mean(len(row), known, audit, audited, strata)}
     for level in sorted(levels) or [0.9]:
-        bound = mean_bound(row, known, values, audit, audited, level, skew=skew, strata=strata)
+        bound = mean_bound(row, known, values, audit, audited, level, strata=strata,
+                           ends=None if ends is None else ends.get(level))
         out.update({"estimate": bound.estimate, f"estimate_lower_{level:g}": bound.lower,
                     f"estimate_upper_{level:g}": bound.upper})
         if truth is not None and np.isfinite(truth).all():

@@ -1,0 +1,95 @@
+"""The bound's ends as the map's own fit tasks place the truth: how far, in the t-interval's half-widths, the
+forgetting monitor's estimate of a check's mean falls from the mean itself (forgetmap.predict.bound's `ends`).
+
+Each fit task is left out in turn (forgetmap.predict.conformal's folds), its row completed from its probes' values
+as a check's is, and audits of the map's size drawn from its other examples as the map's audit was drawn (as many
+from each stratum, uniformly within it; seeds apart from the map's own), each bounded as a check is bounded
+(forgetmap.predict.bound.mean_bound, Student's t). The ratio r = (estimate − the row's mean) / the t half-width
+over every fold and draw places the truth: the interval [estimate − down · h, estimate + up · h], with down and up
+the level's upper and (negated) lower central quantiles of r, held the fit tasks' means at the level.
+
+Per-example forgetting has a long upper tail that a sample of 30 or 60 mostly misses: the estimate then falls
+below the mean and the sample's spread is small, so the truth lies above the t-interval more often than below
+(up > down). Hall's transformation at the fit tasks' residual skewness (`skew`) corrects for that too, but its
+upper end grows without bound as the skewness does: on one machine's demo map (skewness 3.85 in the top stratum)
+its intervals were 1.4-2.3x the narrowest an audit alone gives, where these ends gave 0.88-1.14x at the same
+coverage (BENCHMARKS.md). The ends are known before any run, as the skewness was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SEED = 100_000  # the calibration's audits: apart from any audit a map draws (forgetmap.predict.audit)
+RATIOS = 24_000  # audits over all the folds (at least `LEAST_DRAWS` per fold): about a second in all
+LEAST_DRAWS = 200
+
+
+def studentized_ends(train: np.ndarray, known: np.ndarray, model, method: str, params: dict, audit: np.ndarray,
+                     strata: np.ndarray | None, levels, ratios: int = RATIOS) -> dict[float, tuple[float, float]] | None:
+    """{level: (up, down)} in t half-widths, from the fit rows `train` (T, U) with the probes at `known`, the
+    completion `model` (its `method` and `params`: forgetmap.predict.conformal.fold_predictions), and the map's
+    `audit` (positions) drawn by `strata` (each example's stratum, -1 at the probes; None: uniformly). None where
+    the map has fewer than 3 fit rows or fewer than 2 audit examples in a stratum (the bound is then t's)."""
+    from .conformal import fold_predictions
+
+    train, known, audit = np.asarray(train), np.asarray(known), np.asarray(audit)
+    if len(train) < 3:
+        return None
+    labels = np.zeros(train.shape[1], dtype=np.int64) if strata is None else np.asarray(strata, dtype=np.int64).copy()
+    labels[known] = -1
+    pools = [np.flatnonzero(labels == h) for h in np.unique(labels) if h >= 0]
+    counts = [int(np.sum(np.isin(audit, pool))) for pool in pools]
+    if min(counts) < 2:
+        return None
+    rng = np.random.default_rng(SEED)
+    draws = max(LEAST_DRAWS, ratios // len(train))
+    # each stratum's audit examples in each draw (draws, m_h): uniformly within it, without replacement
+    drawn = [np.argsort(rng.random((draws, len(pool))), axis=1)[:, :count] for pool, count in zip(pools, counts)]
+    drawn = [pool[order] for pool, order in zip(pools, drawn)]
+    found = {float(level): [] for level in levels}
+    for row, pred in fold_predictions(train, known, model, method, params):
+        z = np.asarray(train[row], dtype=np.float64)
+        for level, ratios_found in found.items():
+            estimate, half = t_bounds(z, np.asarray(pred, dtype=np.float64), known, pools, drawn, level)
+            keep = np.isfinite(estimate) & (half > 0)
+            ratios_found.append((estimate[keep] - z.mean()) / half[keep])
+    ends = {}
+    for level, parts in found.items():
+        ratios_all = np.concatenate(parts)
+        if not len(ratios_all):
+            return None
+        low, high = np.quantile(ratios_all, [(1 - level) / 2, (1 + level) / 2])
+        ends[level] = (max(0.0, float(-low)), max(0.0, float(high)))  # the estimate inside, always
+    return ends
+
+
+def t_bounds(z: np.ndarray, forecast: np.ndarray, known: np.ndarray, pools: list[np.ndarray],
+             drawn: list[np.ndarray], level: float) -> tuple[np.ndarray, np.ndarray]:
+    """(estimate, t half-width) of forgetmap.predict.bound.mean_bound at weight 1 for many audits of one row at
+    once: `z` the row's values, `forecast` its completion, the probes at `known`, each stratum's examples (`pools`)
+    and the audit examples drawn from each in every draw (`drawn`, (draws, m_h) each)."""
+    from scipy.stats import t
+
+    n, k = len(z), len(known)
+    size = np.array([len(pool) for pool in pools], dtype=np.float64)
+    share = size / size.sum()
+    means, terms, kept, counts = [], [], [], []
+    for pool, members, w, s in zip(pools, drawn, share, size):
+        corrected = z[members] - (forecast[members] - forecast[pool].mean())
+        m = members.shape[1]
+        spread = corrected.std(axis=1, ddof=1)
+        means.append(corrected.mean(axis=1))
+        terms.append(w ** 2 * spread ** 2 / m)
+        kept.append(terms[-1] * max(0.0, 1 - m / max(s, 1)))
+        counts.append(m)
+    estimate = (float(np.sum(z[known])) + (n - k) * np.sum([w * mean for w, mean in zip(share, means)], axis=0)) / n
+    variance = np.sum(kept, axis=0)
+    if len(pools) == 1:
+        df = np.full(len(variance), counts[0] - 1.0)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df = variance ** 2 / np.sum([part ** 2 / (m - 1) for part, m in zip(kept, counts)], axis=0)
+        df = np.where(variance > 0, df, sum(counts) - 1.0)
+    half = t.ppf((1 + level) / 2, df) * (n - k) / n * np.sqrt(variance)
+    return estimate, half
