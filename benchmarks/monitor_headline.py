@@ -14,7 +14,9 @@ whole upstream set scored every `--every` steps): at each check, from the probes
    skewness (the monitor's before), and Student's t's; beside them the plain fold-in's forecast with Hall's
    (before that) and the origin's weighted by the probes' cross-fitted weight (`probe_weight`) with the map's ends.
    Coverage and mean half-width against the narrowest interval the audit examples alone could give at the level
-   (the `--level` quantile over the draws of |the audit's own stratified estimate - the true mean|), per task.
+   (the `--level` quantile over the draws of |the audit's own stratified estimate - the true mean|), per task;
+3. in hindsight, on the same draws, the narrowest ends (multiples of t's half-width) holding 0.89 on every task,
+   each task's own and one pair for all: what no ends known before a run can beat (`hindsight`).
 
     python benchmarks/monitor_headline.py --workdir . --truths truths.npz
 """
@@ -122,8 +124,11 @@ def main() -> None:
                     "probes' weight, the map's ends": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
                                                                  weight=weight, ends=ends, strata=labels)}
                 alone = mean_bound(row, known, z[known], drawn, z[drawn], args.level, weight=0.0, strata=labels)
+                t_ends = found["origin, weight 1, t's ends"]
                 record = {"task": task, "seed": int(seed), "step": int(steps[c]), "weight": weight,
-                          "alone_error": abs(alone.estimate - mean)}
+                          "alone_error": abs(alone.estimate - mean),
+                          "weight 1 ratio": (t_ends.estimate - mean) / t_ends.halfwidth, "weight 1 h": t_ends.halfwidth,
+                          "weight 0 ratio": (alone.estimate - mean) / alone.halfwidth, "weight 0 h": alone.halfwidth}
                 for name, bound in found.items():
                     record[f"{name} half"] = (bound.upper - bound.lower) / 2
                     record[f"{name} covered"] = float(bound.lower <= mean <= bound.upper)
@@ -150,6 +155,43 @@ def main() -> None:
     print(f"\n2. the bound at {args.level} with {args.audit} audit examples, {args.draws} draws per check (half-width "
           f"over the narrowest the audit alone gives at the level, mean over the checks):")
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    hindsight(frame, args.level)
+
+
+def shortest(ratios: np.ndarray, cover: float) -> tuple[float, float]:
+    """The shortest window [low, high] holding `cover` of the ratios."""
+    ratios = np.sort(ratios)
+    n = len(ratios)
+    k = int(np.ceil(cover * n))
+    i = int(np.argmin(ratios[k - 1:] - ratios[:n - k + 1]))
+    return float(ratios[i]), float(ratios[i + k - 1])
+
+
+def hindsight(frame: pd.DataFrame, level: float, cover: float = 0.89) -> None:
+    """3. The narrowest any interval est ± fixed multiples of t's half-width could be while covering `cover` on every
+    task, the multiples chosen in hindsight on these very draws: each task's own (the shortest window of its
+    (estimate - mean) / h), and one pair for every task (a grid over (down, up), the widest task's width least).
+    Neither is a method (both see the truth); they bound what any ends known before the run can reach."""
+    print(f"\n3. in hindsight, ends holding {cover} on every task at weight 1 and weight 0 (the audit alone):")
+    grid = np.arange(0.5, 2.0, 0.01)
+    for weight in ("weight 1", "weight 0"):
+        parts = {task: (part[f"{weight} ratio"].to_numpy(), (part[f"{weight} h"] / part["narrowest"]).mean())
+                 for task, part in frame.groupby("task")}
+        own = {task: (lambda w: (w[1] - w[0]) / 2 * scale)(shortest(r, cover)) for task, (r, scale) in parts.items()}
+        best = None
+        for down in grid:  # the truth inside when -up <= (estimate - mean) / h <= down
+            covered = {task: [np.mean((r >= -up) & (r <= down)) for up in grid] for task, (r, _) in parts.items()}
+            for j, up in enumerate(grid):
+                if min(c[j] for c in covered.values()) >= cover:
+                    worst = max((down + up) / 2 * scale for _, scale in parts.values())
+                    if best is None or worst < best[0]:
+                        best = (worst, down, up)
+                    break  # a longer upper end only widens
+        print(f"   {weight}: each task's own ends, width / narrowest: "
+              + ", ".join(f"{task} {w:.3f}" for task, w in own.items()))
+        if best is not None:
+            print(f"   {weight}: one pair for every task (down {best[1]:.2f}, up {best[2]:.2f}): the widest task "
+                  f"{best[0]:.3f}")
 
 
 if __name__ == "__main__":
