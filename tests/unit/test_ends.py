@@ -95,3 +95,19 @@ def test_no_ends_without_three_fit_rows_or_two_audit_examples_in_a_stratum():
     assert studentized_ends(train, known, model, "mf", {"rank": 2}, lone, strata, [LEVEL]) is None
     with pytest.raises(ValueError, match="not both"):
         mean_bound(train[0], known, train[0][known], audit, train[0][audit], LEVEL, skew=1.0, ends=(1.2, 0.9))
+
+
+def test_the_calibrations_audits_are_uniform_draws_without_replacement_small_or_large():
+    """Keyed draws (a map's few thousand examples) and numpy's own (past 2^26 keys: a large corpus) alike: each
+    draw distinct positions, every position drawn about equally often."""
+    from forgetmap.predict.ends import _uniform_draws
+
+    for size, count, draws in ((300, 12, 4000), (70_000, 12, 1000)):
+        rows = _uniform_draws(np.random.default_rng(0), size, count, draws)
+        assert rows.shape == (draws, count) and all(len(set(row)) == count for row in rows)
+        assert rows.min() >= 0 and rows.max() < size
+        if size == 300:
+            found = np.bincount(rows.ravel(), minlength=size)
+            assert abs(found.mean() - draws * count / size) < 1e-9 and found.std() < 2 * np.sqrt(found.mean())
+        else:
+            assert abs(rows.mean() - (size - 1) / 2) < 0.02 * size

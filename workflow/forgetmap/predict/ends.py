@@ -12,7 +12,7 @@ Per-example forgetting has a long upper tail that a sample of 30 or 60 mostly mi
 below the mean and the sample's spread is small, so the truth lies above the t-interval more often than below
 (up > down). Hall's transformation at the fit tasks' residual skewness (`skew`) corrects for that too, but its
 upper end grows without bound as the skewness does: on one machine's demo map (skewness 3.85 in the top stratum)
-its intervals were 1.4-2.3x the narrowest an audit alone gives, where these ends gave 0.88-1.14x at the same
+its intervals were 1.4-2.3x the narrowest an audit alone gives, where these ends gave 0.90-1.17x at the same
 coverage (BENCHMARKS.md). The ends are known before any run, as the skewness was.
 """
 
@@ -44,9 +44,7 @@ def studentized_ends(train: np.ndarray, known: np.ndarray, model, method: str, p
         return None
     rng = np.random.default_rng(SEED)
     draws = max(LEAST_DRAWS, ratios // len(train))
-    # each stratum's audit examples in each draw (draws, m_h): uniformly within it, without replacement
-    drawn = [np.argsort(rng.random((draws, len(pool))), axis=1)[:, :count] for pool, count in zip(pools, counts)]
-    drawn = [pool[order] for pool, order in zip(pools, drawn)]
+    drawn = [pool[_uniform_draws(rng, len(pool), count, draws)] for pool, count in zip(pools, counts)]
     found = {float(level): [] for level in levels}
     for row, pred in fold_predictions(train, known, model, method, params):
         z = np.asarray(train[row], dtype=np.float64)
@@ -62,6 +60,22 @@ def studentized_ends(train: np.ndarray, known: np.ndarray, model, method: str, p
         low, high = np.quantile(ratios_all, [(1 - level) / 2, (1 + level) / 2])
         ends[level] = (max(0.0, float(-low)), max(0.0, float(high)))  # the estimate inside, always
     return ends
+
+
+def _uniform_draws(rng, size: int, count: int, draws: int) -> np.ndarray:
+    """(draws, count) positions among `size`, each row drawn uniformly without replacement: the `count` smallest
+    of `size` uniform keys, in their order, a few rows at a time (at most 2^22 keys held at once); past 2^26 keys in
+    all (a corpus of tens of thousands), numpy's own draw of each row, which does not key every example."""
+    if size * draws > 1 << 26:
+        return np.stack([rng.choice(size, count, replace=False) for _ in range(draws)])
+    rows = []
+    chunk = max(1, (1 << 22) // size)
+    for start in range(0, draws, chunk):
+        keys = rng.random((min(chunk, draws - start), size))
+        order = np.argpartition(keys, count - 1, axis=1)[:, :count] if count < size else \
+            np.tile(np.arange(size), (len(keys), 1))
+        rows.append(np.take_along_axis(order, np.argsort(np.take_along_axis(keys, order, axis=1), axis=1), axis=1))
+    return np.concatenate(rows)
 
 
 def t_bounds(z: np.ndarray, forecast: np.ndarray, known: np.ndarray, pools: list[np.ndarray],
