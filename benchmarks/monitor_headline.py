@@ -94,9 +94,9 @@ def main() -> None:
     skew = maps["through the origin (now)"].residual_skew()
     plain_skew = maps["plain fold-in (before)"].residual_skew()
     draws = [audit_draw(origin.train, known, args.audit, d) for d in range(args.draws)]
-    now = refitted(maps["through the origin (now)"], origin=True)
-    now.audit, now.strata = draws[0][0], two_strata(draws[0][1])  # the map's ends for audits of --audit
-    ends = now.bound_ends(args.level)
+    # the map's ends for audits of --audit drawn by its strata (its completion as fitted above)
+    ends = dataclasses.replace(maps["through the origin (now)"], audit=draws[0][0], strata=two_strata(draws[0][1]),
+                               _ends={}).bound_ends(args.level)
     print(f"   the map's studentized ends at {args.level}: up {ends[0]:.3f}, down {ends[1]:.3f} t half-widths")
     for task, seed, truth in zip(tasks, saved["seeds"], saved["truths"]):
         for share in SHARES:
