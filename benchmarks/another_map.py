@@ -41,7 +41,7 @@ def descendant(workdir: Path, model: str, out: Path) -> dict:
     cfg = yaml.safe_load((workdir / "config/config.yaml").read_text())
     settings = dict(Plan(cfg).finetune_settings(model, MIXTURE[0]))
     settings.pop("monitor", None)
-    mixture = pd.concat([pd.read_parquet(workdir / f"results/data/tasks/{t}.parquet") for t in MIXTURE],
+    mixture = pd.concat([pd.read_parquet(min(workdir.glob(f"results/data/tasks/{t}.*.parquet"))) for t in MIXTURE],
                         ignore_index=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "mixture.parquet"

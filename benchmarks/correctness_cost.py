@@ -1,7 +1,7 @@
 """What sample-wise correctness costs, side by side with NLL scoring of the same items.
 
     python benchmarks/correctness_cost.py --checkpoint results/demo/base \
-        --shard results/data/upstream/demo/shard-0.parquet
+        --shard results/data/upstream/demo/shard-0.*.parquet
     python benchmarks/correctness_cost.py --scale    # 10,000 items x 4 options, and the transition statistics
 
 1. On the demo (`--checkpoint`, `--shard`): the shard's items (those with an answer) scored for NLL

@@ -58,7 +58,7 @@ def main() -> None:
     model = load_model(base, torch.device("cpu"), torch.float32, "sdpa")
     shards = sorted(str(p) for p in (args.workdir / "results/data/upstream").glob("*/shard-*.parquet"))
     upstream = encode_examples(tokenizer, read_rows(shards, np.arange(args.upstream)), template, settings["max_length"])
-    frame = pd.read_parquet(args.workdir / f"results/data/tasks/{args.task}.parquet")
+    frame = pd.read_parquet(min(args.workdir.glob(f"results/data/tasks/{args.task}.*.parquet")))
     frame = frame[frame["split"] == "train"].iloc[:settings["max_task_examples"]]
     task = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(), template,
                        settings["max_length"])

@@ -155,7 +155,7 @@ def demo_setup(workdir: Path, model: str, task: str):
     spec = cfg["models"][model]
     base = workdir / f"results/{model}/base"
     tokenizer = load_tokenizer(base)
-    frame = pd.read_parquet(workdir / f"results/data/tasks/{task}.parquet")
+    frame = pd.read_parquet(min(workdir.glob(f"results/data/tasks/{task}.*.parquet")))
     encoded = encode_chat(tokenizer, frame["prompt"].tolist(), frame["response"].tolist(), spec["chat_template"],
                           spec["finetune"]["max_length"])
     data = Dataset.from_dict({"input_ids": [list(e.ids) for e in encoded]})

@@ -9,9 +9,9 @@ rule shard_upstream:
     params:
         settings=settings(PLAN.shard_settings),
     log:
-        "results/logs/data/upstream/{corpus}/shard-{shard}.log",
+        "results/logs/data/upstream/{corpus}/shard-{shard}.{key}.log",
     benchmark:
-        "results/benchmarks/data/upstream/{corpus}/shard-{shard}.tsv"
+        "results/benchmarks/data/upstream/{corpus}/shard-{shard}.{key}.tsv"
     conda:
         "../envs/forgetmap.yaml"
     shell:
@@ -26,9 +26,9 @@ rule prepare_task:
     params:
         settings=settings(PLAN.task_settings),
     log:
-        "results/logs/data/tasks/{task}.log",
+        "results/logs/data/tasks/{task}.{key}.log",
     benchmark:
-        "results/benchmarks/data/tasks/{task}.tsv"
+        "results/benchmarks/data/tasks/{task}.{key}.tsv"
     conda:
         "../envs/forgetmap.yaml"
     shell:

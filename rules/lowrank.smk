@@ -45,9 +45,9 @@ rule lowrank_summary:
     params:
         tables=lambda wc: [f"{m}={path}" for m, path in PLAN.lowrank_tables().items()],
     log:
-        "results/logs/lowrank_summary.log",
+        fm_plan.LOWRANK_SUMMARY_LOG,
     benchmark:
-        "results/benchmarks/lowrank_summary.tsv"
+        fm_plan.LOWRANK_SUMMARY_BENCH
     conda:
         "../envs/forgetmap.yaml"
     shell:

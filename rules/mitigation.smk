@@ -27,7 +27,7 @@ rule heldout_set:
 rule token_losses:
     input:
         base=fm_plan.BASE,
-        task=fm_plan.TASK,
+        task=job(PLAN.task_path),
     output:
         fm_plan.TOKEN_LOSSES,
     wildcard_constraints:

@@ -24,6 +24,16 @@ def command(name: str) -> str:
     return str(beside) if beside.exists() else (shutil.which(name) or name)
 
 
+def data_file(workdir: Path, corpus_or_task: str, shard: int | None = None) -> Path:
+    """The one generated data file of a corpus shard (`shard` given) or a task under `workdir/results/data`, whose
+    name ends in its definition's key (forgetmap.plan.paths)."""
+    pattern = (f"upstream/{corpus_or_task}/shard-{shard}.*.parquet" if shard is not None
+               else f"tasks/{corpus_or_task}.*.parquet")
+    found = sorted((Path(workdir) / "results/data").glob(pattern))
+    assert len(found) == 1, (pattern, found)
+    return found[0]
+
+
 def tiny_tokenizer():
     from forgetmap.base import pretraining_texts
     from forgetmap.data import demo

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from cached_env import python_or_skip
-from helpers import REPO, library_warnings, make_workdir, snakemake
+from helpers import REPO, data_file, library_warnings, make_workdir, snakemake
 
 pytestmark = [pytest.mark.workflow, pytest.mark.real_model]
 TASKS = ("city_qa", "add_qa", "reverse_qa")
@@ -92,7 +92,7 @@ def test_every_base_and_fine_tuned_nll_is_what_plain_transformers_computes_throu
 
     workdir, cfg = finished
     tok = AutoTokenizer.from_pretrained(model_dir)
-    corpus = pd.read_parquet(workdir / "results/data/upstream/demo/shard-0.parquet")
+    corpus = pd.read_parquet(data_file(workdir, "demo", 0))
     limit = cfg["models"]["smollm2"]["score"]["max_length"]
     for run, directory in (("base", model_dir), ("city_qa", workdir / "results/smollm2/checkpoints/city_qa")):
         net = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()

@@ -127,3 +127,18 @@ def test_bad_task_file_names_file_row_and_column(tmp_path, frame, expected):
 def test_missing_task_file_is_named(tmp_path):
     with pytest.raises(DataError, match="nowhere.jsonl: file not found"):
         fm_tasks.read_task("t", task_spec(tmp_path / "nowhere.jsonl"), seed=0, demo_seed=0)
+
+
+def test_a_directory_of_upstream_shards_reads_in_corpus_order_and_refuses_two_definitions_of_one(tmp_path):
+    """The workflow names a shard by its definition (shard-K.KEY.parquet): a directory where two configs defined the
+    corpus otherwise holds two of a shard, and reading it as the map's upstream would mix them."""
+    from forgetmap.errors import DataError
+    from forgetmap.monitor.map import upstream_files
+
+    for name in ("shard-10.aaaa0000.parquet", "shard-2.bbbb1111.parquet", "shard-0.parquet", "notes.parquet"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.split("/")[-1] for p in upstream_files(tmp_path)] == [
+        "shard-0.parquet", "shard-2.bbbb1111.parquet", "shard-10.aaaa0000.parquet"]
+    (tmp_path / "shard-2.cccc2222.parquet").write_bytes(b"")
+    with pytest.raises(DataError, match=r"shard-2\.bbbb1111\.parquet, shard-2\.cccc2222\.parquet are the same shard"):
+        upstream_files(tmp_path)

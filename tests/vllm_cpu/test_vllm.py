@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import cores
+from helpers import cores, data_file
 from standins import TULU_TEMPLATE, save_standin, sentences
 
 pytestmark = pytest.mark.vllm
@@ -120,7 +120,7 @@ def test_the_tiny_run_scores_on_vllm_and_a_model_it_cannot_attend_is_refused_fir
     from forgetmap.plan import Plan
 
     planned = Plan(config).score_settings("tiny")  # what the score job was given, on the torch backend
-    shard = workdir / "results/data/upstream/demo/shard-0.parquet"
+    shard = data_file(workdir, "demo", 0)
     theirs = torch_scored(tmp_path, workdir / "results/tiny/base", shard, {**planned, "backend": "torch"}, "torch")
     mine = pd.read_parquet(workdir / target)
     np.testing.assert_allclose(mine["nll"], theirs["nll"], rtol=0, atol=2e-5)

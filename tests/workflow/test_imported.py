@@ -60,7 +60,7 @@ def test_a_config_of_imported_models_alone_runs_every_analysis_and_the_predictio
     for path in ("forgetting.parquet", "lowrank/r2.tsv", "correlations/cross_task.tsv", "splits/ood-tulu.json",
                  "prediction/scores.tsv"):
         assert (workdir / "results/paper" / path).exists(), path
-    assert (workdir / "results/lowrank_summary.tsv").exists()
+    assert (workdir / "results/lowrank_summary/paper.tsv").exists()
     assert planned_jobs(workdir) == []
     data = page_data(workdir / "results/paper/explorer.html")  # the explorer: ids and sources, no texts
     assert data["texts"] is False and {t["kind"] for t in data["tasks"]} == {"imported"}

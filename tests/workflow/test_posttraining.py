@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evals import run_lighteval, run_lm_eval
-from helpers import by_rule, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake
+from helpers import by_rule, data_file, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake
 from standins import TULU_TEMPLATE, cache_standin, save_standin, sentences
 
 pytestmark = pytest.mark.workflow
@@ -125,7 +125,7 @@ def test_correctness_pairs_seeds_and_compares_each_stage_with_the_one_before(map
     rates = pd.read_csv(mapped / "results/chain/correctness/rates.tsv", sep="\t", dtype={"seed": str})
     assert set(rates["seed"]) == {"all", "0", "1"}
 
-    shards = pd.concat([pd.read_parquet(mapped / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)])
+    shards = pd.concat([pd.read_parquet(data_file(mapped, "bench", k)) for k in (0, 1)])
 
     def scores(run):
         frame = pd.concat([pd.read_parquet(mapped / f"results/chain/scores/{run}/shard-{k}.parquet") for k in (0, 1)])
@@ -307,7 +307,7 @@ def test_logs_that_do_not_align_fail_naming_the_file_and_the_item(logged, tmp_pa
     from forgetmap.correctness.logs import import_logs
     from forgetmap.errors import DataError
 
-    shards = [str(logged / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)]
+    shards = [str(data_file(logged, "bench", k)) for k in (0, 1)]
     files = sorted((logged / "evals/sft/results").rglob("samples_*.jsonl"))
     lines = files[0].read_text().splitlines()
     settings = {"format": "lm_eval", "metric": None, "align": "prompt", "id": None,
@@ -341,7 +341,7 @@ def test_logs_that_do_not_align_fail_naming_the_file_and_the_item(logged, tmp_pa
 def test_lighteval_details_import_item_by_item(logged):
     details = pd.concat([pd.read_parquet(p) for p in sorted((logged / "evals/dpo-lighteval/results").rglob("*.parquet"))])
     verdict = {d["query"]: int(m["acc"]) for d, m in zip(details["doc"], details["metric"])}
-    shards = pd.concat([pd.read_parquet(logged / f"results/data/upstream/bench/shard-{k}.parquet") for k in (0, 1)])
+    shards = pd.concat([pd.read_parquet(data_file(logged, "bench", k)) for k in (0, 1)])
     scores = pd.concat([pd.read_parquet(logged / f"results/chain/scores/dpo_lighteval/shard-{k}.parquet")
                         for k in (0, 1)])
     items = shards["answer"].notna().to_numpy()

@@ -13,8 +13,8 @@ import yaml
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.plan import Plan
-from helpers import (by_rule, clone_workdir, command, edited, library_warnings, make_workdir, page_data, planned_jobs, snakemake,
-                     tiny_config, write_config)
+from helpers import (by_rule, clone_workdir, command, data_file, edited, library_warnings, make_workdir, page_data,
+                     planned_jobs, snakemake, tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
 MATRIX = "results/tiny/forgetting.parquet"
@@ -90,7 +90,7 @@ def test_the_run_builds_the_matrix_with_logs_and_benchmarks(finished):
 def test_the_run_analyses_the_matrix_and_the_report_collects_it(finished):
     r2 = pd.read_csv(finished / "results/tiny/lowrank/r2.tsv", sep="\t")
     assert r2["rank"].tolist() == [1, 2, 3] and r2["r2"].iloc[-1] == pytest.approx(1.0, abs=1e-6)
-    summary = pd.read_csv(finished / "results/lowrank_summary.tsv", sep="\t")
+    summary = pd.read_csv(finished / "results/lowrank_summary/tiny.tsv", sep="\t")
     assert summary["model"].tolist() == ["tiny"] and summary["rank_1"][0] == pytest.approx(r2["r2"][0], abs=1e-4)
     for name in ("semantic", "gradient"):
         table = pd.read_csv(finished / f"results/tiny/correlations/{name}.tsv", sep="\t")
@@ -188,6 +188,36 @@ def test_adding_upstream_examples_adds_shards_and_reruns_no_finetune(finished, t
     assert by_rule(jobs) == {"shard_upstream": 1, "score": 4, **ANALYSES, "heldout_set": 1, "replay_selection": 4,
                              "arm_run": 7, "plain_scores": 1}
     assert {w["shard"] for r, w in jobs if r in ("score", "shard_upstream")} == {"2"}
+
+
+def test_a_second_config_that_defines_the_corpus_and_tasks_otherwise_overwrites_nothing(finished, tmp_path):
+    """The demo, then the SmolLM2 example in the same clone: the same corpus and task names, defined otherwise
+    (fewer examples, another shard size). Each config's data files are its own; going back reruns nothing."""
+    workdir = fresh_clone(finished, tmp_path)
+    data = sorted((workdir / "results/data").rglob("*.parquet"))
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in data}
+
+    def other_config(c):
+        c["shard_size"], c["upstream"]["demo"]["n_examples"] = 35, 70
+        for task in c["tasks"].values():
+            task["n_examples"] = 16
+        c["models"] = {"other": c["models"]["tiny"]}
+        del c["mitigation"]
+
+    other = edited(tiny_config(), other_config)
+    write_config(workdir, other)
+    targets = ("results/other/forgetting.parquet", "results/lowrank_summary/other.tsv")
+    snakemake(workdir, *targets)
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in data} == before  # nothing of the first rewritten
+    added = sorted(set((workdir / "results/data").rglob("*.parquet")) - set(data))
+    assert len(added) == 2 + 3 and all(p.name.split(".")[0] in ("shard-0", "shard-1", *other["tasks"]) for p in added)
+    assert [len(pd.read_parquet(p)) for p in added if p.name.startswith("shard-")] == [35, 35]
+    summary = "results/lowrank_summary/tiny.tsv"
+    assert (workdir / summary).read_bytes() == (finished / summary).read_bytes()
+    write_config(workdir, tiny_config())
+    assert planned_jobs(workdir) == []  # the first config again: nothing to do
+    write_config(workdir, other)
+    assert planned_jobs(workdir, *targets) == []
 
 
 def test_discarded_checkpoints_and_a_second_run_give_the_same_matrix_bit_for_bit(finished, tmp_path):
@@ -474,7 +504,7 @@ def test_the_explorer_shows_a_tasks_most_forgotten_example_and_finds_an_example(
 
     page = finished / "results/tiny/explorer.html"
     matrix = ForgettingMatrix.read(finished / MATRIX)
-    shards = [str(finished / f"results/data/upstream/demo/shard-{k}.parquet") for k in range(2)]
+    shards = [str(data_file(finished, "demo", k)) for k in range(2)]
     row = matrix.row("mod10_add")
     top = int(np.nanargmax(row))
     text = read_rows(shards, np.array([top])).iloc[0]

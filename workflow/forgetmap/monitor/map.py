@@ -63,14 +63,24 @@ def differences(recorded: dict, seen: dict) -> list[str]:
 
 
 def upstream_files(upstream) -> list[str]:
-    """The upstream shard files in corpus order: a list of files, one file, or a directory of shard-*.parquet."""
+    """The upstream shard files in corpus order: a list of files, one file, or a directory of shard-*.parquet
+    (the workflow's shard-K.KEY.parquet, KEY the corpus's definition: a directory where two configs defined the
+    corpus differently holds two of some shard and is refused, naming them)."""
     if isinstance(upstream, (str, Path)):
         path = Path(upstream)
         if path.is_dir():
-            files = sorted(path.glob("shard-*.parquet"), key=lambda p: int(p.stem.split("-")[-1]))
-            if not files:
+            by_shard: dict[int, list[Path]] = {}
+            for f in path.glob("shard-*.parquet"):
+                index = f.name[len("shard-"):-len(".parquet")].split(".")[0]
+                if index.isdigit():
+                    by_shard.setdefault(int(index), []).append(f)
+            if not by_shard:
                 raise DataError(f"{path}: no upstream shards (shard-*.parquet) in this directory")
-            return [str(f) for f in files]
+            twice = next((sorted(fs) for _, fs in sorted(by_shard.items()) if len(fs) > 1), None)
+            if twice is not None:
+                raise DataError(f"{path}: {', '.join(f.name for f in twice)} are the same shard of corpora defined "
+                                f"differently (two configs); pass the shard files the map was made from")
+            return [str(by_shard[k][0]) for k in sorted(by_shard)]
         return [str(path)]
     return [str(p) for p in upstream]
 

@@ -26,7 +26,7 @@ from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
 from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, FORECAST_PROBES, LOGGED, LOWRANK, LOWRANK_SUMMARY,
-                    MATRIX, NO_ARM, POSTTRAINED, SCORES, SHARD, TASK, alternatives)
+                    MATRIX, NO_ARM, POSTTRAINED, SCORES, SHARD, TASK, alternatives, definition_key)
 from .prediction import PredictionPlan
 
 
@@ -130,7 +130,10 @@ class Plan:
 
     def wildcard_constraints(self) -> dict[str, str]:
         computed_tasks = {t for m in self.computed for t in [*self.finetuned[m], *self.forecast.tasks(m)]}
-        return {"model": alternatives(self.models), "computed": alternatives(self.computed),
+        keys = {self.shard_key(c, k) for c in self.shards for k in range(len(self.shards[c]))}
+        keys |= {self.task_key(t) for t in computed_tasks}
+        return {"key": alternatives(keys), "models": alternatives([self.summary_models()] * bool(self.z_models)),
+                "model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
                 "checkpoint": alternatives({c for m in self.computed for c in self.checkpoints[m]}),
@@ -171,10 +174,17 @@ class Plan:
 
     def shard_paths(self, model: str) -> list[str]:
         corpus = self.corpus(model)
-        return [SHARD.format(corpus=corpus, shard=k) for k in range(len(self.shards[corpus]))]
+        return [self.corpus_shard(corpus, k) for k in range(len(self.shards[corpus]))]
 
-    def shard_path(self, model: str, shard: str) -> str:
-        return SHARD.format(corpus=self.corpus(model), shard=shard)
+    def shard_path(self, model: str, shard: int) -> str:
+        return self.corpus_shard(self.corpus(model), shard)
+
+    def corpus_shard(self, corpus: str, shard: int) -> str:
+        """Shard k of a corpus, named by its settings: a config that defines the corpus otherwise has its own."""
+        return SHARD.format(corpus=corpus, shard=shard, key=self.shard_key(corpus, shard))
+
+    def shard_key(self, corpus: str, shard: int) -> str:
+        return definition_key(self.shard_settings(corpus, shard))
 
     def scores(self, model: str, run: str) -> list[str]:
         """The score files of one run: one per upstream shard, in corpus order. A base scored exactly as an
@@ -205,7 +215,14 @@ class Plan:
 
     def task_paths(self, model: str) -> dict[str, str]:
         """The task files of the model's fine-tuned rows (a checkpoint's row has none)."""
-        return {t: TASK.format(task=t) for t in self.tasks[model] if t not in self.checkpoints.get(model, {})}
+        return {t: self.task_path(t) for t in self.tasks[model] if t not in self.checkpoints.get(model, {})}
+
+    def task_path(self, task: str) -> str:
+        """A task's prepared file, named by its definition: a config that defines the task otherwise has its own."""
+        return TASK.format(task=task, key=self.task_key(task))
+
+    def task_key(self, task: str) -> str:
+        return definition_key(self.task_definition(task))
 
     def task_files(self, model: str) -> list[str]:
         return list(self.task_paths(model).values())
@@ -230,21 +247,35 @@ class Plan:
             return {k: v for k, v in spec.items() if k not in ("path", "n_examples")}
         return {"format": spec["format"], "path": spec["path"]}
 
-    def shard_settings(self, corpus: str, shard: int) -> dict:
-        return {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
+    def shard_settings(self, corpus: str, shard: int, key: str | None = None) -> dict:
+        """What shard k's job reads; `key` (the file's wildcard) must be the key of exactly these settings."""
+        settings = {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
+        if key is not None and key != definition_key(settings):
+            raise ValueError(f"{SHARD.format(corpus=corpus, shard=shard, key=key)}: not this config's shard "
+                             f"{shard} of upstream.{corpus} (that is {self.corpus_shard(corpus, shard)})")
+        return settings
 
     def task_inputs(self, task: str) -> list[str]:
         spec = self.cfg["tasks"][task]
         return [p for p in (spec["path"], spec["validation_path"]) if p and spec["format"] == "file"]
 
-    def task_settings(self, task: str) -> dict:
-        """What prepare_task reads: the task's source (a dataset's fingerprint too, so a changed one reruns)."""
+    def task_definition(self, task: str) -> dict:
+        """What defines a task's prepared file (its key): the task's source and how it is read, the seeds."""
         spec = {k: v for k, v in self.cfg["tasks"][task].items() if k not in ("finetune", "forecast")}
-        if spec["format"] == "hf":
+        return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
+
+    def task_settings(self, task: str, key: str | None = None) -> dict:
+        """What prepare_task reads: the task's definition (a dataset's fingerprint too, so a changed one reruns
+        in place); `key` (the file's wildcard) must be the definition's key."""
+        settings = self.task_definition(task)
+        if key is not None and key != definition_key(settings):
+            raise ValueError(f"{TASK.format(task=task, key=key)}: not this config's task {task!r} "
+                             f"(that is {self.task_path(task)})")
+        if settings["spec"]["format"] == "hf":
             from ..data import hf
 
-            spec["fingerprint"] = hf.fingerprint(spec)  # the dataset is loaded once per process (hf.load)
-        return {"name": task, "spec": spec, "seed": self.cfg["seed"], "demo_seed": self.cfg["demo_seed"]}
+            settings["spec"]["fingerprint"] = hf.fingerprint(settings["spec"])  # loaded once per process (hf.load)
+        return settings
 
     # --- models and scores ---------------------------------------------------------------------------
 
@@ -255,7 +286,7 @@ class Plan:
 
     def finetune_inputs(self, model: str, task: str) -> dict[str, str]:
         """The base and the task; a monitored fine-tune (finetune.monitor) also the probes it scores."""
-        inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task)}
+        inputs = {"base": BASE.format(model=model), "task": self.task_path(task)}
         if task in self.forecast.monitored(model):
             inputs["probes"] = FORECAST_PROBES.format(model=model)
             if self.forecast.watches_items(model):
@@ -409,7 +440,8 @@ class Plan:
         import os
 
         spec = self.cfg["models"][model]["imported"]
-        optional = [spec["meta"] or f"{spec['matrix']}.meta", spec["base_logprobs"], spec["sources"]]
+        optional = [spec["meta"] or f"{spec['matrix']}.meta", spec["base_logprobs"], spec["sources"],
+                    spec["example_ids"]]
         return [spec["matrix"]] + [p for p in optional if p and os.path.exists(p)]
 
     def imported_matrix(self, model: str) -> str:
@@ -421,7 +453,7 @@ class Plan:
 
         spec = self.cfg["models"][model]["imported"]
         options = []
-        for key in ("matrix", "meta", "base_logprobs", "sources"):
+        for key in ("matrix", "meta", "base_logprobs", "sources", "example_ids"):
             if spec[key]:
                 options += [f"--{key.replace('_', '-')}", spec[key]]
         groups = {c: v["group"] for c, v in self.cfg["categories"].items()}
@@ -532,4 +564,11 @@ class Plan:
             out += self.mitigation.targets(model)
             out += self.correctness.targets(model)
             out += self.explorer.targets(model)
-        return out + [LOWRANK_SUMMARY] * bool(self.z_models)
+        return out + [self.lowrank_summary()] * bool(self.z_models)
+
+    def lowrank_summary(self) -> str:
+        """The table of every model's R²: its name is the models' (sorted, joined by '+')."""
+        return LOWRANK_SUMMARY.format(models=self.summary_models())
+
+    def summary_models(self) -> str:
+        return "+".join(sorted(self.z_models))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import config as fm_config
 from .paths import (ARM_SCORES, BASE, BINARY_PREDICTIONS, CORRECTNESS, HELDOUT, MATRIX, MITIGATION, NO_ARM,
-                    PLAIN_SCORES, PREDICTIONS, REPLAY, SPLIT, TASK, TOKEN_LOSSES, TRANSITION_OUTPUTS)
+                    PLAIN_SCORES, PREDICTIONS, REPLAY, SPLIT, TOKEN_LOSSES, TRANSITION_OUTPUTS)
 
 
 class MitigationPlan:
@@ -72,7 +72,7 @@ class MitigationPlan:
         """The held-out set (never replayed), the pool's shards, the task, and the replay scores' source:
         a prediction, or the measured matrix (Z, or Y for P(Y = 1))."""
         inputs = {"heldout": HELDOUT.format(model=model), "shards": self.plan.shard_paths(model),
-                  "task": TASK.format(task=task)}
+                  "task": self.plan.task_path(task)}
         spec = self.arms()[arm]
         binary = spec["statistic"] == "forgotten_1to0"  # P(Y = 1): Y's predictions, or Y itself
         if spec["replay"] == "predicted":
@@ -112,7 +112,7 @@ class MitigationPlan:
         """The base, the task and the held-out set; the replayed examples, the base's token losses, and for
         online replay what the job measures, completes and draws from."""
         spec = self.arms()[arm]
-        inputs = {"base": BASE.format(model=model), "task": TASK.format(task=task), "heldout": HELDOUT.format(model=model)}
+        inputs = {"base": BASE.format(model=model), "task": self.plan.task_path(task), "heldout": HELDOUT.format(model=model)}
         if spec["replay"] != "none":
             inputs["replay"] = REPLAY.format(model=model, arm=arm, seed=seed, task=task)
         if spec["tokens"] != "none" or spec["weights"] != "none":
@@ -131,7 +131,7 @@ class MitigationPlan:
         """The matrix's fine-tune of the task, the base (interpolation, signals), the held-out set, the task
         (its validation split)."""
         return {"model": self.plan.checkpoint(model, task), "base": BASE.format(model=model),
-                "heldout": HELDOUT.format(model=model), "task": TASK.format(task=task)}
+                "heldout": HELDOUT.format(model=model), "task": self.plan.task_path(task)}
 
     # --- the summary ---------------------------------------------------------------------------------
 

@@ -6,10 +6,15 @@ is typed out twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
-SHARD = "results/data/upstream/{corpus}/shard-{shard}.parquet"
-TASK = "results/data/tasks/{task}.parquet"
+# a generated or prepared data file is named by what defines it, not by its name alone: `{key}` is a digest of the
+# settings its job reads (definition_key below), so two configs that define a corpus or a task alike share
+# its file and two that differ never overwrite each other's
+SHARD = "results/data/upstream/{corpus}/shard-{shard}.{key}.parquet"
+TASK = "results/data/tasks/{task}.{key}.parquet"
 BASE = "results/{model}/base"
 CHECKPOINT = "results/{model}/checkpoints/{task}"
 POSTTRAINED = "results/{model}/posttrained/{checkpoint}"  # a pointer to a checkpoint the user did not train
@@ -24,7 +29,10 @@ PROBES = "results/{model}/prediction/probes/{split}.tsv"  # probe strategies sid
 SIMILARITY = "results/{model}/correlations/semantic_similarity.npy"
 LOWRANK = "results/{model}/lowrank/{name}"
 CORRELATION = "results/{model}/correlations/{name}"
-LOWRANK_SUMMARY = "results/lowrank_summary.tsv"
+# the config's models side by side, named by them: another config's summary is another file
+LOWRANK_SUMMARY = "results/lowrank_summary/{models}.tsv"
+LOWRANK_SUMMARY_LOG = "results/logs/lowrank_summary/{models}.log"
+LOWRANK_SUMMARY_BENCH = "results/benchmarks/lowrank_summary/{models}.tsv"
 FORECAST_PROBES = "results/{model}/forecast/probes.parquet"  # the k probe examples (upstream rows)
 FORECAST_SCORES = "results/{model}/forecast/scores/{task}.parquet"  # a forecast task's checkpoint on them
 FORECAST = "results/{model}/forecast/{name}"  # forecast.parquet (rows, half-widths), summary.tsv, forecast.png
@@ -70,6 +78,13 @@ BINARY_LOWRANK_OUTPUTS = {"ranks": "lowrank.tsv", "point_biserial": "point_biser
 BASE_RUN = "base"  # the run every task's scores are compared with
 NO_ARM = "none"  # plain fine-tuning: every arm's comparison
 NEVER = "(?!)"  # a wildcard constraint that matches nothing: the rule serves no model
+
+
+def definition_key(definition: dict) -> str:
+    """The `{key}` of a data file: 8 hex digits of the settings that define it (sorted JSON, so key order and
+    the config file it came from do not matter)."""
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def alternatives(names) -> str:
