@@ -87,3 +87,38 @@ def test_a_binary_matrix_imports_as_y_and_other_values_are_named(tmp_path):
     with pytest.raises(DataError, match=r"delta.npy: value -1 at row 2, column 5: a binary matrix holds 0"):
         import_matrix(tmp_path / "delta.npy", tmp_path / "train_em_fgt_base_correct.npy.meta",
                       statistic="forgotten_1to0")
+
+
+def test_a_released_map_reads_back_whole_through_the_import(released, tmp_path):
+    """`forgetmap release` writes the authors' format; `forgetmap import` (what models.NAME.imported runs) reads back
+    every value, label and id; a category whose rows are not contiguous cannot be one .meta range and is refused."""
+    path, _ = released
+    m = import_matrix(path / "ftd-ppl-inc-full.npy", base_logprobs=path / "olmo_base_ppl.npy", corpus="dolma",
+                      groups={"flan": "in_domain", "tulu": "out_of_domain"})
+    m.example_ids = np.array([f"ex-{j}" for j in range(m.shape[1])])[::-1].copy()
+    m.sources = np.array(["web", "code"] * (m.shape[1] // 2))
+    m.write(tmp_path / "map.parquet")
+    (tmp_path / "ood.json").write_text(json.dumps({"name": "ood", "train_tasks": ["aeslc", "wsc"],
+                                                    "test_tasks": ["oasst1"]}))
+    main(["release", "--matrix", str(tmp_path / "map.parquet"), "--splits", f"ood={tmp_path / 'ood.json'}",
+          "--out", str(tmp_path / "out")])
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["map.npy", "map.npy.meta", "map_base_ppl.npy", "map_example_ids.txt", "map_sources.txt",
+                     "map_split_ood.pkl"]
+    split = import_split(tmp_path / "out/map_split_ood.pkl", "ood", m.tasks)
+    assert (split["train_tasks"], split["test_tasks"]) == (["aeslc", "wsc"], ["oasst1"])
+    out = tmp_path / "out"
+    main(["import", "--matrix", str(out / "map.npy"), "--base-logprobs", str(out / "map_base_ppl.npy"),
+          "--sources", str(out / "map_sources.txt"), "--example-ids", str(out / "map_example_ids.txt"),
+          "--groups", json.dumps(m.groups), "--out", str(tmp_path / "back.parquet")])
+    back = ForgettingMatrix.read(tmp_path / "back.parquet")
+    np.testing.assert_array_equal(back.values, m.values)
+    np.testing.assert_array_equal(back.base_nll, m.base_nll)
+    assert (back.tasks, back.categories, back.groups) == (m.tasks, m.categories, m.groups)
+    assert back.example_ids.tolist() == m.example_ids.tolist() and back.sources.tolist() == m.sources.tolist()
+    m.categories["cb"] = "tulu"  # flan, tulu, flan: two ranges
+    with pytest.raises(DataError, match="category 'flan'.*not contiguous"):
+        from forgetmap.released import release
+
+        release(m, tmp_path / "bad", "map")
+    assert not (tmp_path / "bad").exists() or not list((tmp_path / "bad").iterdir())

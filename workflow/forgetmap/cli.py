@@ -55,6 +55,7 @@ RELEASED = [arg("--matrix", required=True, help="released Z as .npy (tasks x exa
             arg("--meta", default=None, help="its .meta JSON (default: MATRIX.meta)"),
             arg("--base-logprobs", default=None, help="base model mean log-probs .npy (N,)"),
             arg("--sources", default=None, help="text file, one source label per example"),
+            arg("--example-ids", default=None, help="text file, one example id per example (default: CORPUS-000000, ...)"),
             arg("--corpus", default="upstream", help="prefix of the generated example ids"),
             arg("--groups", type=_json, default=None, help='{category: "in_domain"|"out_of_domain"}'),
             arg("--statistic", default="nll_change", choices=("nll_change", "forgotten_1to0"),
@@ -137,6 +138,13 @@ COMMANDS = [
      [arg("--r2", nargs="+", required=True, help="MODEL=path/to/r2.tsv ..."), OUT], False),
     ("import", "the authors' released matrix as a forgetting.parquet", "released:import_command",
      [*RELEASED, OUT], False),
+    ("release", "a forgetting.parquet as a released map in the authors' format (.npy, .meta, base log-probs, sources, "
+                "example ids), which `import` and `models.NAME.imported` read back", "released:release_command",
+     [arg("--matrix", required=True, help="a forgetting.parquet (Z) or forgetting_1to0.parquet (Y)"),
+      arg("--name", default=None, help="the .npy's name (default: the matrix file's stem)"),
+      arg("--splits", nargs="+", default=None, help="SPLIT=results/MODEL/splits/SPLIT.json ...: written as the "
+                                                    "authors' split pickles"),
+      arg("--out", required=True, help="the directory to write")], False),
     ("import-split", "an authors' released split pickle as a split definition", "released:import_split_command",
      [*RELEASED, arg("--name", required=True), arg("--split", required=True, help="the split .pkl"), OUT], False),
     ("semantic-similarity", "correlate Z with task-example embedding cosine", "correlate:semantic_command",

@@ -85,8 +85,8 @@ def check_binary(y: np.ndarray, path: str | Path) -> None:
 def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
                   base_logprobs: str | Path | None = None, sources: str | Path | None = None,
                   corpus: str = "upstream", groups: dict[str, str] | None = None,
-                  statistic: str = "nll_change") -> ForgettingMatrix:
-    """A released `.npy` (+ `.meta`, base log-probs, source labels) as a ForgettingMatrix of Z
+                  statistic: str = "nll_change", example_ids: str | Path | None = None) -> ForgettingMatrix:
+    """A released `.npy` (+ `.meta`, base log-probs, source labels, example ids) as a ForgettingMatrix of Z
     (`statistic` nll_change) or of the binary Y (forgotten_1to0)."""
     try:
         z = np.load(matrix_path)
@@ -117,6 +117,11 @@ def import_matrix(matrix_path: str | Path, meta_path: str | Path | None = None,
         if len(labels) != n:
             raise DataError(f"{sources}: {len(labels)} source labels (one per line) for {n} examples")
     ids = np.array([f"{corpus}-{j:06d}" for j in range(n)])
+    if example_ids is not None:
+        ids = np.array(Path(example_ids).read_text().splitlines(), dtype=object).astype(str)
+        if len(ids) != n or len(set(ids)) != n:
+            raise DataError(f"{example_ids}: {len(ids)} example ids ({len(set(ids))} distinct), one per line, for "
+                            f"{n} examples")
     groups = groups or {}
     return ForgettingMatrix(z.astype(np.float32), tasks, ids, labels.astype(str), base_nll, categories,
                             {c: groups.get(c, "in_domain") for c in sorted(set(categories.values()))}, statistic)
@@ -150,10 +155,10 @@ def import_split(pickle_path: str | Path, name: str, known_tasks: list[str] | No
     return out
 
 
-def import_command(matrix: str, meta: str | None, base_logprobs: str | None, sources: str | None, corpus: str,
-                   groups: dict | None, statistic: str, out: str) -> dict:
+def import_command(matrix: str, meta: str | None, base_logprobs: str | None, sources: str | None,
+                   example_ids: str | None, corpus: str, groups: dict | None, statistic: str, out: str) -> dict:
     """`forgetmap import`: the released matrix as a forgetting.parquet (Z) or forgetting_1to0.parquet (Y)."""
-    imported = import_matrix(matrix, meta, base_logprobs, sources, corpus, groups, statistic)
+    imported = import_matrix(matrix, meta, base_logprobs, sources, corpus, groups, statistic, example_ids)
     imported.write(out, {"imported_from": str(matrix)})
     return {"tasks": imported.shape[0], "examples": imported.shape[1], "nan": int(np.isnan(imported.values).sum())}
 
@@ -166,3 +171,69 @@ def import_split_command(matrix: str, meta: str | None, name: str, split: str, o
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(definition, indent=1))
     return {"train": len(definition["train_tasks"]), "test": len(definition["test_tasks"])}
+
+
+def release(matrix: ForgettingMatrix, directory: str | Path, name: str,
+            splits: dict[str, dict] | None = None) -> dict[str, str]:
+    """Write `matrix` in the authors' released format, which `import_matrix` and `import_split` read back whole:
+    NAME.npy (tasks x examples float32), NAME.npy.meta (each category's row range and task names: a category's rows
+    must be contiguous), NAME_base_ppl.npy (the base's mean log-probs, -base_nll), NAME_sources.txt and
+    NAME_example_ids.txt (one line per example), and each of `splits` (split definitions: train_tasks,
+    test_tasks) as the split pickle NAME_split_SPLIT.pkl. Returns the files by role."""
+    from .io import atomic_path
+
+    splits = splits or {}
+    for split, definition in splits.items():
+        unknown = [t for t in [*definition["train_tasks"], *definition["test_tasks"]] if t not in matrix.tasks]
+        if unknown:
+            raise DataError(f"split {split!r}: task(s) {unknown[:5]} are not rows of the matrix")
+
+    order = list(dict.fromkeys(matrix.categories.get(t, "released") for t in matrix.tasks))
+    meta, row = {}, 0
+    for category in order:
+        tasks = [t for t in matrix.tasks if matrix.categories.get(t, "released") == category]
+        if matrix.tasks[row:row + len(tasks)] != tasks:
+            raise DataError(f"category {category!r}: its tasks {tasks} are not contiguous rows of the matrix; the "
+                            f"released .meta gives each category one row range")
+        meta[category] = {"start": row, "stop": row + len(tasks), "tasks": tasks}
+        row += len(tasks)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"matrix": directory / f"{name}.npy", "meta": directory / f"{name}.npy.meta",
+             "base_logprobs": directory / f"{name}_base_ppl.npy", "sources": directory / f"{name}_sources.txt",
+             "example_ids": directory / f"{name}_example_ids.txt"}
+    arrays = {"matrix": matrix.values.astype(np.float32), "base_logprobs": -matrix.base_nll.astype(np.float32)}
+    texts = {"meta": json.dumps(meta, indent=1) + "\n", "sources": "".join(f"{s}\n" for s in matrix.sources),
+             "example_ids": "".join(f"{i}\n" for i in matrix.example_ids)}
+    pickles = {}
+    for split, definition in splits.items():
+        files[f"split:{split}"] = directory / f"{name}_split_{split}.pkl"
+        pickles[f"split:{split}"] = {
+            **{f"{part}_mat": matrix.values[[matrix.tasks.index(t) for t in definition[f"{part}_tasks"]]]
+               for part in ("train", "test")},
+            **{f"{part}_ocl_task_info": [{"cat": matrix.categories.get(t, "released"), "name": t, "split": "train"}
+                                         for t in definition[f"{part}_tasks"]] for part in ("train", "test")}}
+    for role, path in files.items():
+        with atomic_path(path) as tmp:
+            if role in arrays:
+                with open(tmp, "wb") as handle:  # np.save adds .npy to a bare name
+                    np.save(handle, arrays[role])
+            elif role in pickles:
+                tmp.write_bytes(pickle.dumps(pickles[role]))
+            else:
+                tmp.write_text(texts[role])
+    return {role: str(path) for role, path in files.items()}
+
+
+def release_command(matrix: str, name: str | None, splits: list[str] | None, out: str) -> dict:
+    """`forgetmap release`: a matrix file (and split definitions, SPLIT=file.json) as a released map (`release`)."""
+    read = ForgettingMatrix.read(matrix)
+    definitions = {}
+    for pair in splits or []:
+        split, _, path = pair.partition("=")
+        try:
+            definitions[split] = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path}: not a readable split definition (--splits {pair}): {exc}") from exc
+    files = release(read, out, name or Path(matrix).stem, definitions)
+    return {"tasks": read.shape[0], "examples": read.shape[1], **files}

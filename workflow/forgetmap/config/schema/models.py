@@ -17,6 +17,9 @@ IMPORTED = obj({
     "meta": {"type": ["string", "null"], "default": None, "description": "its .meta JSON (default: MATRIX.meta)"},
     "base_logprobs": {"type": ["string", "null"], "default": None, "description": "base mean log-probs .npy"},
     "sources": {"type": ["string", "null"], "default": None, "description": "one source label per line"},
+    "example_ids": {"type": ["string", "null"], "default": None,
+                    "description": "one example id per line (a map `forgetmap release` wrote: the corpus's own ids); "
+                                   "null: MODEL-000000, MODEL-000001, ..."},
     "splits": {"type": "object", "additionalProperties": {"type": "string"}, "default": {},
                "description": "prediction splits: name -> released split pickle"},
 }, required=("matrix",), description="a matrix the paper's authors released, imported instead of computed")
