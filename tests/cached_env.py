@@ -10,10 +10,14 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+# what the package index serves changes under an environment's unpinned dependencies: one made longer ago than this
+# is made again, so a week's new releases that break a tier show in CI within a week
+FRESH_DAYS = 7
 
 
 class Unavailable(RuntimeError):
@@ -30,6 +34,20 @@ def stamp(*parts: str) -> str:
     """What an environment is made for: its own versions, this checkout and its dependency list."""
     pyproject = (REPO / "pyproject.toml").read_text()
     return hashlib.sha256(f"{' '.join(parts)} {REPO}\n{pyproject}".encode()).hexdigest()[:16]
+
+
+def versions(*names: str) -> list[str]:
+    """`name==version` of each package the interpreter running the tests holds (a stamp's parts: a tier that sees
+    them is made again when one changes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in names:
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name}==none")
+    return out
 
 
 def pip(python: Path, *args: str, log) -> None:
@@ -57,7 +75,7 @@ def prepared(directory: Path, wanted: str, make: Callable[[Path, object], None])
     with open(directory.parent / f".{directory.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         ready = directory / "forgetmap-ready"
-        if ready.exists() and ready.read_text() == wanted:
+        if ready.exists() and ready.read_text() == wanted and time.time() - ready.stat().st_mtime < FRESH_DAYS * 86400:
             return directory
         with open(directory.parent / f"{directory.name}.install.log", "w") as log:
             make(directory, log)

@@ -1,6 +1,9 @@
 """OLMo-core (`ai2-olmo-core`) in a virtualenv of its own, made once and cached between runs: it pins
 huggingface-hub < 2, rich < 14 and filelock < 4 (through cached-path), below what the project's environment
-holds, so it cannot be installed beside it. The virtualenv sees the packages of the interpreter running the tests
+holds, so it cannot be installed beside it. Transformers 5.25 needs huggingface-hub >= 2.4, so the virtualenv also
+holds the newest transformers that works with OLMo-core's pins, resolved by pip beside it (5.24.0 with
+huggingface-hub 1.33.0 on 2026-12-07), and is made again when the project's transformers or huggingface-hub
+changes, or a week on. The virtualenv sees the packages of the interpreter running the tests
 (torch, transformers, forgetmap itself: its site directories added by a .pth file, after its own, so a virtualenv's
 packages are seen where `--system-site-packages` would show its base interpreter's) and holds only OLMo-core and the
 pins it needs over them (about 70 MB).
@@ -15,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cached_env import Unavailable, ensure as ensure_env, location as env_location, pip, stamp
+from cached_env import Unavailable, ensure as ensure_env, location as env_location, pip, stamp, versions
 
 VERSION = "3.0.0"
 __all__ = ["Unavailable", "ensure", "location"]
@@ -37,11 +40,19 @@ def _make(python: Path, log) -> None:
     # addsitedir, not a bare path: the parent's own .pth files (an editable forgetmap's among them) are read too
     lines = "".join(f"import site; site.addsitedir({path!r})\n" for path in parent_sites())
     (Path(own) / "forgetmap-parent-sites.pth").write_text(lines)
-    pip(python, "install", f"ai2-olmo-core=={VERSION}", log=log)
+    # transformers asked for beside it: pip resolves one that works with OLMo-core's huggingface-hub (the project's own
+    # newest may not: it is shadowed here by the virtualenv's own)
+    pip(python, "install", f"ai2-olmo-core=={VERSION}", "transformers>=4.56", log=log)
+    check = subprocess.run([str(python), "-c", "import transformers, olmo_core; print(transformers.__version__)"],
+                           capture_output=True, text=True)
+    if check.returncode:
+        raise Unavailable(f"OLMo-core {VERSION} and transformers do not import together: {check.stderr[-1500:]}")
+    print(f"transformers {check.stdout.strip()} beside OLMo-core {VERSION}", file=log)
 
 
 def ensure() -> Path:
     """The environment's python (a minute the first time, then at once)."""
     import torch
 
-    return ensure_env(location(), stamp(VERSION, torch.__version__, *parent_sites()), _make)
+    return ensure_env(location(), stamp(VERSION, torch.__version__, *versions("transformers", "huggingface-hub"),
+                                        *parent_sites()), _make)

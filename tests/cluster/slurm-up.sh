@@ -4,6 +4,8 @@
 # `fake`), no accounting database (the tests use `--slurm-status-command squeue`). Installs the
 # packages when they are missing. Prints the daemons it started, one per line, to $1 (for slurm-down.sh).
 set -euo pipefail
+# the daemons, munged and runuser live in the system directories, which a user's (or CI's) PATH may lack
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 STARTED=${1:?usage: slurm-up.sh STARTED_FILE}
 : > "$STARTED"
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
