@@ -90,3 +90,35 @@ def test_planning_counts_the_gradient_jobs_batches_as_the_job_makes_them():
 
     for parameters, longest in ((918_656, 40), (918_656, 96), (8_000_000, 64), (135_000_000, 128), (30, 4096)):
         assert examples_together(parameters, longest) == together(parameters, longest)
+
+
+def test_a_first_plan_takes_its_lengths_from_the_data_its_jobs_will_write(tmp_path, monkeypatch):
+    """Before any data exists, a pretrained base's tokenizer and the demo's generators give the lengths (the SmolLM2
+    example's first plan had taken every example at max_length: 3.7x its work, 13x its scoring): the same work as
+    once the shard and the task files are written."""
+    from forgetmap.data.tasks import write_task
+    from forgetmap.data.upstream import write_shard
+    from helpers import tiny_config
+    from standins import save_standin
+
+    monkeypatch.chdir(tmp_path)
+    config = tiny_config()
+    config["models"]["tiny"]["base"] = {"kind": "pretrained", "path": str(save_standin(tmp_path / "base", "llama"))}
+    config["models"]["tiny"]["chat_template"] = "olmo"
+    config.pop("mitigation")
+    before = {r.job: r for r in Plan(config).job_times("tiny")}
+    assert all(r.lengths == "measured" for r in before.values())
+    plan = Plan(config)
+    for corpus, shards in plan.shards.items():
+        for k in range(len(shards)):
+            settings = plan.shard_settings(corpus, k)
+            write_shard(settings["corpus"], settings["first"], settings["count"], plan.corpus_shard(corpus, k))
+    for task in config["tasks"]:
+        settings = plan.task_settings(task)
+        write_task(task, settings["spec"], settings["seed"], settings["demo_seed"], plan.task_path(task))
+    after = {r.job: r for r in Plan(config).job_times("tiny")}
+    assert set(after) == set(before)
+    assert {"finetune", "score"} <= {r.stage for r in after.values()}
+    for job, row in after.items():
+        assert row.work.tokens == pytest.approx(before[job].work.tokens, rel=1e-9), job
+        assert row.work.flops == pytest.approx(before[job].work.flops, rel=1e-9), job

@@ -83,12 +83,16 @@ class Lengths:
         self.plan, self.model = plan, model
         self._tokenizer = False  # not yet looked for
         self._samples: dict = {}
+        self._frames: dict = {}  # data files not written yet, as their jobs will write them
         self.bounded = False  # some length was taken at its max_length
 
     def tokenizer(self):
         if self._tokenizer is False:
             self._tokenizer = None
             base = Path(self.plan.checkpoint(self.model, "base"))
+            local = self.plan.base_files.get(self.model, {}).get("local")
+            if not base.exists() and local:  # a pretrained base's own files, found at planning
+                base = Path(local)
             if base.is_dir() and any(base.glob("tokenizer*")) or (base / "base.json").exists():
                 try:
                     from ..models import load_tokenizer
@@ -141,13 +145,11 @@ class Lengths:
 
     def _measure(self, path: str, max_length: int, template: str, split: str | None):
         tokenizer = self.tokenizer()
-        if tokenizer is None or not Path(path).exists():
+        frame = self.frame(path)
+        if tokenizer is None or frame is None:
             return None
-        import pandas as pd
-
         from ..data.chat import encode_examples
 
-        frame = pd.read_parquet(path)
         if split is not None and "split" in frame:
             frame = frame[frame["split"] == split]
         if "kind" not in frame:  # a task: prompt and response, as a fine-tune renders them
@@ -161,16 +163,31 @@ class Lengths:
             return None
         return np.array([len(e.ids) for e in encoded], dtype=np.int64)
 
-    def items(self, path: str) -> tuple[int, int, float]:
-        """A shard's items: (multiple-choice, free-form, mean options of the multiple-choice ones)."""
-        if not Path(path).exists():
-            return 0, 0, 0.0
-        import pyarrow.parquet as pq
+    def frame(self, path: str):
+        """A data file's rows: read where it exists, else as its job will write them where that is cheap to know
+        (forgetmap.plan's `planned_data`: the demo's generators, a local file's rows), else None."""
+        if Path(path).exists():
+            import pandas as pd
 
-        names = pq.ParquetFile(path).schema_arrow.names
-        if "answer" not in names:
-            return 0, 0, 0.0
-        table = pq.read_table(path, columns=[c for c in ("answer", "choices") if c in names]).to_pandas()
+            return pd.read_parquet(path)
+        if path not in self._frames:
+            self._frames[path] = self.plan.planned_data(path)
+        return self._frames[path]
+
+    def items(self, path: str) -> tuple[int, int, float]:
+        """A shard's items: (multiple-choice, free-form, mean options of the multiple-choice ones); what is not
+        known yet, none."""
+        if Path(path).exists():
+            import pyarrow.parquet as pq
+
+            names = pq.ParquetFile(path).schema_arrow.names
+            if "answer" not in names:
+                return 0, 0, 0.0
+            table = pq.read_table(path, columns=[c for c in ("answer", "choices") if c in names]).to_pandas()
+        else:
+            table = self.frame(path)
+            if table is None or "answer" not in table:
+                return 0, 0, 0.0
         answered = table["answer"].notna()
         if "choices" not in table:
             return 0, int(answered.sum()), 0.0

@@ -233,13 +233,17 @@ def shard_command(settings: dict, out: str) -> dict:
     return {"first": settings["first"], "examples": n}
 
 
+def planned_shard(settings: dict) -> pd.DataFrame:
+    """The examples a shard job with these settings (`shard_plan`'s, with the corpus) writes."""
+    spec, first, count = settings["corpus"], settings["first"], settings["count"]
+    if spec["format"] == "demo":
+        return demo.upstream_corpus(count, spec["seed"], first=first)
+    return read_corpus(spec).iloc[first:first + count]
+
+
 def write_shard(spec: dict, first: int, count: int, out: str) -> int:
     """Write examples [first, first + count) of the corpus to `out`; returns their number."""
-    if spec["format"] == "demo":
-        part = demo.upstream_corpus(count, spec["seed"], first=first)
-    else:
-        corpus = read_corpus(spec)
-        part = corpus.iloc[first:first + count]
+    part = planned_shard({"corpus": spec, "first": first, "count": count})
     if len(part) != count or count == 0:
         raise DataError(f"{describe(spec)}: examples {first}..{first + count - 1} requested, "
                         f"{len(part)} found; the corpus changed since the workflow was planned, rerun it")

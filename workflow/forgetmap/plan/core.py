@@ -47,6 +47,7 @@ class Plan:
         self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
         self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
         self._base_scorers: dict | None = None  # each computed model's base score files' model (base_scorer)
+        self._corpora: dict = {}  # local corpus files read for the time estimate (planned_data)
         self.models = list(cfg["models"])
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
@@ -254,6 +255,33 @@ class Plan:
             raise ValueError(f"{SHARD.format(corpus=corpus, shard=shard, key=key)}: not this config's shard "
                              f"{shard} of upstream.{corpus} (that is {self.corpus_shard(corpus, shard)})")
         return settings
+
+    def planned_data(self, path: str):
+        """The rows a data job will write to `path` (a planned shard or task file not written yet) where that is cheap
+        to know before it runs: a demo corpus's or task's own generator, a local file's rows (the time estimate's
+        lengths); None for a Hugging Face dataset or a path no data job writes."""
+        from ..data import tasks as fm_tasks
+        from ..data.upstream import planned_shard, read_corpus
+
+        for corpus, shards in self.shards.items():
+            for k in range(len(shards)):
+                if self.corpus_shard(corpus, k) == path:
+                    settings = self.shard_settings(corpus, k)
+                    spec = settings["corpus"]
+                    if spec["format"] == "demo":
+                        return planned_shard(settings)
+                    if spec["format"] == "hf":
+                        return None
+                    if corpus not in self._corpora:  # a local file, read once for all its shards
+                        self._corpora[corpus] = read_corpus(spec)
+                    return self._corpora[corpus].iloc[settings["first"]:settings["first"] + settings["count"]]
+        for task in self.cfg["tasks"]:
+            if self.task_path(task) == path:
+                definition = self.task_definition(task)
+                if definition["spec"]["format"] == "hf":
+                    return None
+                return fm_tasks.read_task(task, definition["spec"], definition["seed"], definition["demo_seed"])
+        return None
 
     def task_inputs(self, task: str) -> list[str]:
         spec = self.cfg["tasks"][task]
