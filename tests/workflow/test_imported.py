@@ -92,3 +92,31 @@ def test_a_released_binary_matrix_runs_the_analyses_and_prediction_of_y(tmp_path
     scores = pd.read_csv(workdir / "results/paper/correctness/prediction_scores.tsv", sep="\t")
     assert set(scores["method"]) == {"logistic_mf", "implicit_als", "column_frequency", "knn", "additive"}
     assert not (workdir / "results/paper/forgetting.parquet").exists()
+
+
+def test_the_released_real_model_map_runs_every_analysis_through_the_import(tmp_path):
+    """resources/released/smollm2-map (SmolLM2-135M-Instruct over the demo's 18 tasks and 1,050 upstream examples,
+    made by config/examples/smollm2-map.yaml) read as the paper's released matrices are: the same values, the corpus's
+    own ids, both splits with enough train tasks for intervals, and the structure the benchmarks report."""
+    import shutil
+
+    from forgetmap.matrix import ForgettingMatrix
+    from helpers import REPO
+
+    workdir = make_workdir(tmp_path / "wf")
+    shutil.copytree(REPO / "resources/released", workdir / "resources/released")
+    snakemake(workdir, "--configfile", "config/examples/smollm2-released.yaml")
+    released = workdir / "resources/released/smollm2-map"
+    assert "commit" in (released / "PROVENANCE.md").read_text()
+    m = ForgettingMatrix.read(workdir / "results/smollm2_map/forgetting.parquet")
+    np.testing.assert_array_equal(m.values, np.load(released / "forgetting.npy"))
+    assert m.shape == (18, 1050) and m.example_ids[0] == "facts-000000" and m.categories["hex_copy"] == "other"
+    assert sorted(pd.Series(m.sources).value_counts().unique()) == [150]  # every domain of the corpus alike
+    r2 = pd.read_csv(workdir / "results/smollm2_map/lowrank/r2.tsv", sep="\t").set_index("rank")
+    assert r2.loc[1, "r2"] > r2.loc[1, "r2_row_shuffled"] + 0.5 and r2.loc[3, "r2"] > 0.85
+    scores = pd.read_csv(workdir / "results/smollm2_map/prediction/scores.tsv", sep="\t")
+    rmse = scores.query("metric == 'rmse'").set_index(["split", "method"])["mean"]
+    for split in ("id", "ood"):
+        assert rmse[split, "mf"] < 0.7 * rmse[split, "mean"]  # completion from 30 examples against the column mean
+        assert not scores.query(f"split == '{split}' and metric == 'coverage_0.9'").empty  # >= 3 train tasks
+    assert planned_jobs(workdir, "--configfile", "config/examples/smollm2-released.yaml") == []
