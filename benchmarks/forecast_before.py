@@ -99,12 +99,14 @@ def main() -> None:
                      **pd.DataFrame(after).mean().to_dict()})
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
-    print(table.groupby("method", sort=False)[["spearman", "top10_f1", "mean_error"]].agg(["mean", "median"]).round(3))
+    print(table.groupby("method", sort=False)[["spearman", "top10_f1", "mean_error"]].agg(["mean", "median"])
+          .round(3).to_string())
     base = table[table["method"] == "column mean (k = 0)"].set_index("task")
     for name in table["method"].unique()[1:]:
         other = table[table["method"] == name].set_index("task")
         print(f"{name}: beats the column mean on the row's mean for {(other['mean_error'] < base['mean_error']).sum()}"
-              f" of {len(base)} tasks, on top-10 % F1 for {(other['top10_f1'] > base['top10_f1']).sum()}, on Spearman "
+              f" of {len(base)} tasks, on top-10 % F1 for {(other['top10_f1'] > base['top10_f1']).sum()} (equal for "
+              f"{(other['top10_f1'] == base['top10_f1']).sum()}), on Spearman "
               f"for {(other['spearman'] > base['spearman']).sum()}")
     print(table.round(3).to_string())
 
