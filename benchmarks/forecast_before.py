@@ -20,16 +20,16 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from forgetmap.matrix import ForgettingMatrix
+from forgetmap.predict.before import forecast_before
 from forgetmap.predict.interface import sample_columns
 from forgetmap.predict.metrics import evaluate
 from forgetmap.predict.registry import make_method
 
 TEMPERATURES = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0, np.inf)  # inf: equal weights, the column mean
-SHRINKAGE = (0.0, 0.1, 1.0, 10.0, 100.0, np.inf)        # inf: no slope, the column mean
 
 
 def profile_weighted(train: np.ndarray, s_train: np.ndarray, s_new: np.ndarray, temperature: float) -> np.ndarray:
-    """The training rows weighted by softmax(corr(task's similarity profile, theirs) / temperature)."""
+    """Tried, not shipped: the training rows weighted by softmax(corr(task's similarity profile, theirs) / T)."""
     if np.isinf(temperature):
         return train.mean(axis=0)
     a = (s_train - s_train.mean(axis=1, keepdims=True)) / s_train.std(axis=1, keepdims=True)
@@ -39,24 +39,11 @@ def profile_weighted(train: np.ndarray, s_train: np.ndarray, s_new: np.ndarray, 
     return (w / w.sum()) @ train
 
 
-def slopes(train: np.ndarray, s_train: np.ndarray, s_new: np.ndarray, shrinkage: float) -> np.ndarray:
-    """Each example's column mean plus a ridge slope of its forgetting on the task's similarity to it."""
-    mean = train.mean(axis=0)
-    if np.isinf(shrinkage):
-        return mean
-    ds = s_train - s_train.mean(axis=0)
-    beta = (ds * (train - mean)).sum(axis=0) / ((ds ** 2).sum(axis=0) + shrinkage * len(train) * ds.var())
-    return mean + beta * (s_new - s_train.mean(axis=0))
-
-
-def inner_choice(forecast, train: np.ndarray, s_train: np.ndarray, grid) -> float:
-    """The grid value with the least RMSE forecasting each training task from the others."""
-    errors = []
-    for value in grid:
-        err = [np.mean((forecast(np.delete(train, i, 0), np.delete(s_train, i, 0), s_train[i], value) - train[i]) ** 2)
-               for i in range(len(train))]
-        errors.append(np.mean(err))
-    return grid[int(np.argmin(errors))]
+def inner_temperature(train: np.ndarray, s_train: np.ndarray) -> float:
+    """The temperature with the least RMSE forecasting each training task from the others."""
+    errors = [np.mean([np.mean((profile_weighted(np.delete(train, i, 0), np.delete(s_train, i, 0), s_train[i], t)
+                                - train[i]) ** 2) for i in range(len(train))]) for t in TEMPERATURES]
+    return TEMPERATURES[int(np.argmin(errors))]
 
 
 def scores(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray | None = None) -> dict[str, float]:
@@ -79,14 +66,21 @@ def main() -> None:
     rows = []
     for i, task in enumerate(m.tasks):
         train, s_train = np.delete(z, i, 0), np.delete(s, i, 0)
-        t = inner_choice(profile_weighted, train, s_train, TEMPERATURES)
-        lam = inner_choice(slopes, train, s_train, SHRINKAGE)
+        t = inner_temperature(train, s_train)
+        shipped = forecast_before(train, s_train, s[i][None], [0.8, 0.9])  # forgetmap.predict.before: the workflow's
         forecasts = {"column mean (k = 0)": train.mean(axis=0),
-                     f"similarity-weighted rows (k = 0)": profile_weighted(train, s_train, s[i], t),
-                     f"per-example similarity slopes (k = 0)": slopes(train, s_train, s[i], lam)}
+                     "similarity-weighted rows (k = 0)": profile_weighted(train, s_train, s[i], t),
+                     "similarity slopes (k = 0, forecast: before)": shipped["rows"][0].astype(np.float64)}
         for name, pred in forecasts.items():
-            rows.append({"task": task, "method": name, **scores(pred, z[i]),
-                         "chosen": t if "weighted" in name else lam if "slopes" in name else None})
+            row = {"task": task, "method": name, **scores(pred, z[i])}
+            if "slopes" in name:
+                row.update(chosen=shipped["shrinkage"], **{
+                    f"mean_covered_{lv:g}": float(abs(shipped["means"][0] - z[i].mean()) <= shipped["mean_halfwidths"][lv])
+                    for lv in (0.8, 0.9)}, **{f"entries_covered_{lv:g}": float(np.mean(
+                        np.abs(pred - z[i]) <= shipped["halfwidths"][lv])) for lv in (0.8, 0.9)})
+            elif "weighted" in name:
+                row["chosen"] = t
+            rows.append(row)
         method = make_method("mf").fit(train.astype(np.float32))
         after = []
         for seed in range(args.seeds):
@@ -108,6 +102,10 @@ def main() -> None:
               f" of {len(base)} tasks, on top-10 % F1 for {(other['top10_f1'] > base['top10_f1']).sum()} (equal for "
               f"{(other['top10_f1'] == base['top10_f1']).sum()}), on Spearman "
               f"for {(other['spearman'] > base['spearman']).sum()}")
+    shipped = table[table["method"].str.contains("slopes")]
+    print("forecast: before, its intervals over the 18 held-out tasks: the row's mean inside its 80 % / 90 % interval "
+          f"for {int(shipped['mean_covered_0.8'].sum())} / {int(shipped['mean_covered_0.9'].sum())}; entries inside "
+          f"theirs {shipped['entries_covered_0.8'].mean():.3f} / {shipped['entries_covered_0.9'].mean():.3f}")
     print(table.round(3).to_string())
 
 

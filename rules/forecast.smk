@@ -109,3 +109,32 @@ rule forecast_trajectory:  # monitored fine-tunes (finetune.monitor): each check
         "OMP_NUM_THREADS={threads} forgetmap forecast-trajectory --settings {params.settings:q} "
         "--matrix {input.matrix:q} --probes {input.probes:q} --checkpoints {input.checkpoints:q} "
         "--out {output.table:q} --figure {output.figure:q} {params.transitions} > {log:q} 2>&1"
+
+
+rule forecast_before:  # tasks marked `forecast: before`: their rows from the map and their text, nothing fine-tuned
+    input:
+        unpack(job(PLAN.forecast.before_inputs)),
+    output:
+        rows=fm_plan.FORECAST.replace("{name}", "before.parquet"),
+        summary=forecast_report("before_summary.tsv", "forecast_before"),
+    wildcard_constraints:
+        model=COMPUTED,
+    params:
+        settings=settings(PLAN.forecast.before_settings),
+        tasks=arguments(PLAN.forecast.before_arguments),
+    threads: resource("semantic", "threads")
+    resources:
+        gpu=resource("semantic", "gpu"),
+        slurm_partition=partition("semantic"),
+        mem_mb=resource("semantic", "mem_mb"),
+        runtime=resource("analysis", "runtime"),
+    log:
+        "results/logs/{model}/forecast/before.log",
+    benchmark:
+        "results/benchmarks/{model}/forecast/before.tsv"
+    conda:
+        "../envs/forgetmap.yaml"
+    shell:
+        "OMP_NUM_THREADS={threads} forgetmap forecast-before --matrix {input.matrix:q} --shards {input.shards:q} "
+        "--tasks {params.tasks} --settings {params.settings:q} --threads {threads} --out {output.rows:q} "
+        "--summary {output.summary:q} > {log:q} 2>&1"

@@ -589,3 +589,32 @@ def test_a_local_run_forks_its_jobs_from_one_warm_process(finished, tmp_path):
                     "--shard", shard, "--settings", settings, "--threads", "1",
                     "--out", str(tmp_path / "alone.parquet")], cwd=finished, env=env, check=True, capture_output=True)
     assert (tmp_path / "alone.parquet").read_bytes() == (finished / "results/tiny/scores/mod10_add/shard-1.parquet").read_bytes()
+
+
+def test_a_task_forecast_before_its_fine_tune_costs_one_job_and_fine_tunes_nothing(finished, tmp_path):
+    """`forecast: before`: the task's row from the map and its text alone (forgetmap.predict.before): its task file
+    and one forecast job, no fine-tune, no scoring; the three measured rows give intervals."""
+    from forgetmap.io import read_metadata
+
+    workdir = fresh_clone(finished, tmp_path)
+    write_config(workdir, edited(tiny_config(), lambda c: c["tasks"].update(
+        json_profile={"category": "world", "n_examples": 24, "forecast": "before"})))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs) == {"prepare_task": 1, "forecast_before": 1, "all": 1}
+    assert [w["task"] for r, w in jobs if r == "prepare_task"] == ["json_profile"]
+    snakemake(workdir)
+    rows = pd.read_parquet(workdir / "results/tiny/forecast/before.parquet")
+    assert list(rows.columns) == ["example_id", "source", "json_profile", "halfwidth_0.8", "halfwidth_0.9"]
+    assert len(rows) == 140 and np.isfinite(rows.drop(columns=["example_id", "source"]).to_numpy()).all()
+    assert (rows["halfwidth_0.9"] >= rows["halfwidth_0.8"]).all() and (rows["halfwidth_0.8"] > 0).all()
+    meta = read_metadata(workdir / "results/tiny/forecast/before.parquet")
+    assert meta["fit_tasks"] == ["city_qa", "mod10_add", "hex_copy"] and meta["method"] == "similarity slopes"
+    summary = pd.read_csv(workdir / "results/tiny/forecast/before_summary.tsv", sep="\t")
+    assert summary["task"].tolist() == ["json_profile"] and summary["fit_tasks"].tolist() == [3]
+    assert summary["forecast_mean"][0] == pytest.approx(rows["json_profile"].mean(), abs=1e-5)
+    # three rows give the entries their intervals, but too few folds for the mean's at these levels: said once
+    assert summary[["mean_halfwidth_0.8", "mean_halfwidth_0.9"]].isna().all(axis=None)
+    log = (workdir / "results/logs/tiny/forecast/before.log").read_text()
+    assert log.count("without some intervals") == 1 and "Traceback" not in log
+    assert not (workdir / "results/tiny/checkpoints/json_profile").exists()
+    assert planned_jobs(workdir) == []

@@ -185,6 +185,11 @@ COMMANDS = [
       arg("--base-scores", nargs="+", required=True, help="the base's score files (the tokens of a full scoring)"),
       OUT, arg("--summary", required=True), arg("--figure", required=True),
       arg("--transitions", default=None, help="a corpus with items: the transitions file (the items' map)")], False),
+    ("forecast-before", "forecast the rows of tasks marked `forecast: before` from the map and their text alone "
+                        "(nothing fine-tuned), with conformal half-widths from leave-one-task-out folds",
+     "predict.before:before_command",
+     [arg("--matrix", dest="matrix_path", required=True, help="a forgetting.parquet"), SHARDS, TASKS, SETTINGS,
+      THREADS, OUT, arg("--summary", required=True)], True),
     ("explorer", "the offline HTML page linking a model's matrix to its examples, tasks and components",
      "explorer:explorer_command",
      [arg("--settings", type=_json, default=None, help="a model's page: its settings from forgetmap.plan (JSON)"),

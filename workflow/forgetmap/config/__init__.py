@@ -13,10 +13,10 @@ from . import checks
 from .checks import about, check_duplicate_keys
 from .families import expand_families
 from .schema import IMPORTED, LOGS, SCHEMA, explain, with_defaults
-from .views import (checkpoint_rows, finetune_settings, fit_tasks, forecast_modes, measured_tasks, model_tasks,
-                    monitored_tasks, row_categories)
+from .views import (before_tasks, checkpoint_rows, finetune_settings, fit_tasks, forecast_modes, measured_tasks,
+                    model_tasks, monitored_tasks, row_categories)
 
-__all__ = ["SCHEMA", "about", "check_duplicate_keys", "checks", "expand_families", "finetune_settings", "fit_tasks",
+__all__ = ["SCHEMA", "about", "before_tasks", "check_duplicate_keys", "checks", "expand_families", "finetune_settings", "fit_tasks",
            "forecast_modes", "measured_tasks", "model_tasks", "monitored_tasks", "resolve", "row_categories", "with_defaults",
            "checkpoint_rows"]
 

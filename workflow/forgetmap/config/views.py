@@ -7,7 +7,17 @@ import copy
 
 
 def model_tasks(cfg: dict, model: str) -> list[str]:
-    """The tasks a model is fine-tuned on, in config order."""
+    """The tasks a model is fine-tuned on, in config order (a task forecast `before` its fine-tune is not)."""
+    return [t for t in chosen_tasks(cfg, model) if cfg["tasks"][t].get("forecast") != "before"]
+
+
+def before_tasks(cfg: dict, model: str) -> list[str]:
+    """The model's tasks forecast before any fine-tune (`forecast: before`), in config order."""
+    return [t for t in chosen_tasks(cfg, model) if cfg["tasks"][t].get("forecast") == "before"]
+
+
+def chosen_tasks(cfg: dict, model: str) -> list[str]:
+    """The tasks a model names (`models.NAME.tasks`), in config order."""
     chosen = cfg["models"][model]["tasks"]
     if chosen == "all" and not cfg["tasks"] and cfg["models"][model].get("checkpoints"):
         return []  # a map of checkpoints alone: no task to fine-tune

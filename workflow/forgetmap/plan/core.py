@@ -130,7 +130,8 @@ class Plan:
     # --- wildcards -----------------------------------------------------------------------------------
 
     def wildcard_constraints(self) -> dict[str, str]:
-        computed_tasks = {t for m in self.computed for t in [*self.finetuned[m], *self.forecast.tasks(m)]}
+        computed_tasks = {t for m in self.computed
+                          for t in [*self.finetuned[m], *self.forecast.tasks(m), *self.forecast.before(m)]}
         keys = {self.shard_key(c, k) for c in self.shards for k in range(len(self.shards[c]))}
         keys |= {self.task_key(t) for t in computed_tasks}
         return {"key": alternatives(keys), "models": alternatives([self.summary_models()] * bool(self.z_models)),

@@ -19,6 +19,7 @@ class ForecastPlan:
         self.cfg = plan.cfg
         self._modes = {model: fm_config.forecast_modes(self.cfg, model) for model in plan.computed}
         self._monitored = {model: fm_config.monitored_tasks(self.cfg, model) for model in plan.computed}
+        self._before = {model: fm_config.before_tasks(self.cfg, model) for model in plan.computed}
         for model, modes in self._modes.items():
             if modes:
                 fm_config.checks.check_forecast_count(self.cfg, model, plan.n_upstream(model))
@@ -140,6 +141,32 @@ class ForecastPlan:
             inputs["base_scores"] = self.plan.scores(model, BASE_RUN)
         return inputs
 
+    def before(self, model: str) -> list[str]:
+        """The model's tasks forecast before any fine-tune (`forecast: before`): a task file each, nothing trained."""
+        return self._before.get(model, [])
+
+    def before_inputs(self, model: str) -> dict[str, str | list[str]]:
+        """The map, the upstream shards (their texts) and the task files of the map's rows and of the new tasks."""
+        fit = self.plan.task_paths(model)
+        return {"matrix": MATRIX.format(model=model), "shards": self.plan.shard_paths(model),
+                "tasks": [*(fit[t] for t in self.fit_tasks(model) if t in fit),
+                          *(self.plan.task_path(t) for t in self.before(model))]}
+
+    def before_arguments(self, model: str) -> list[str]:
+        """`before_inputs`' task files as TASK=path arguments."""
+        fit = self.plan.task_paths(model)
+        return [*(f"{t}={fit[t]}" for t in self.fit_tasks(model) if t in fit),
+                *(f"{t}={self.plan.task_path(t)}" for t in self.before(model))]
+
+    def before_settings(self, model: str) -> dict:
+        """The new tasks, the map's rows they are forecast from (the fit tasks with a task file: a checkpoint's row
+        has no text), the interval levels and how the texts are embedded (the model's `correlations`)."""
+        fit = self.plan.task_paths(model)
+        correlations = self.cfg["models"][model]["correlations"]
+        return {"tasks": self.before(model), "fit_tasks": [t for t in self.fit_tasks(model) if t in fit],
+                "intervals": self.cfg["prediction"]["intervals"],
+                **{key: correlations[key] for key in ("batch_size", "max_task_examples", "device")}}
+
     def trajectory_settings(self, model: str) -> dict:
         return {**self.forecast_settings(model), "tasks": list(self.monitored(model))}
 
@@ -150,4 +177,5 @@ class ForecastPlan:
 
     def targets(self, model: str) -> list[str]:
         return ([self.path(model, "summary.tsv")] if self.modes(model) else []) + \
-            ([self.path(model, "trajectory.tsv")] if self.monitored(model) else [])
+            ([self.path(model, "trajectory.tsv")] if self.monitored(model) else []) + \
+            ([self.path(model, "before_summary.tsv")] if self.before(model) else [])

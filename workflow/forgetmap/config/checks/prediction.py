@@ -4,7 +4,7 @@ the corpus can hold."""
 from __future__ import annotations
 
 from ...errors import ConfigError
-from ..views import fit_tasks, forecast_modes, model_tasks, monitor_of
+from ..views import before_tasks, fit_tasks, forecast_modes, model_tasks, monitor_of
 
 
 def check_methods(prediction: dict) -> None:
@@ -79,6 +79,11 @@ def check_forecast(cfg: dict) -> None:
                                   f"nothing to forecast")
             continue
         own = model_tasks(cfg, name)
+        before = before_tasks(cfg, name)
+        if before and len(fit_tasks(cfg, name)) < 2:
+            raise ConfigError(f"config key tasks.{before[0]}.forecast: value 'before' needs a map of at least 2 "
+                              f"measured tasks that are not forecast; model {name!r} has "
+                              f"{', '.join(fit_tasks(cfg, name)) or 'none'}")
         unknown = [t for t in listed if t not in own]
         if unknown:
             raise ConfigError(f"config key models.{name}.forecast: value {unknown[0]!r} is not a task of model "

@@ -100,10 +100,12 @@ TASK = obj({
                             "Dolly's category"},
     "n_examples": integer(200, "demo: examples generated", 2),
     "finetune": {**copy.deepcopy(FINETUNE), "description": "overrides of the model's fine-tuning settings"},
-    "forecast": {"enum": [False, True, "check"], "default": False,
+    "forecast": {"enum": [False, True, "check", "before"], "default": False,
                  "description": "true: forecast this task's forgetting from k scored probes (one fine-tune, one "
                                 "k-example scoring job) instead of scoring it on every upstream shard; check: both, "
-                                "the forecast scored against the measurement"},
+                                "the forecast scored against the measurement; before: forecast before any fine-tune, "
+                                "from the map and the task's text alone (no fine-tune, no scoring: "
+                                "forgetmap.predict.before)"},
     **hf_keys("task", ("prompt", "response", "context")),
 }, required=("category",), description="a fine-tuning task (or, with `{task}` in `path` or `each`, a family of them)")
 
