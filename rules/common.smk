@@ -17,7 +17,7 @@ from forgetmap.errors import ForgetmapError
 # for them is the memory their jobs are sized against (tests/unit/test_memory.py keeps this in step)
 STAGE_RULES = {"finetune": ("finetune", "arm_run"),
                "score": ("score", "forecast_scores", "token_losses", "plain_scores"),
-               "semantic": ("semantic_similarity",), "gradient": ("gradient_similarity",)}
+               "semantic": ("semantic_similarity", "forecast_before"), "gradient": ("gradient_similarity",)}
 
 
 def default_resource(name):

@@ -133,7 +133,7 @@ class Plan:
         computed_tasks = {t for m in self.computed
                           for t in [*self.finetuned[m], *self.forecast.tasks(m), *self.forecast.before(m)]}
         keys = {self.shard_key(c, k) for c in self.shards for k in range(len(self.shards[c]))}
-        keys |= {self.task_key(t) for t in computed_tasks}
+        keys |= {self.task_key(t) for t in computed_tasks if t in self.cfg["tasks"]}  # a checkpoint's row has none
         return {"key": alternatives(keys), "models": alternatives([self.summary_models()] * bool(self.z_models)),
                 "model": alternatives(self.models), "computed": alternatives(self.computed),
                 "imported": alternatives(self.imported), "task": alternatives(computed_tasks),
@@ -183,7 +183,7 @@ class Plan:
 
     def corpus_shard(self, corpus: str, shard: int) -> str:
         """Shard k of a corpus, named by its settings: a config that defines the corpus otherwise has its own."""
-        return SHARD.format(corpus=corpus, shard=shard, key=self.shard_key(corpus, shard))
+        return SHARD.format(corpus=corpus, shard=int(shard), key=self.shard_key(corpus, int(shard)))
 
     def shard_key(self, corpus: str, shard: int) -> str:
         return definition_key(self.shard_settings(corpus, shard))
@@ -251,7 +251,7 @@ class Plan:
 
     def shard_settings(self, corpus: str, shard: int, key: str | None = None) -> dict:
         """What shard k's job reads; `key` (the file's wildcard) must be the key of exactly these settings."""
-        settings = {"corpus": self.corpus_spec(corpus), **self.shards[corpus][shard]}
+        settings = {"corpus": self.corpus_spec(corpus), **self.shards[corpus][int(shard)]}
         if key is not None and key != definition_key(settings):
             raise ValueError(f"{SHARD.format(corpus=corpus, shard=shard, key=key)}: not this config's shard "
                              f"{shard} of upstream.{corpus} (that is {self.corpus_shard(corpus, shard)})")
