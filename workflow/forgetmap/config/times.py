@@ -145,8 +145,8 @@ class Lengths:
 
     def _measure(self, path: str, max_length: int, template: str, split: str | None):
         tokenizer = self.tokenizer()
-        frame = self.frame(path)
-        if tokenizer is None or frame is None:
+        frame = self.frame(path) if tokenizer is not None else None
+        if frame is None:
             return None
         from ..data.chat import encode_examples
 
