@@ -116,7 +116,8 @@ def cosine_similarity(tasks: np.ndarray, examples: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 # the three analyses as the workflow runs them: each writes a TSV and a figure into `out_dir`
 
-def _load(matrix_path, shard_paths):
+def matrix_and_upstream(matrix_path, shard_paths):
+    """The matrix and the upstream shards' rows, refused where they are not the same examples in the same order."""
     from .errors import DataError
     from .matrix import ForgettingMatrix
 
@@ -140,13 +141,11 @@ def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_
     """Cosine between each task's mean MiniLM embedding and each upstream example's, against Z;
     the similarity matrix itself (tasks x examples, float32) goes to `out_npy` for prediction."""
     from . import plots
-    from .embed import embed, example_texts, task_texts
+    from .embed import embed, example_texts
 
-    matrix, upstream = _load(matrix_path, shard_paths)
+    matrix, upstream = matrix_and_upstream(matrix_path, shard_paths)
     examples = embed(example_texts(upstream), batch_size, device=device)
-    task_vectors = np.stack([embed(task_texts(pd.read_parquet(task_paths[t]), max_task_examples),
-                                   batch_size, device=device).mean(0) for t in matrix.tasks])
-    similarity = cosine_similarity(task_vectors, examples)
+    similarity = task_similarity(task_paths, matrix.tasks, examples, batch_size, max_task_examples, device)
     if out_npy is not None:
         from .io import atomic_path
 
@@ -160,6 +159,17 @@ def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_
     return table.iloc[0].to_dict()
 
 
+def task_similarity(task_paths: dict[str, str], tasks: list[str], examples: np.ndarray, batch_size: int,
+                    max_task_examples: int | None, device: str) -> np.ndarray:
+    """Cosine between each task's mean MiniLM embedding (its training examples, at most `max_task_examples`) and
+    each upstream example's (`examples`, embedded): tasks x examples, float32."""
+    from .embed import embed, task_texts
+
+    vectors = np.stack([embed(task_texts(pd.read_parquet(task_paths[t]), max_task_examples), batch_size,
+                              device=device).mean(0) for t in tasks])
+    return cosine_similarity(vectors, examples)
+
+
 def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, str], out_tsv, out_png,
                       settings: dict) -> dict:
     """Mean projected task gradient · projected example gradient (divided by dim), against Z."""
@@ -170,7 +180,7 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
     from .gradients import mean_projection, projected_gradients
     from .models import load_model, load_tokenizer, pick_device
 
-    matrix, upstream = _load(matrix_path, shard_paths)
+    matrix, upstream = matrix_and_upstream(matrix_path, shard_paths)
     device = pick_device(settings["device"])
     tokenizer = load_tokenizer(base_dir)
     model = load_model(base_dir, device, torch.float32, "sdpa")  # a GPU's fused attention: no scores kept

@@ -145,25 +145,30 @@ class ForecastPlan:
         """The model's tasks forecast before any fine-tune (`forecast: before`): a task file each, nothing trained."""
         return self._before.get(model, [])
 
+    def before_fit_paths(self, model: str) -> dict[str, str]:
+        """The map's rows a before-forecast is fitted on, with their task files: the fit tasks that have one (a
+        checkpoint's row has no text)."""
+        files = self.plan.task_paths(model)
+        return {t: files[t] for t in self.fit_tasks(model) if t in files}
+
+    def before_task_paths(self, model: str) -> dict[str, str]:
+        """Every task file a before-forecast reads: the map's rows', then the new tasks'."""
+        return {**self.before_fit_paths(model), **{t: self.plan.task_path(t) for t in self.before(model)}}
+
     def before_inputs(self, model: str) -> dict[str, str | list[str]]:
         """The map, the upstream shards (their texts) and the task files of the map's rows and of the new tasks."""
-        fit = self.plan.task_paths(model)
         return {"matrix": MATRIX.format(model=model), "shards": self.plan.shard_paths(model),
-                "tasks": [*(fit[t] for t in self.fit_tasks(model) if t in fit),
-                          *(self.plan.task_path(t) for t in self.before(model))]}
+                "tasks": list(self.before_task_paths(model).values())}
 
     def before_arguments(self, model: str) -> list[str]:
         """`before_inputs`' task files as TASK=path arguments."""
-        fit = self.plan.task_paths(model)
-        return [*(f"{t}={fit[t]}" for t in self.fit_tasks(model) if t in fit),
-                *(f"{t}={self.plan.task_path(t)}" for t in self.before(model))]
+        return [f"{t}={p}" for t, p in self.before_task_paths(model).items()]
 
     def before_settings(self, model: str) -> dict:
-        """The new tasks, the map's rows they are forecast from (the fit tasks with a task file: a checkpoint's row
-        has no text), the interval levels and how the texts are embedded (the model's `correlations`)."""
-        fit = self.plan.task_paths(model)
+        """The new tasks, the map's rows they are forecast from, the interval levels and how the texts are embedded
+        (the model's `correlations`)."""
         correlations = self.cfg["models"][model]["correlations"]
-        return {"tasks": self.before(model), "fit_tasks": [t for t in self.fit_tasks(model) if t in fit],
+        return {"tasks": self.before(model), "fit_tasks": list(self.before_fit_paths(model)),
                 "intervals": self.cfg["prediction"]["intervals"],
                 **{key: correlations[key] for key in ("batch_size", "max_task_examples", "device")}}
 

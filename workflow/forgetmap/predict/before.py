@@ -102,30 +102,24 @@ def before_command(matrix_path: str, shards: list[str], tasks: list[str], settin
     import pandas as pd
     import pyarrow as pa
 
-    from ..correlate import cosine_similarity, task_arguments
-    from ..embed import embed, example_texts, task_texts
+    from ..correlate import matrix_and_upstream, task_arguments, task_similarity
+    from ..embed import embed, example_texts
     from ..errors import DataError
     from ..io import atomic_path, write_table
-    from ..matrix import ForgettingMatrix
     from ..models import pick_device, set_threads
 
     set_threads(threads)
     paths = task_arguments(tasks)
-    matrix = ForgettingMatrix.read(matrix_path)
-    fit = [t for t in settings["fit_tasks"] if t in matrix.tasks]
-    if len(fit) != len(settings["fit_tasks"]):
-        missing = [t for t in settings["fit_tasks"] if t not in matrix.tasks]
+    matrix, upstream = matrix_and_upstream(matrix_path, shards)
+    missing = [t for t in settings["fit_tasks"] if t not in matrix.tasks]
+    if missing:
         raise DataError(f"{matrix_path}: the map has no row {missing[0]!r} to fit the forecast on")
-    upstream = pd.concat([pd.read_parquet(p) for p in shards], ignore_index=True)
-    if upstream["example_id"].astype(str).tolist() != matrix.example_ids.tolist():
-        raise DataError(f"{matrix_path}: its examples are not those of the upstream shards; rebuild the matrix")
+    fit = settings["fit_tasks"]
     device = str(pick_device(settings["device"]))
     examples = embed(example_texts(upstream), settings["batch_size"], device=device)
 
     def similarity(names):
-        vectors = np.stack([embed(task_texts(pd.read_parquet(paths[t]), settings["max_task_examples"]),
-                                  settings["batch_size"], device=device).mean(0) for t in names])
-        return cosine_similarity(vectors, examples)
+        return task_similarity(paths, names, examples, settings["batch_size"], settings["max_task_examples"], device)
 
     new = settings["tasks"]
     result = forecast_before(matrix.values[[matrix.tasks.index(t) for t in fit]], similarity(fit), similarity(new),
