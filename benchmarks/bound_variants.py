@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hall import fold_skewness, hall_bound, hall_quantiles  # noqa: E402
 from monitor import demo_setup  # noqa: E402
 
 
@@ -49,8 +50,8 @@ def main() -> None:
     from scipy.stats import skew
 
     from forgetmap.predict.audit import audit_draw
-    from forgetmap.predict.bound import binomial_interval, hall_quantiles, mean_bound, share_bound, tuned_weights
-    from forgetmap.predict.conformal import fold_predictions, fold_skewness
+    from forgetmap.predict.bound import binomial_interval, mean_bound, share_bound, tuned_weights
+    from forgetmap.predict.conformal import fold_predictions
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", type=Path, default=Path("."))
@@ -80,7 +81,8 @@ def main() -> None:
     grid = np.linspace(-0.5, 4, 91)  # the folds' median skewness of z - λ ẑ at each weight λ
     skew_at_weight = np.array([np.median([skew(v - w * (f - f.mean()), bias=False) for v, f in folds]) for w in grid])
     map_skew = fold_skewness(forecast_map.train, known, model, forecast_map.method, forecast_map.params)
-    strata_skew = forecast_map.residual_skew()  # one per stratum of the map's audit (what the monitor takes)
+    strata_skew = fold_skewness(forecast_map.train, known, model, forecast_map.method, forecast_map.params,
+                                forecast_map.strata)  # one per stratum of the map's audit (what the monitor takes)
     strata = audit_draw(forecast_map.train, known, m, 0)[1]
     value_skew = [float(np.median([skew(values[strata[rest] == h], bias=False) for values, _ in folds]))
                   for h in (0, 1)]  # each stratum's skewness of the fit rows' values themselves (no forecast)
@@ -98,7 +100,7 @@ def main() -> None:
 
     def by_strata(z, row, probes, over=None, gamma=None, weight=1.0):  # the map's draw (forgetmap.predict.audit)
         drawn = audit_draw(forecast_map.train, known, m, int(rng.integers(1 << 31)))[0]
-        bound = mean_bound(row, known, z[known], drawn, z[drawn], level, weight, skew=gamma, strata=strata) \
+        bound = hall_bound(row, known, z[known], drawn, z[drawn], level, gamma, weight, strata=strata) \
             if over is None else share_bound(row, known, z[known], drawn, z[drawn], over, level, strata=strata)
         return (np.array([bound.lower, bound.upper]) * n - probes) / (n - k)  # the others' mean's interval
 

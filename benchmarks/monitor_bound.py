@@ -41,6 +41,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hall import hall_bound, map_skew  # noqa: E402
 from monitor import along_training, demo_setup  # noqa: E402
 
 
@@ -79,7 +80,6 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     own bound on the share of examples forgotten by more than each."""
     from forgetmap.predict.audit import audit_draw, two_strata
     from forgetmap.predict.bound import mean_bound, sample_interval, share_bound
-    from forgetmap.predict.conformal import fold_skewness
 
     known = forecast_map.known
     row, _ = forecast_map.forecast(truth[known])
@@ -88,9 +88,8 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
     rng = np.random.default_rng(seed)
     out = {"run's own": [], "run's own, Hall's (before)": [], "run's own, uniform": [], "run's own, uniform, t": [],
            "tuned weight": [], "a random sample's": []}
-    skew = forecast_map.residual_skew()  # one per stratum (what the monitor takes)
-    whole = fold_skewness(forecast_map.train, known, forecast_map.completion()[0], forecast_map.method,
-                          forecast_map.params)  # over every hidden example (the monitor's before the strata)
+    skew = map_skew(forecast_map)  # one per stratum (what the monitor took)
+    whole = map_skew(forecast_map, strata=False)  # over every hidden example (the monitor's before the strata)
     by_strata = [audit_draw(forecast_map.train, known, audit, seed * draws + d) for d in range(draws)]  # the map's
     calibrated = dataclasses.replace(forecast_map, audit=by_strata[0][0], strata=two_strata(by_strata[0][1]), _ends={})
     ends = calibrated.bound_ends(level)  # the map's ends for audits of this size and strata (what the monitor takes)
@@ -98,11 +97,11 @@ def bounds(truth: np.ndarray, forecast_map, level: float, audit: int, draws: int
         labels = two_strata(strata)
         own = mean_bound(row, known, truth[known], drawn, truth[drawn], level, ends=ends, strata=labels)
         out["run's own"].append((own.lower, own.upper))
-        hall = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=skew if labels is not None
+        hall = hall_bound(row, known, truth[known], drawn, truth[drawn], level, skew if labels is not None
                           else whole, strata=labels)
         out["run's own, Hall's (before)"].append((hall.lower, hall.upper))
         drawn = np.sort(rng.choice(rest, audit, replace=False))  # uniformly
-        uniform = mean_bound(row, known, truth[known], drawn, truth[drawn], level, skew=whole)
+        uniform = hall_bound(row, known, truth[known], drawn, truth[drawn], level, whole)
         plain = mean_bound(row, known, truth[known], drawn, truth[drawn], level)
         tuned = mean_bound(row, known, truth[known], drawn, truth[drawn], level, weight="tuned")
         sample = sample_interval(truth[drawn], level)

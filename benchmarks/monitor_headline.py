@@ -33,6 +33,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hall import hall_bound, map_skew  # noqa: E402
 from monitor import demo_setup  # noqa: E402
 
 SHARES = (0.2, 0.5, 1.0)
@@ -91,8 +92,8 @@ def main() -> None:
     for name, forecast_map in maps.items():
         print(f"   {name}: {float(forecast_map.forecast(np.zeros(len(known)))[0].mean()):+.4f}")
     accuracy, bounds = [], []
-    skew = maps["through the origin (now)"].residual_skew()
-    plain_skew = maps["plain fold-in (before)"].residual_skew()
+    skew = map_skew(maps["through the origin (now)"])
+    plain_skew = map_skew(maps["plain fold-in (before)"])
     draws = [audit_draw(origin.train, known, args.audit, d) for d in range(args.draws)]
     # the map's ends for audits of --audit drawn by its strata (its completion as fitted above)
     ends = dataclasses.replace(maps["through the origin (now)"], audit=draws[0][0], strata=two_strata(draws[0][1]),
@@ -115,12 +116,12 @@ def main() -> None:
                 found = {
                     "origin, weight 1, the map's ends (now)": mean_bound(row, known, z[known], drawn, z[drawn],
                                                                          args.level, ends=ends, strata=labels),
-                    "origin, weight 1, Hall's (before)": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
-                                                                    skew=skew, strata=labels),
+                    "origin, weight 1, Hall's (before)": hall_bound(row, known, z[known], drawn, z[drawn], args.level,
+                                                                    skew, strata=labels),
                     "origin, weight 1, t's ends": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
                                                              strata=labels),
-                    "plain fold-in, weight 1, Hall's": mean_bound(before, known, z[known], drawn, z[drawn], args.level,
-                                                                  skew=plain_skew, strata=labels),
+                    "plain fold-in, weight 1, Hall's": hall_bound(before, known, z[known], drawn, z[drawn], args.level,
+                                                                  plain_skew, strata=labels),
                     "probes' weight, the map's ends": mean_bound(row, known, z[known], drawn, z[drawn], args.level,
                                                                  weight=weight, ends=ends, strata=labels)}
                 alone = mean_bound(row, known, z[known], drawn, z[drawn], args.level, weight=0.0, strata=labels)

@@ -253,29 +253,6 @@ def half_only_attention(name: str) -> str:
     return name
 
 
-def refit_skew(train, known, method: str = "mf", params: dict | None = None, strata=None):
-    """The median skewness of a completed row's leave-one-fit-task-out residuals over the hidden examples, each fold
-    as the conformal intervals make it (the method fitted on every fit row, then its `without` the left-out one):
-    forgetmap.predict.conformal.fold_skewness recomputed, as the monitor's bound takes it; with `strata` (each
-    example's audit stratum), one median per stratum over its own hidden examples."""
-    from scipy.stats import skew
-
-    from forgetmap.predict.registry import make_method
-
-    train, known = np.asarray(train), np.asarray(known)
-    hidden = np.ones(train.shape[1], dtype=bool)
-    hidden[known] = False
-    groups = [hidden] if strata is None else [hidden & (np.asarray(strata) == h) for h in (0, 1)]
-    model = make_method(method, **(params or {})).fit(train)
-    found = []
-    for row in range(len(train)):
-        fitted = model.without(train, row)
-        predicted = fitted.predict(known[None, :], train[row, known][None, :].astype(np.float64))[0]
-        found.append([skew((train[row] - predicted)[group].astype(np.float64)) for group in groups])
-    medians = [float(np.median(column)) for column in np.array(found).T]
-    return medians[0] if strata is None else medians
-
-
 def refit_strata(train, known, top: float = 0.1) -> np.ndarray:
     """The audit's strata recomputed (forgetmap.predict.audit): of the examples that are not probes, the
     round(top · their number) with the largest mean |Z| over the fit rows 1, the others 0, the probes -1."""

@@ -93,8 +93,6 @@ def test_no_ends_without_three_fit_rows_or_two_audit_examples_in_a_stratum():
     assert studentized_ends(train[:2], known, model, "mf", {"rank": 2}, audit, strata, [LEVEL]) is None
     lone = np.r_[audit[strata[audit] == 0], audit[strata[audit] == 1][:1]]
     assert studentized_ends(train, known, model, "mf", {"rank": 2}, lone, strata, [LEVEL]) is None
-    with pytest.raises(ValueError, match="not both"):
-        mean_bound(train[0], known, train[0][known], audit, train[0][audit], LEVEL, skew=1.0, ends=(1.2, 0.9))
 
 
 def test_the_calibrations_audits_are_uniform_draws_without_replacement_small_or_large():

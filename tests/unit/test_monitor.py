@@ -49,7 +49,7 @@ def test_a_maps_forecast_is_the_forecast_jobs_for_the_same_probe_values(mapped):
 
 def test_a_map_written_before_the_strata_is_read_as_drawn_uniformly(mapped, tmp_path):
     """A map file without the `stratum` column (forgetmap before the audit's strata): its audit is one stratum, its
-    residual skewness one number, and its bound the uniform audit's. An edited column is refused, naming it."""
+    bound the uniform audit's, its ends still calibrated. An edited column is refused, naming it."""
     import pyarrow.parquet as pq
 
     from forgetmap.monitor import ForecastMap
@@ -59,7 +59,7 @@ def test_a_map_written_before_the_strata_is_read_as_drawn_uniformly(mapped, tmp_
     assert "stratum" in table.column_names and ForecastMap.read(map_path).strata.max() == 1
     pq.write_table(table.drop(["stratum"]), tmp_path / "before.parquet")
     before = ForecastMap.read(tmp_path / "before.parquet")
-    assert before.strata is None and isinstance(before.residual_skew(), float)
+    assert before.strata is None and before.bound_ends(0.9) is not None
     assert before.audit.tolist() == ForecastMap.read(map_path).audit.tolist()
     import pyarrow as pa
 

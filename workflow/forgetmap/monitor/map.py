@@ -105,7 +105,7 @@ class ForecastMap:
     path: str | None = None
     strata: np.ndarray | None = None  # (U,) each example's audit stratum (predict.audit), None: drawn uniformly
     _completion: tuple | None = field(default=None, repr=False)
-    _folds: tuple | None = field(default=None, repr=False)
+    _folds: np.ndarray | None = field(default=None, repr=False)
     _mean_widths: dict | None = field(default=None, repr=False)
     _ends: dict = field(default_factory=dict, repr=False)
 
@@ -195,14 +195,13 @@ class ForecastMap:
             self._completion = fit_completion(self.train, self.known, self.method, self.params, self.levels)
         return self._completion
 
-    def _fold_residuals(self) -> tuple:
-        """The completion's leave-one-fit-task-out folds, passed over once for the mean's half-widths and the
-        residuals' skewness (forgetmap.predict.conformal.fold_residuals)."""
+    def _fold_errors(self) -> np.ndarray:
+        """The completion's leave-one-fit-task-out errors of a row's mean, passed over once
+        (forgetmap.predict.conformal.fold_mean_errors)."""
         if self._folds is None:
-            from ..predict.conformal import fold_residuals
+            from ..predict.conformal import fold_mean_errors
 
-            self._folds = fold_residuals(self.train, self.known, self.completion()[0], self.method, self.params,
-                                         strata=self.strata)
+            self._folds = fold_mean_errors(self.train, self.known, self.completion()[0], self.method, self.params)
         return self._folds
 
     def mean_halfwidth(self, level: float) -> float:
@@ -212,16 +211,8 @@ class ForecastMap:
             from ..predict.conformal import mean_halfwidths
 
             widths = self.completion()[1]
-            self._mean_widths = mean_halfwidths(self._fold_residuals()[0], sorted(widths)) if widths else {}
+            self._mean_widths = mean_halfwidths(self._fold_errors(), sorted(widths)) if widths else {}
         return self._mean_widths.get(level, float("inf"))
-
-    def residual_skew(self):
-        """The skewness of a completed row's errors as the fit tasks' leave-one-task-out folds show it, one per audit
-        stratum where the audit was drawn by strata (None with fewer than 3 fit tasks): the bound on the mean at a
-        check takes it (forgetmap.predict.bound)."""
-        from ..predict.conformal import median_skewness
-
-        return median_skewness(self._fold_residuals()[1])
 
     def bound_ends(self, level: float) -> tuple[float, float] | None:
         """(up, down): the ends of the bound on a check's mean at `level` in t's half-widths, as the fit tasks'

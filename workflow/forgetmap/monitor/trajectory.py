@@ -83,7 +83,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
 
     from ..io import atomic_path, read_metadata
     from ..matrix import ForgettingMatrix
-    from ..predict.conformal import fold_residuals, mean_halfwidths
+    from ..predict.conformal import fold_mean_errors, mean_halfwidths
     from ..predict.ends import studentized_ends
     from ..predict.audit import audit_positions
     from ..predict.forecast import chosen_probes, fit_completion, own_bound
@@ -100,7 +100,7 @@ def trajectory_command(settings: dict, matrix: str, probes: str, checkpoints: li
                                         [float(v) for v in settings["intervals"]])
     level = max(widths) if widths else None
     # the mean's conformal half-widths from the folds and, with audit examples, the bound's ends (predict.ends)
-    errors, _ = fold_residuals(train, known, completion, settings["method"], settings["params"]) if widths else ((), ())
+    errors = fold_mean_errors(train, known, completion, settings["method"], settings["params"]) if widths else ()
     mean_widths = mean_halfwidths(errors, sorted(widths)) if widths else {}
     hidden = np.ones(len(usable), dtype=bool)
     hidden[known] = False

@@ -24,17 +24,14 @@ population's correction (the audit is drawn without replacement from the N − k
 
     half-width = t_{m−1, (1+level)/2} · (N − k)/N · sd(corrected) / √m · √(1 − m / (N − k)),
 
-or, given the corrected values' skewness γ (`skew`), Hall's (1992) transformation of it (`hall_quantiles`): the
-same scale, the upper end t's quantile pushed out and the lower end drawn in for γ > 0. Per-example forgetting
-has a long upper tail (kurtosis 40-60 on the demo's later checks), which a sample of 30 or 60 mostly misses, so
-t's interval misses the mean from below more often than the level allows (0.876 at 0.9 on the demo, 30
-examples). The sample's own skewness is no help (it misses the tail too: 0.826); the map's is, in part: with the
-median skewness of the fit tasks' leave-one-task-out residuals in each stratum (forgetmap.predict.conformal.
-median_skewness) and 60 audit examples drawn by strata the interval covered 0.898, but Hall's upper end grows
-without bound with the skewness (1.6x t's on one machine's demo map). The monitor and the workflow give `ends`
-instead (forgetmap.predict.ends): t's half-width scaled to where the map's fit tasks place the truth, known before
-the run too; on that demo they covered 0.898 at a mean half-width of 0.037 nats per token, Hall's 0.897 at 0.060
-(BENCHMARKS.md).
+computed for one audit and for the thousands the monitor's ends are calibrated on by one core (`stratified_t`).
+Per-example forgetting has a long upper tail (kurtosis 40-60 on the demo's later checks), which a sample of 30 or
+60 mostly misses, so t's interval misses the mean from below more often than the level allows (0.876 at 0.9 on the
+demo, 30 examples). The monitor and the workflow give `ends` instead (forgetmap.predict.ends): t's half-width
+scaled to where the map's fit tasks place the truth, known before the run; on that demo they covered 0.898 at a
+mean half-width of 0.037 nats per token. Hall's (1992) transformation of t at the map's residual skewness, which
+covered as well at 0.060 because its upper end grows without bound with the skewness, was retired for them; the
+benchmarks that compare against it keep it (benchmarks/hall.py, BENCHMARKS.md).
 
 It promises, over the draw of the audit examples (not over tasks or runs), that the interval covers the mean
 forgetting of the weights at that check with probability about `level`: an approximation to the corrected
@@ -79,20 +76,19 @@ def _t(level: float, df: int) -> float:
 
 def mean_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,
                audit_values: np.ndarray, level: float, weight: float | str = 1.0,
-               indicators: bool = False, skew=None, strata: np.ndarray | None = None,
+               indicators: bool = False, strata: np.ndarray | None = None,
                ends: tuple[float, float] | None = None) -> MeanBound:
     """The mean of z over every usable example at a check, bounded at `level`: `forecast` the completed row (N,),
     `known` the probes' positions and `probe_values` their measured z, `audit` the audit examples' positions (none
     of them probes) and `audit_values` their measured z. `weight`: the forecast's (1: the plain prediction-powered
     estimate; 0: the audit's own mean; "tuned": tuned on the audit, `tuned_weights`); `indicators`: 0/1 values
-    (`share_bound`); `skew`: the corrected values' skewness as the map knows it, one for all or one per stratum
-    (`hall_quantiles`; None: t's); `strata`: each usable example's stratum (0, 1, ...; forgetmap.predict.audit) where
+    (`share_bound`); `strata`: each usable example's stratum (0, 1, ...; forgetmap.predict.audit) where
     the audit was drawn by strata, None where uniformly; `ends`: (up, down), the interval [estimate - down · h,
     estimate + up · h] with h t's half-width, as the map's fit tasks place the truth (forgetmap.predict.ends; the
-    monitor's), instead of `skew`."""
+    monitor's; None: t's)."""
     forecast = np.asarray(forecast, dtype=np.float64)
     return corrected_mean(forecast, known, probe_values, audit_values, forecast[audit], level, weight=weight,
-                          indicators=indicators, skew=skew, ends=ends,
+                          indicators=indicators, ends=ends,
                           strata=None if strata is None else (np.asarray(strata), np.asarray(strata)[audit]))
 
 
@@ -139,30 +135,6 @@ def tuned_weights(measured: np.ndarray, predicted: np.ndarray, groups: np.ndarra
     return np.maximum(slope, 0.0)
 
 
-def hall_quantiles(level: float, m: int, skew: float | None) -> tuple[float, float]:
-    """(a, b): the interval at `level` on a mean of m values is [mean − b · se, mean + a · se]. Student's t's
-    quantile on both sides where `skew` is None, NaN or 0; otherwise Hall's (1992) transformation of the studentised
-    mean, g(t) = t + γ t² / (3√m) + γ² t³ / (27 m) + γ / (6√m), monotone in t, inverted at t's quantiles ±q:
-    for γ > 0 (a long upper tail, which a small sample underrepresents) the upper end reaches further than t's and
-    the lower end less far."""
-    if skew is None or not np.isfinite(skew):
-        return hall_ends(level, m - 1, None)
-    return hall_ends(level, m - 1, skew / np.sqrt(m))
-
-
-def hall_ends(level: float, df: float, lean: float | None) -> tuple[float, float]:
-    """`hall_quantiles` for an estimate whose own skewness is `lean` (γ / √m for a mean of m values; a stratified
-    mean's from its strata's, `corrected_mean`), with Student's t at `df` degrees of freedom."""
-    q = _t(level, df)
-    if lean is None or not np.isfinite(lean) or abs(lean) < 1e-12:
-        return q, q
-
-    def inverse(x: float) -> float:
-        return 3 / lean * (np.cbrt(1 + lean * (x - lean / 6)) - 1)
-
-    return float(-inverse(-q)), float(inverse(q))
-
-
 def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, centre: float) -> float:
     """The standard deviation of the corrected values z - λ (ẑ - centre) of 0/1 indicators, with half a
     pseudo-example of each of the four (measured, forecast) pairs added to the m sampled (Agresti & Min's adjustment
@@ -177,7 +149,7 @@ def paired_spread(measured: np.ndarray, predicted: np.ndarray, lam: np.ndarray, 
 
 def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, sampled: np.ndarray,
                    sampled_forecast: np.ndarray, level: float, disjoint: bool = False,
-                   weight: float | str = 1.0, indicators: bool = False, skew=None,
+                   weight: float | str = 1.0, indicators: bool = False,
                    strata: tuple[np.ndarray, np.ndarray] | None = None,
                    ends: tuple[float, float] | None = None) -> MeanBound:
     """The examples at `known` counted as measured (`values`), the N - k others' mean estimated from examples drawn
@@ -186,72 +158,111 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
         others' mean = λ · mean of the others' forecast + mean of (sampled - λ · sampled_forecast)
 
     with Student's t on the m corrected values: drawn from the N - k others themselves (an audit), with the finite
-    population's correction; `disjoint`, drawn from all N as the measured examples are (crossfit_bound). Any λ
-    keeps the estimate unbiased; λ = 1 (`weight`'s default) is the plain prediction-powered estimate, λ = 0 the
-    sample's own mean, and `weight` "tuned" tunes it per example on the rest of the sample (`tuned_weights`), so
-    that a forecast that does not help costs next to nothing and one that does narrows the interval by √(1 - ρ²),
-    ρ the correlation of forecast and value over the sample. `indicators`: the values are 0/1 (a share), and the
-    spread is `paired_spread`'s. `skew`: the interval is Hall's transformation of t at that skewness
-    (`hall_quantiles`), for an audit drawn from the others (not `disjoint`).
+    population's correction (`stratified_t`); `disjoint`, drawn from all N as the measured examples are
+    (crossfit_bound). Any λ keeps the estimate unbiased; λ = 1 (`weight`'s default) is the plain prediction-powered
+    estimate, λ = 0 the sample's own mean, and `weight` "tuned" tunes it per example on the rest of the sample
+    (`tuned_weights`), so that a forecast that does not help costs next to nothing and one that does narrows the
+    interval by √(1 - ρ²), ρ the correlation of forecast and value over the sample. `indicators`: the values are 0/1
+    (a share), and the spread is `paired_spread`'s.
 
     `strata`: (each of the N examples' stratum, each sampled one's), for an audit drawn by strata
     (forgetmap.predict.audit): the others' mean is then the strata's, each weighted by its share W_h of the others,
-    each corrected about its own forecast mean, with the variance Σ W_h² s_h² / m_h · (1 - m_h / N_h), Welch and
-    Satterthwaite's degrees of freedom, and (given `skew`, one per stratum or one for all) Hall's transformation at
-    the estimate's own skewness Σ W_h³ γ_h s_h³ / m_h² over its standard error cubed. One stratum is the plain audit,
-    the same interval. A stratum with fewer than two sampled values gives no bound (NaN).
+    each corrected about its own forecast mean (`stratified_t`). One stratum is the plain audit, the same interval.
+    A stratum with fewer than two sampled values gives no bound (NaN).
 
-    `ends`: (up, down) in t's half-widths (forgetmap.predict.ends), instead of `skew`."""
-    if ends is not None and skew is not None:
-        raise ValueError("a bound's ends come from the map's calibration (ends) or from a skewness (skew), not both")
-    forecast = np.asarray(forecast, dtype=np.float64)
+    `ends`: (up, down) in t's half-widths (forgetmap.predict.ends): the interval [estimate - down · h,
+    estimate + up · h], h t's half-width."""
+    audit = corrected_strata(forecast, known, sampled, sampled_forecast, weight, indicators, strata)
     n, k = len(forecast), len(known)
+    if k >= n:  # every example measured: the mean itself
+        mean = float(np.mean(values))
+        return MeanBound(mean, mean, mean, 0.0)
+    if audit is None:
+        return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
+    known_sum = float(np.sum(values))
+    if disjoint:  # (one stratum: crossfit_bound)
+        corrected, spread, m = audit.parts[0], audit.spreads[0], len(audit.parts[0])
+        estimate = (known_sum + (n - k) * float(corrected.mean())) / n
+        half = _t(level, m - 1) * spread / np.sqrt(m) * np.sqrt((n - k) / n)
+        return MeanBound(estimate, estimate - half, estimate + half, audit.weight)
+    estimate, scale, df = (float(v[0]) for v in stratified_t(
+        known_sum, n, k, [part[None, :] for part in audit.parts], audit.size,
+        audit.spreads[None, :] if indicators else None))
+    q = _t(level, df)
+    up, down = (q, q) if ends is None else (ends[0] * q, ends[1] * q)
+    return MeanBound(estimate, estimate - down * scale, estimate + up * scale, audit.weight)
+
+
+@dataclass(frozen=True)
+class CorrectedStrata:
+    """An audit's corrected values z - λ (ẑ - the stratum's forecast mean), by stratum (`corrected_strata`)."""
+    parts: list           # each stratum's corrected values, in the strata's order
+    spreads: np.ndarray   # each one's standard deviation (`paired_spread`'s for indicators)
+    size: np.ndarray      # each stratum's number of examples that are not probes (float)
+    weight: float         # the forecast's weight λ, its mean over the sample
+
+
+def corrected_strata(forecast: np.ndarray, known: np.ndarray, sampled: np.ndarray, sampled_forecast: np.ndarray,
+                     weight: float | str = 1.0, indicators: bool = False,
+                     strata: tuple[np.ndarray, np.ndarray] | None = None) -> CorrectedStrata | None:
+    """`corrected_mean`'s corrected values by stratum, the sampled examples with a value and a forecast only; None
+    where a stratum has fewer than two of them."""
+    forecast = np.asarray(forecast, dtype=np.float64)
+    n = len(forecast)
     z, f = np.asarray(sampled, dtype=np.float64), np.asarray(sampled_forecast, dtype=np.float64)
     keep = np.isfinite(z) & np.isfinite(f)
     labels, sampled_labels = (np.zeros(n, dtype=np.int64), np.zeros(len(z), dtype=np.int64)) if strata is None \
         else (np.asarray(strata[0]), np.asarray(strata[1]))
     z, f, sampled_labels = z[keep], f[keep], sampled_labels[keep]
-    m = len(z)
-    if k >= n:  # every example measured: the mean itself
-        mean = float(np.mean(values))
-        return MeanBound(mean, mean, mean, 0.0)
     others = np.ones(n, dtype=bool)
     others[known] = False
     groups, size = _strata_sizes(labels, others)
     parts = [np.flatnonzero(sampled_labels == h) for h in groups]
-    if m < 2 or min(len(p) for p in parts) < 2:
-        return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
+    if not len(groups) or len(z) < 2 or min(len(p) for p in parts) < 2:
+        return None
     if weight == "tuned":
         lam = tuned_weights(z, f, sampled_labels if len(groups) > 1 else None)
     elif isinstance(weight, str):
         raise ValueError(f"weight {weight!r}: a number, or 'tuned'")
     else:
-        lam = np.full(m, float(weight))
-    share = size / size.sum()
+        lam = np.full(len(z), float(weight))
     centres = np.array([forecast[others & (labels == h)].mean() for h in groups])
     corrected = z - lam * (f - centres[np.searchsorted(groups, sampled_labels)])
-    means = np.array([corrected[p].mean() for p in parts])
     spreads = np.array([paired_spread(z[p], f[p], lam[p], centres[h]) if indicators else corrected[p].std(ddof=1)
                         for h, p in enumerate(parts)])
-    counts = np.array([len(p) for p in parts], dtype=np.float64)
-    estimate = (float(np.sum(values)) + (n - k) * float(share @ means)) / n
-    if disjoint:  # (one stratum: crossfit_bound)
-        half = _t(level, m - 1) * spreads[0] / np.sqrt(m) * np.sqrt((n - k) / n)
-        return MeanBound(estimate, estimate - half, estimate + half, float(lam.mean()))
-    terms = share ** 2 * spreads ** 2 / counts
-    kept = terms * np.maximum(0.0, 1 - counts / np.maximum(size, 1))  # the finite population's correction
-    variance = float(kept.sum())
-    df = m - 1 if len(groups) == 1 or variance == 0 else variance ** 2 / float(np.sum(kept ** 2 / (counts - 1)))
-    lean = None
-    if skew is not None and not indicators:
-        gamma = np.broadcast_to(np.asarray(skew, dtype=np.float64), (len(groups),))
-        lean = float(np.sum(share ** 3 * gamma * spreads ** 3 / counts ** 2) / terms.sum() ** 1.5) \
-            if np.isfinite(gamma).all() and terms.sum() > 0 else None
-    up, down = hall_ends(level, df, lean)
-    if ends is not None:
-        up, down = ends[0] * up, ends[1] * down
-    scale = (n - k) / n * np.sqrt(variance)
-    return MeanBound(estimate, estimate - down * scale, estimate + up * scale, float(lam.mean()))
+    return CorrectedStrata([corrected[p] for p in parts], spreads, size, float(lam.mean()))
+
+
+def stratified_t(known_sum: float, n: int, k: int, corrected: list, size: np.ndarray,
+                 spreads: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stratified estimate of the mean over n examples, k of them measured (their values summing to
+    `known_sum`), for many audits at once: `corrected` each stratum's corrected values, (draws, m_h) (NaN where an
+    example has none: left out of that draw), `size` each stratum's number of the n - k others, `spreads` (draws,
+    H) in place of each stratum's standard deviation (a share's, `paired_spread`). Returns (estimate, scale, df),
+    each (draws,): the estimate (Σ known + (n - k) Σ_h W_h mean_h) / n with W_h = size_h / (n - k), its standard
+    error scale = (n - k) / n · √(Σ_h W_h² s_h² / m_h · (1 - m_h / N_h)) (each stratum's finite population), and
+    Welch and Satterthwaite's degrees of freedom (m - 1 for one stratum or no spread): the interval at a level is
+    estimate ± t_{df} · scale. NaN in a draw where a stratum has fewer than two values. The one bound of a check
+    (`corrected_mean`) and the ends' thousands of calibration audits (forgetmap.predict.ends) both come from here."""
+    size = np.asarray(size, dtype=np.float64)
+    share = size / size.sum()
+    counts = np.stack([np.sum(np.isfinite(c), axis=1) for c in corrected], axis=1).astype(np.float64)
+    sums = np.stack([np.nansum(c, axis=1) for c in corrected], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = sums / counts
+        if spreads is None:
+            spreads = np.sqrt(np.stack([np.nansum((c - means[:, [h]]) ** 2, axis=1)
+                                        for h, c in enumerate(corrected)], axis=1) / (counts - 1))
+        terms = share ** 2 * np.asarray(spreads, dtype=np.float64) ** 2 / counts
+        kept = terms * np.maximum(0.0, 1 - counts / np.maximum(size, 1))
+        variance = kept.sum(axis=1)
+        m = counts.sum(axis=1)
+        df = variance ** 2 / np.sum(kept ** 2 / (counts - 1), axis=1) if len(corrected) > 1 else m - 1
+        df = np.where(variance > 0, df, m - 1)
+    enough = (counts >= 2).all(axis=1)
+    estimate = np.where(enough, (known_sum + (n - k) * (means @ share)) / n, np.nan)
+    scale = np.where(enough, (n - k) / n * np.sqrt(variance), np.nan)
+    return estimate, scale, np.where(enough, df, np.nan)
 
 
 def share_bound(forecast: np.ndarray, known: np.ndarray, probe_values: np.ndarray, audit: np.ndarray,

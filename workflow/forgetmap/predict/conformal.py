@@ -84,53 +84,25 @@ def conformity_scores(train: np.ndarray, known: np.ndarray, model, method: str, 
     return scores.reshape(-1)
 
 
-def fold_residuals(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                   folds: int = MAX_FOLDS, strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """One pass over the leave-one-task-out folds, for what a completed row's mean needs: (each left-out row's
-    |mean(z) − mean(ẑ)| over its hidden entries, the skewness of its residuals z − ẑ there); both empty with
-    fewer than 3 fit tasks. `strata`: each example's stratum (forgetmap.predict.audit; -1 at the probes), the
-    skewness then over each stratum's hidden entries apart (folds × strata)."""
-    from scipy.stats import skew
-
+def fold_mean_errors(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
+                     folds: int = MAX_FOLDS) -> np.ndarray:
+    """One pass over the leave-one-task-out folds, for what a completed row's mean needs: each left-out row's
+    |mean(z) − mean(ẑ)| over its hidden entries (empty with fewer than 3 fit tasks)."""
     train = np.asarray(train)
     if len(train) < 3:
-        return np.zeros(0), np.zeros(0)
+        return np.zeros(0)
     hidden = np.ones(train.shape[1], dtype=bool)
     hidden[known] = False
-    parts = [hidden] if strata is None else [hidden & (strata == h) for h in range(int(strata.max()) + 1)]
-    errors, skews = [], []
-    for row, pred in fold_predictions(train, known, model, method, params, folds):
-        errors.append(abs(float(train[row][hidden].mean()) - float(pred[hidden].mean())))
-        residual = (train[row] - pred).astype(np.float64)
-        found = [float(skew(residual[part])) for part in parts]
-        skews.append(found[0] if strata is None else found)
-    return np.array(errors), np.array(skews)
+    return np.array([abs(float(train[row][hidden].mean()) - float(pred[hidden].mean()))
+                     for row, pred in fold_predictions(train, known, model, method, params, folds)])
 
 
 def mean_halfwidths(errors: np.ndarray, levels: list[float]) -> dict[float, float]:
     """level -> the half-width of an interval around a completed row's mean over its hidden entries: the
-    ⌈(n + 1) level⌉-th smallest of the n folds' |mean(z) − mean(ẑ)| (`fold_residuals`; inf where too few
+    ⌈(n + 1) level⌉-th smallest of the n folds' |mean(z) − mean(ẑ)| (`fold_mean_errors`; inf where too few
     tasks for the level). A row's mean is what a forgetting budget bounds; averaging each entry's interval
     would bound it by a single entry's uncertainty, far wider."""
     return {level: quantile(np.array(errors, dtype=np.float64), level) for level in levels}
-
-
-def median_skewness(skews: np.ndarray):
-    """The median of the folds' residual skewness (`fold_residuals`): how lopsided a completed row's errors are,
-    known from the fit tasks before any run (the forgetting monitor's bound takes it, forgetmap.predict.bound).
-    None where no fold gives one (fewer than 3 fit tasks); with strata (folds × strata), one per stratum, a list."""
-    found = np.asarray(skews, dtype=np.float64)
-    if found.ndim == 2:
-        each = [median_skewness(column) for column in found.T]
-        return None if not len(found) or any(v is None for v in each) else each
-    found = found[np.isfinite(found)]
-    return float(np.median(found)) if len(found) else None
-
-
-def fold_skewness(train: np.ndarray, known: np.ndarray, model, method: str, params: dict,
-                  folds: int = MAX_FOLDS, strata: np.ndarray | None = None):
-    """`median_skewness` of the folds' residuals, where nothing else needs the folds (the forecast job)."""
-    return median_skewness(fold_residuals(train, known, model, method, params, folds, strata)[1])
 
 
 def quantile(scores: np.ndarray, level: float) -> float:

@@ -82,28 +82,14 @@ def t_bounds(z: np.ndarray, forecast: np.ndarray, known: np.ndarray, pools: list
              drawn: list[np.ndarray], level: float) -> tuple[np.ndarray, np.ndarray]:
     """(estimate, t half-width) of forgetmap.predict.bound.mean_bound at weight 1 for many audits of one row at
     once: `z` the row's values, `forecast` its completion, the probes at `known`, each stratum's examples (`pools`)
-    and the audit examples drawn from each in every draw (`drawn`, (draws, m_h) each)."""
+    and the audit examples drawn from each in every draw (`drawn`, (draws, m_h) each); one core
+    (forgetmap.predict.bound.stratified_t) computes both."""
     from scipy.stats import t
 
-    n, k = len(z), len(known)
-    size = np.array([len(pool) for pool in pools], dtype=np.float64)
-    share = size / size.sum()
-    means, terms, kept, counts = [], [], [], []
-    for pool, members, w, s in zip(pools, drawn, share, size):
-        corrected = z[members] - (forecast[members] - forecast[pool].mean())
-        m = members.shape[1]
-        spread = corrected.std(axis=1, ddof=1)
-        means.append(corrected.mean(axis=1))
-        terms.append(w ** 2 * spread ** 2 / m)
-        kept.append(terms[-1] * max(0.0, 1 - m / max(s, 1)))
-        counts.append(m)
-    estimate = (float(np.sum(z[known])) + (n - k) * np.sum([w * mean for w, mean in zip(share, means)], axis=0)) / n
-    variance = np.sum(kept, axis=0)
-    if len(pools) == 1:
-        df = np.full(len(variance), counts[0] - 1.0)
-    else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            df = variance ** 2 / np.sum([part ** 2 / (m - 1) for part, m in zip(kept, counts)], axis=0)
-        df = np.where(variance > 0, df, sum(counts) - 1.0)
-    half = t.ppf((1 + level) / 2, df) * (n - k) / n * np.sqrt(variance)
-    return estimate, half
+    from .bound import stratified_t
+
+    corrected = [z[members] - (forecast[members] - forecast[pool].mean()) for pool, members in zip(pools, drawn)]
+    estimate, scale, df = stratified_t(float(np.sum(z[known])), len(z), len(known), corrected,
+                                       np.array([len(pool) for pool in pools], dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        return estimate, t.ppf((1 + level) / 2, df) * scale
