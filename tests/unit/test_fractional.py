@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from forgetmap import fractional
-from forgetmap.errors import ConfigError
 
 TASKS = [f"task_{i}" for i in range(12)]
 IDS = [f"ex-{j:05d}" for j in range(600)]
@@ -37,10 +36,10 @@ def test_the_balanced_design_covers_every_example_almost_equally_and_the_stratif
 
 
 @pytest.mark.parametrize("fraction", [0, -0.1, 1.5, "half", True])
-def test_a_fraction_outside_zero_to_one_is_refused_naming_the_key(fraction):
-    with pytest.raises(ConfigError, match="score.cells"):
+def test_a_fraction_outside_zero_to_one_is_refused_naming_it(fraction):
+    with pytest.raises(ValueError, match=r"cells: .* is not a fraction in \(0, 1\]"):
         fractional.design("uniform", fraction, TASKS, IDS)
-    with pytest.raises(ConfigError, match="score.design"):
+    with pytest.raises(ValueError, match="design: 'sideways' is not one of uniform, stratified, balanced, leverage"):
         fractional.design("sideways", 0.3, TASKS, IDS)
 
 

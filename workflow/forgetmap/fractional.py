@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
 
 DESIGNS = ("uniform", "stratified", "balanced", "leverage")
 GOLDEN = (np.sqrt(5.0) - 1) / 2
@@ -69,9 +68,11 @@ def example_offsets(example_ids: list[str], seed: int = 0) -> np.ndarray:
     return offsets
 
 
-def check_fraction(fraction, key: str = "score.cells") -> float:
+def check_fraction(fraction) -> float:
+    """`fraction` as a float, or ValueError where it is not in (0, 1] (a config's key is checked by the config
+    package, which names it)."""
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
-        raise ConfigError(f"{key}: {fraction!r} is not a fraction in (0, 1]")
+        raise ValueError(f"cells: {fraction!r} is not a fraction in (0, 1]")
     return float(fraction)
 
 
@@ -117,7 +118,7 @@ def design(kind: str, fraction: float, tasks: list[str], example_ids: list[str],
             low, high = (mid, high) if np.sum(np.minimum(1.0, mid * lev) * left) < budget else (low, mid)
         keys = cell_keys(tasks, example_ids, seed + 1)
         return first | (keys < np.minimum(1.0, high * lev)[None, :])
-    raise ConfigError(f"score.design: {kind!r} is not one of {', '.join(DESIGNS)}")
+    raise ValueError(f"design: {kind!r} is not one of {', '.join(DESIGNS)}")
 
 
 @dataclass
