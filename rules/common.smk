@@ -4,6 +4,7 @@
 import inspect
 import json
 import shlex
+import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -46,12 +47,31 @@ def profile_gpu_models():
     return named
 
 
+def jobs_executor():
+    """The executor the run submits its jobs to where they do not run on this machine ('slurm', ...), None for a
+    local run: the command line's or its profile's `executor` (Snakemake settles its executor only after reading the
+    Snakefile, so it is read here as Snakemake reads it). A cluster job itself plans too, and probes nothing."""
+    if workflow.remote_exec:
+        return "remote"
+    import contextlib
+    import io
+
+    try:
+        from snakemake.cli import parse_args
+
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            executor = parse_args(sys.argv[1:])[1].executor  # (it says again which profiles it read)
+    except (Exception, SystemExit):  # not Snakemake's command line (its Python API): the jobs are local
+        return None
+    return None if executor in (None, "local", "dryrun", "touch") else str(executor)
+
+
 # rules call `forgetmap`: the one beside the interpreter running Snakemake (a virtualenv's, unactivated) first
 fm_warm.commands_first()
 try:
     for path in workflow.configfiles:  # one key given twice in a mapping: YAML keeps the last, silently
         fm_config.check_duplicate_keys(path)
-    PLAN = fm_plan.Plan(config, profile_gpu_models())
+    PLAN = fm_plan.Plan(config, profile_gpu_models(), cluster=jobs_executor(), cpu_model=default_resource("cpu_model"))
     if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
         fm_preflight.check(PLAN)
 except ForgetmapError as exc:

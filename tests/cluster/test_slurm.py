@@ -132,8 +132,9 @@ def test_an_unknown_partition_or_too_many_gpus_fails_with_slurms_reason_and_the_
 
 def test_adding_a_task_submits_exactly_the_new_jobs_given_the_time_their_kinds_finished_jobs_took(
         cluster, tiny_run, tmp_path, monkeypatch):
-    """The session's local run finished; its fine-tunes and score jobs are made to have taken 10 minutes each
-    (their benchmark files say so), the config leaves their SLURM time to the estimate, and a task is added: exactly
+    """The session's local run finished; its fine-tunes and score jobs are made to have taken 10 minutes each in
+    processes of their own (their benchmark files and logs say so: a job forked from a warm process teaches a
+    cluster job's time nothing), the config leaves their SLURM time to the estimate, and a task is added: exactly
     the new task's jobs are submitted (those the dry run plans), its fine-tune and score jobs with the time those
     took, learned, not the estimate's minimum, and the matrix gains its row."""
     from forgetmap.plan import Plan
@@ -143,12 +144,14 @@ def test_adding_a_task_submits_exactly_the_new_jobs_given_the_time_their_kinds_f
         for bench in (workdir / "results/benchmarks/tiny").glob(pattern):
             lines = bench.read_text().splitlines()
             bench.write_text("\n".join([lines[0], "\t".join(["600.0", *lines[1].split("\t")[1:]])]) + "\n")
+    for log in (workdir / "results/logs/tiny").rglob("*.log"):  # run in processes of their own, as cluster jobs
+        log.write_text(log.read_text().replace("; forked from the run's warm process", ""))
     config = edited(tiny_config(), lambda c: [c["tasks"].update(add_qa={"category": "world", "n_examples": 24}),
                                               *(c["models"]["tiny"]["resources"][stage].update(runtime=None)
                                                 for stage in ("finetune", "score"))])
     write_config(workdir, config)
     monkeypatch.chdir(workdir)
-    plan = Plan(config)
+    plan = Plan(config, cluster="slurm")  # as the Snakefile plans it under the profile: the nodes never probed
     learned = {r.stage: r.learned for r in plan.job_times("tiny") if r.job in ("finetune (longest)", "score shard 0")}
     assert all(note and "learned from" in note for note in learned.values()), learned
     expected = {stage: plan.resource("tiny", stage, "runtime") for stage in ("finetune", "score")}

@@ -1,5 +1,6 @@
-"""Job times learned from the run (forgetmap.config.learned): a kind's finished jobs on its device give the rest
-their time and SLURM time; a job on another device, or a benchmark file that cannot be read, is not learned from."""
+"""Job times learned from the run (forgetmap.config.learned): three finished jobs of a kind on its device give the
+rest their time and SLURM time, forked and cold starts apart; a job on another device, or a benchmark file that cannot
+be read, is not learned from."""
 
 from pathlib import Path
 
@@ -28,37 +29,48 @@ def row(plan, label):
 
 
 def test_a_kinds_finished_jobs_on_its_device_give_the_rest_their_time(tmp_path, monkeypatch):
+    """Three finished jobs started alike before their median ratio replaces the estimate; jobs in a process of their
+    own scale the SLURM time, jobs forked from the warm process the time a local run forks by, never each other."""
     monkeypatch.chdir(tmp_path)
     plan = Plan(yaml.safe_load(CONFIG.read_text()))
     before = row(plan, "finetune (longest)")
+    forks = before.seconds != before.cold_seconds  # the demo's local run forks its fine-tunes from a warm process
     minutes = plan.resource("demo", "finetune", "runtime")
     jobs = before.jobs
     fig = before.figures
-    # one fine-tune finished on this CPU in a process of its own, 3x its estimate
+    # two fine-tunes finished on this CPU in processes of their own, 3x and 4x their estimates: not yet learned
     finished(jobs[0], 3 * cost.seconds(jobs[0].work, fig), f"cpu ({cpu_name()})")
-    # one on a GPU (another device kind: not learned from), one forked from a warm process at 2x its warm estimate
-    finished(jobs[1], 50 * cost.seconds(jobs[1].work, fig), "cuda (NVIDIA H200)")
+    finished(jobs[1], 4 * cost.seconds(jobs[1].work, fig), f"cpu ({cpu_name()})")
+    # one on a GPU (another device kind: never learned from)
+    finished(jobs[2], 50 * cost.seconds(jobs[2].work, fig), "cuda (NVIDIA H200)")
+    assert row(plan, "finetune (longest)").learned is None
+    finished(jobs[3], 2 * cost.seconds(jobs[3].work, fig), f"cpu ({cpu_name()})")
     learned = row(plan, "finetune (longest)")  # the same plan: the benchmark files changed, read again
-    assert learned.learned == "x3.00, learned from 1 finished job"
-    assert learned.seconds == pytest.approx(3 * before.seconds) and learned.cold_seconds == pytest.approx(
-        3 * before.cold_seconds)
-    finished(jobs[2], 2 * cost.seconds(jobs[2].work, fig, warm=True), f"cpu ({cpu_name()})", warm=True)
-    learned = row(plan, "finetune (longest)")
-    assert learned.learned == "x2.50, learned from 2 finished jobs"  # the median of 3 and 2
+    assert learned.learned == "x3.00, learned from 3 finished jobs"  # the median of 3, 4 and 2
+    assert learned.cold_seconds == pytest.approx(3 * before.cold_seconds)
+    assert learned.seconds == pytest.approx(before.seconds if forks else 3 * before.seconds)
     # its SLURM time follows (the stage's longest estimate: the arms' too, learned from nothing yet)
     longest = max(r.cold_seconds for r in plan.job_times("demo") if r.stage == "finetune")
     assert plan.resource("demo", "finetune", "runtime") == cost.runtime_minutes(longest) >= minutes
+    # three forked from the warm process at 2x their warm estimate: the local run's time, not the SLURM time
+    for job in jobs[4:7]:
+        finished(job, 2 * cost.seconds(job.work, fig, warm=True), f"cpu ({cpu_name()})", warm=True)
+    learned = row(plan, "finetune (longest)")
+    assert learned.cold_seconds == pytest.approx(3 * before.cold_seconds)
+    if forks:
+        assert learned.learned == "x3.00, learned from 3 finished jobs; x2.00 warm, learned from 3 finished forked jobs"
+        assert learned.seconds == pytest.approx(2 * before.seconds)
     # other kinds learn nothing from the fine-tunes
     assert row(plan, "score").learned is None
     # a benchmark file that cannot be read: passed over, said under the table
-    Path(jobs[3].benchmark).parent.mkdir(parents=True, exist_ok=True)
-    Path(jobs[3].benchmark).write_text("not a benchmark\n")
-    Path(jobs[3].log).parent.mkdir(parents=True, exist_ok=True)
-    Path(jobs[3].log).write_text(f"device: cpu ({cpu_name()})\n")
-    assert row(plan, "finetune (longest)").learned == "x2.50, learned from 2 finished jobs"
+    Path(jobs[7].benchmark).parent.mkdir(parents=True, exist_ok=True)
+    Path(jobs[7].benchmark).write_text("not a benchmark\n")
+    Path(jobs[7].log).parent.mkdir(parents=True, exist_ok=True)
+    Path(jobs[7].log).write_text(f"device: cpu ({cpu_name()})\n")
+    assert row(plan, "finetune (longest)").cold_seconds == pytest.approx(3 * before.cold_seconds)
     table = time_table(plan.job_times("demo"), plan.learning_notes("demo"))
-    assert "x2.50, learned from 2 finished jobs" in table
-    assert f"passed over: {jobs[3].benchmark}: KeyError (not learned from)" in table
+    assert "x3.00, learned from 3 finished jobs" in table
+    assert f"passed over: {jobs[7].benchmark}: KeyError (not learned from)" in table
 
 
 def test_a_job_that_ran_on_another_cpu_model_is_not_learned_from(tmp_path, monkeypatch):
@@ -66,9 +78,10 @@ def test_a_job_that_ran_on_another_cpu_model_is_not_learned_from(tmp_path, monke
     plan = Plan(yaml.safe_load(CONFIG.read_text()))
     score = row(plan, "score")
     finished(score.jobs[0], 100, "cpu (Another CPU @ 1.00GHz)")
-    finished(score.jobs[1], 100, "cpu")  # a log that names no CPU model: a CPU's, learned from
-    assert row(plan, "score").learned == "x{:.2f}, learned from 1 finished job".format(
-        100 / cost.seconds(score.jobs[1].work, score.figures))
+    for job, seconds in zip(score.jobs[1:4], (90, 100, 120)):
+        finished(job, seconds, "cpu")  # a log that names no CPU model: a CPU's, learned from
+    assert row(plan, "score").learned == "x{:.2f}, learned from 3 finished jobs".format(
+        100 / cost.seconds(score.jobs[2].work, score.figures))
 
 
 def test_a_logs_device_line_names_the_cpu_model_with_its_own_parentheses(tmp_path):

@@ -122,3 +122,54 @@ def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_
     how = probe.scale([FAST], busy).how
     assert f"probed while other work held {busy['others']:.0%} of the CPUs: not kept" in how, how
     assert "other work" not in probe.scale([FAST], {**quiet, "others": 0.1}).how
+
+
+def test_a_probe_that_cannot_run_is_said_once_with_its_reason_and_kept_for_the_boot(tmp_path, monkeypatch, capsys):
+    """No fork, no prctl, an import that fails: the plan takes the rates file's figures, says why once however many
+    rows ask, and the next plan of this boot does not try again."""
+    from forgetmap import calibrate
+    from forgetmap.config import times
+
+    monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
+    monkeypatch.setattr(times, "_SAID", set())
+    calls = []
+
+    def failing(code, threads, jobs, what):
+        calls.append(what)
+        raise RuntimeError("the CPU probe: a process failed\nBlockingIOError: [Errno 11] fork: Resource unavailable")
+
+    monkeypatch.setattr(calibrate, "together", failing)
+    rates = {"devices": {"slow": SLOW}}
+    where = cost.Device("cpu", "Failing Test CPU", 1)
+    assert times.cpu_probe(where, rates) is None and times.cpu_probe(where, rates) is None
+    assert len(calls) == 1
+    said = capsys.readouterr().err
+    assert said.count("the CPU probe could not run") == 1 and "fork: Resource unavailable" in said
+    assert times.figures(where, rates, 1e6).borrowed == "measured on Slow CPU, as they are"
+    monkeypatch.setattr(times, "_SAID", set())  # another plan, later this boot: kept, not tried again
+    assert times.cpu_probe(where, rates) is None and len(calls) == 1
+
+
+def test_the_cpus_a_process_may_use_are_its_affinity_mask_and_its_cgroups_quota(tmp_path, monkeypatch):
+    from forgetmap import devices
+
+    root, own = tmp_path / "cgroup", tmp_path / "self"
+    (root / "a/b").mkdir(parents=True)
+    own.write_text("0::/a/b\n")
+    (root / "a/b/cpu.max").write_text("max 100000\n")
+    assert devices.cgroup_quota(root, own) is None
+    (root / "a/cpu.max").write_text("150000 100000\n")  # a parent's quota holds its children
+    assert devices.cgroup_quota(root, own) == 1.5
+    (root / "cpu/x").mkdir(parents=True)
+    own.write_text("5:cpu,cpuacct:/x\n")  # cgroup v1
+    (root / "cpu/x/cpu.cfs_quota_us").write_text("200000\n")
+    (root / "cpu/x/cpu.cfs_period_us").write_text("100000\n")
+    assert devices.cgroup_quota(root, own) == 2.0
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(devices, "cgroup_quota", lambda: 1.5)
+    assert devices.usable_cpus() == 2
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert devices.usable_cpus() == 1
+    monkeypatch.setattr(devices, "cgroup_quota", lambda: None)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    assert devices.usable_cpus() == 6

@@ -92,6 +92,30 @@ def test_a_dry_run_states_each_jobs_time_and_its_slurm_time_where_the_config_lea
     assert "time of each job" not in plain.stdout + plain.stderr and "runtime=10" in plain.stdout
 
 
+def test_a_plan_whose_jobs_go_to_a_cluster_never_probes_this_machine(tmp_path):
+    """Under the SLURM profile the jobs run on the cluster's nodes: the dry run probes nothing on the submitting host
+    (no probe kept, the table saying the figures are borrowed and why), sizes every job as a cold start (no warm
+    server forks cluster jobs), and takes the nodes' own figures where the profile names their CPU (`cpu_model`)."""
+    from forgetmap import cost
+
+    workdir = make_workdir(tmp_path / "wf", untimed(tiny_config()))
+    kept = tmp_path / "kept"
+    proc = snakemake(workdir, "--dry-run", "--profile", "profiles/slurm", env={"FORGETMAP_ARCHITECTURES": str(kept)})
+    text = proc.stdout + proc.stderr
+    assert "as they are: jobs run on the slurm cluster's nodes, never probed from this machine" in text
+    assert not list(kept.rglob("measured-*.json")) and "scaled by the CPU probe" not in text
+    assert "forked from the run's warm process" not in text and text.count("Using profiles") == 1
+    machine = next(d["machine"] for d in cost.read_rates()["devices"].values() if d.get("kind") == "cpu")
+    nodes = workdir / "profiles/nodes"
+    nodes.mkdir()
+    (nodes / "config.yaml").write_text((workdir / "profiles/slurm/config.yaml").read_text().replace(
+        "default-resources:\n", f"default-resources:\n  cpu_model: \"'{machine}'\"\n"))
+    proc = snakemake(workdir, "--dry-run", "--profile", "profiles/nodes", env={"FORGETMAP_ARCHITECTURES": str(kept)})
+    text = proc.stdout + proc.stderr
+    assert re.search(rf"  \[1\] {re.escape(machine)}, .*: measured on this device", text) and "never probed" not in text
+    assert not list(kept.rglob("measured-*.json"))
+
+
 def test_a_gpu_without_figures_of_its_own_borrows_them_and_the_table_says_so(tmp_path):
     workdir = make_workdir(tmp_path / "a100", untimed(edited(tiny_config(), lambda c: c.pop("mitigation")), gpu=1))
     named = snakemake(workdir, "--dry-run", "--default-resources", "gpu_model='a100_80gb'")

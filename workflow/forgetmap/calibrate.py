@@ -337,10 +337,10 @@ def median_figures(results: list[dict]) -> dict:
 def calibrate_command(threads: int, out: str | None, jobs: int | None = None) -> dict:
     """Measure the CPU figures with `threads` threads in `jobs` processes at once (default: as many as the CPUs
     hold) and write them into the rates file (`out`, else the package's), beside the figures of other devices."""
-    from .devices import cpu_name
+    from .devices import cpu_name, usable_cpus
 
     path = Path(out) if out else cost.RATES
-    jobs = jobs or max(1, (os.cpu_count() or 1) // threads)
+    jobs = jobs or max(1, usable_cpus() // threads)
     figures = median_figures(measured_together(threads, jobs))
     machine = cpu_name()
 

@@ -84,7 +84,7 @@ class Device:
     kind: str  # "cpu" or "gpu"
     name: str | None = None  # a GPU's card key (forgetmap.gpu_models), or the CPU's model name
     count: int = 1  # threads on a CPU, processes (one GPU each) on GPUs
-    assumed: str | None = None  # why a GPU is taken to be `name` where no GPU model was named
+    assumed: str | None = None  # why a GPU is taken to be `name` where no GPU model was named, or why a CPU is not known
 
     def label(self) -> str:
         if self.kind == "cpu":
@@ -150,7 +150,8 @@ def figures(device: Device, rates: dict, parameters: float) -> Figures:
             raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
         own = [d for d in cpus if d.get("machine") == device.name]
         entry = own[0] if own else cpus[0]  # a CPU not measured nor probed borrows the first listed
-        borrowed = None if own or device.name is None else f"measured on {entry.get('machine')}, as they are"
+        borrowed = None if own or (device.name is None and not device.assumed) else \
+            f"measured on {entry.get('machine')}, as they are" + (f": {device.assumed}" if device.assumed else "")
         scale_threads = device.count / entry.get("threads", 1)  # the FLOP rate taken as growing with the threads
         return entry_figures(entry, scale_threads, borrowed, parameters)
     gpus = {name: d for name, d in devices.items() if d.get("kind") == "gpu"}

@@ -22,6 +22,7 @@ Environment:
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
 import subprocess
@@ -148,3 +149,50 @@ def cpu_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (taskset, a SLURM allocation's cpuset) and its cgroup's CPU
+    quota (a container's --cpus), the smaller; os.cpu_count() counts the machine's, which a container of 2 CPUs on a
+    64-core host would probe with 64 processes. (The share of the CPUs other work held is the machine's, as
+    /proc/stat counts it: over all of them.)"""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = cgroup_quota()
+    return max(1, min(count, math.ceil(quota)) if quota else count)
+
+
+def cgroup_quota(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> float | None:
+    """The CPUs this process's cgroup and its parents may use at most (cgroup v2's cpu.max, v1's cfs quota over its
+    period), the least of them; None where none is set or none can be read."""
+    found = []
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one hierarchy, cpu.max in its folder and each parent's
+            folder = root / path.lstrip("/")
+            for place in [folder, *folder.parents]:
+                if root not in [place, *place.parents]:
+                    break
+                try:
+                    quota, period = (place / "cpu.max").read_text().split()[:2]
+                except (OSError, ValueError):
+                    continue
+                if quota != "max":
+                    found.append(int(quota) / int(period))
+        elif "cpu" in controllers.split(","):  # v1
+            for folder in (root / "cpu" / path.lstrip("/"), root / "cpu"):
+                try:
+                    quota = int((folder / "cpu.cfs_quota_us").read_text())
+                    period = int((folder / "cpu.cfs_period_us").read_text())
+                except (OSError, ValueError):
+                    continue
+                if quota > 0 and period > 0:
+                    found.append(quota / period)
+                break
+    return min(found) if found else None

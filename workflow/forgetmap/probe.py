@@ -129,12 +129,19 @@ def children_seconds() -> float:
 
 @kept(keep=undisturbed)
 def _measured(machine: str, boot: str, threads: int, jobs: int) -> dict:
+    """The probe's figures, or {"failed": why} where it could not run (no fork, no prctl, an import that fails):
+    kept for the boot as the figures are, so a machine that cannot probe says so once, not at every plan."""
     from .calibrate import together
 
     code = (f"import json; import forgetmap.cli; from forgetmap.probe import worker; "
             f"print(json.dumps(worker({threads}, {time.time()!r})))")
     started, machine_before, ours_before = time.monotonic(), busy_seconds(), children_seconds()
-    results = together(code, threads, jobs, "the CPU probe")
+    try:
+        results = together(code, threads, jobs, "the CPU probe")
+    except Exception as exc:  # whatever stops it, the plan goes on with borrowed figures, saying why
+        text = str(exc).strip()
+        return {"failed": text.splitlines()[-1] if text else repr(exc), "machine": machine, "threads": threads,
+                "processes": jobs}
     wall, machine_after = time.monotonic() - started, busy_seconds()
     others = 0.0 if machine_before is None or machine_after is None else \
         max(0.0, machine_after - machine_before - (children_seconds() - ours_before)) / (wall * (os.cpu_count() or 1))

@@ -3,8 +3,9 @@ their time from how far the estimate missed them.
 
 Each finished job left its `benchmark:` file (Snakemake's: the wall seconds it took) and its log, whose
 `device:` line (forgetmap.models.pick_device) says where it ran. A kind's finished jobs that ran on the device
-its jobs are planned on give the ratio measured / estimated (each job against its own work's estimate); the
-kind's estimate, and the SLURM time sized on it, are the plan's times that ratio's median. A job that ran on
+its jobs are planned on give the ratio measured / estimated (each job against its own work's estimate); once
+three have finished, the kind's estimate, and the SLURM time sized on it, are the plan's times that ratio's
+median, jobs forked from the run's warm process and jobs in a process of their own each learned apart (`learn`). A job that ran on
 another kind of device (a CPU's job when the plan now asks for a GPU, another card than the one named) is not
 learned from; a benchmark file that cannot be read is passed over, with a note in the time table.
 
@@ -70,14 +71,21 @@ def seconds_taken(path: str) -> float | None:
     return value
 
 
+LEAST = 3  # finished jobs of a kind, started the same way, before their ratio replaces the estimate
+
+
 def learn(rows: list) -> tuple[list, list[str]]:
-    """`rows` (forgetmap.config.times.JobTime) with each kind's time scaled by its finished jobs' median ratio
-    (each job against its estimate as it ran: forked from a warm process or in its own), and the notes of
-    benchmark files passed over."""
+    """`rows` (forgetmap.config.times.JobTime) with each kind's time scaled by its finished jobs' median ratio,
+    each job against its estimate as it ran, and the notes of benchmark files passed over. A job forked from the
+    run's warm process and one started in a process of its own meet different start-ups, so each kind of start learns
+    from its own jobs alone: the warm ones scale the estimate a local run goes by (`seconds`, where it forks its
+    jobs), the cold ones the estimate a process of its own gets and its SLURM time is sized on (`cold_seconds`).
+    Either is learned once LEAST jobs of its start have finished: one job's time (a cold cache, a busy node) moved
+    a whole kind's SLURM time before."""
     notes = []
     out = []
     for row in rows:
-        ratios = []
+        ratios = {False: [], True: []}  # started in a process of its own, or forked from the warm process
         for job in row.jobs:
             try:
                 taken = seconds_taken(job.benchmark)
@@ -87,14 +95,22 @@ def learn(rows: list) -> tuple[list, list[str]]:
             ran = ran_on(job.log) if taken is not None else None
             if ran is None or not same_device(row.device, ran):
                 continue
-            ratios.append(taken / cost.seconds(job.work, row.figures, warm=ran[2]))
-        if not ratios:
-            out.append(row)
-            continue
-        ratio = statistics.median(ratios)
-        out.append(dataclasses.replace(row, seconds=row.seconds * ratio, cold_seconds=row.cold_seconds * ratio,
-                                       learned=f"x{ratio:.2f}, learned from {len(ratios)} finished job"
-                                               f"{'s' if len(ratios) > 1 else ''}"))
+            ratios[ran[2]].append(taken / cost.seconds(job.work, row.figures, warm=ran[2]))
+        warm_estimate = row.seconds != row.cold_seconds  # the local run forks this kind's jobs
+        said, changes = [], {}
+        for warm, found in ratios.items():
+            if len(found) < LEAST or (warm and not warm_estimate):  # (a plan that forks nothing: warm jobs say nothing)
+                continue
+            ratio = statistics.median(found)
+            if warm and warm_estimate:
+                changes["seconds"] = row.seconds * ratio
+            if not warm:
+                changes["cold_seconds"] = row.cold_seconds * ratio
+                if not warm_estimate:
+                    changes["seconds"] = row.seconds * ratio
+            said.append(f"x{ratio:.2f}{' warm' if warm else ''}, learned from {len(found)} finished "
+                        f"{'forked ' if warm else ''}jobs")
+        out.append(dataclasses.replace(row, **changes, learned="; ".join(said)) if changes else row)
     return out, notes
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import cost
-from ..devices import cpu_name
+from ..devices import cpu_name, usable_cpus
 
 SAMPLE = 256  # examples tokenized to measure a file's mean length
 # the jobs whose resources are each stage's (rules/common.smk's STAGE_RULES): their estimate sets the stage's runtime
@@ -200,7 +200,11 @@ def device(plan, model: str, stage: str) -> cost.Device:
     """The device a stage's jobs run on: its GPUs (the card the profile names, if any), else the CPU's threads."""
     resources = plan.cfg["models"][model]["resources"][stage]
     if not resources["gpu"]:
-        return cost.Device("cpu", cpu_name(), resources["threads"])
+        if not plan.cluster or plan.cpu_model:  # (a local run's CPU is this machine's, whatever a profile names)
+            return cost.Device("cpu", plan.cpu_model if plan.cluster else cpu_name(), resources["threads"])
+        return cost.Device("cpu", None, resources["threads"],
+                           f"jobs run on the {plan.cluster} cluster's nodes, never probed from this machine: name "
+                           f"their CPU (the profile's cpu_model) once `forgetmap calibrate` has measured it there")
     from ..gpu_models import card
 
     named = [card(name) for name in plan.gpu_models.get(stage, {}).values()]
@@ -501,7 +505,7 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         if not jobs:
             continue
         where = device(plan, model, stage)
-        fig = figures(where, rates, m.parameters)
+        fig = figures(where, rates, m.parameters, probe=not plan.cluster)
         longest = max((job.work for job in jobs), key=_flops)
         several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
         rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest,
@@ -511,35 +515,39 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
     return rows
 
 
-def figures(where: cost.Device, rates: dict, parameters: float) -> cost.Figures:
+def figures(where: cost.Device, rates: dict, parameters: float, probe: bool = True) -> cost.Figures:
     """The figures a job on `where` is estimated with: forgetmap.cost's from `rates`, or, on a CPU the rates do not
-    describe (by its probe), the nearest measured CPU's scaled (forgetmap.probe)."""
+    describe (by its probe), the nearest measured CPU's scaled (forgetmap.probe). `probe`: whether the jobs run on
+    this machine, the only one a plan probes (a cluster's jobs take their CPU's entry, or borrow, saying so)."""
     from ..probe import scaled_figures
 
-    measured = cpu_probe(where, rates)
+    measured = cpu_probe(where, rates) if probe else None
     found = scaled_figures(where, rates, parameters, measured) if measured is not None else None
     return found or cost.figures(where, rates, parameters)
 
 
 def cpu_probe(where: cost.Device, rates: dict) -> dict | None:
     """This machine's probe (forgetmap.probe, kept per machine and boot) for a job on the CPU where `rates` has CPU
-    figures to check or scale; None otherwise, or where the probe fails (then said: the figures are taken as they
-    are)."""
+    figures to check or scale; None otherwise, or where the probe could not run (said once with its reason: the
+    figures are taken as they are)."""
     cpus = [d for d in rates.get("devices", {}).values() if d.get("kind") == "cpu"]
     if where.kind != "cpu" or not cpus:
         return None
-    import os
-
     from .. import probe
 
-    try:
-        # one thread in as many processes as the CPUs hold: what a run of one-thread jobs meets (a job of several
-        # threads is scaled from it as a calibrated CPU's figures are), probed once for every stage
-        return probe.measured(where.name, 1, max(1, os.cpu_count() or 1))
-    except Exception as exc:  # a probe that cannot run leaves the borrowed figures as they are, said
-        print(f"forgetmap: the CPU probe failed ({str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}); "
-              f"this CPU's job times are the rates file's as measured", file=sys.stderr)
-        return None
+    # one thread in as many processes as this process may run on: what a run of one-thread jobs meets (a job of
+    # several threads is scaled from it as a calibrated CPU's figures are), probed once for every stage
+    found = probe.measured(where.name, 1, usable_cpus())
+    if "failed" not in found:
+        return found
+    if found["failed"] not in _SAID:
+        _SAID.add(found["failed"])
+        print(f"forgetmap: the CPU probe could not run on this machine this boot ({found['failed']}); this CPU's job "
+              f"times are the rates file's as measured", file=sys.stderr)
+    return None
+
+
+_SAID: set = set()  # the probe failures said in this process: once each, however many rows ask
 
 
 def _flops(work: cost.Work) -> float:
@@ -595,7 +603,7 @@ def time_table(rows: list[JobTime], notes: list[str] = ()) -> str:
                      f"{_duration(r.seconds):>9} {_duration(r.count * r.seconds):>9} {slurm:>7}  {figures}")
     for source, key in sources.items():
         lines.append(f"  {key} {source}")
-    for assumed in sorted({r.device.assumed for r in rows if r.device.assumed}):
+    for assumed in sorted({r.device.assumed for r in rows if r.device.assumed and r.device.kind == "gpu"}):
         lines.append(f"  ?: {assumed} (name it: the profile's gpu_model)")
     if any(r.seconds != r.cold_seconds for r in rows):
         lines.append("  each: forked from the run's warm process (forgetmap.warm); SLURM: the time a job of its own "

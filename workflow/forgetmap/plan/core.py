@@ -33,15 +33,20 @@ from .prediction import PredictionPlan
 class Plan:
     """The resolved config plus everything the DAG's shape is read from."""
 
-    def __init__(self, config: dict, gpu_models: dict | None = None):
+    def __init__(self, config: dict, gpu_models: dict | None = None, cluster: str | None = None,
+                 cpu_model: str | None = None):
         """`gpu_models`: the GPU models a profile names for each stage's jobs, {stage: {where: name}}, `where`
-        the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.gpu_models)."""
+        the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.gpu_models).
+        `cluster`: the executor the jobs are submitted to where they do not run on this machine (`slurm`), so
+        that this machine is never probed for their times; `cpu_model`: the CPU their CPU jobs run on, as the
+        profile names it (`cpu_model`, a rates file entry's machine), where not this machine's."""
         from ..data.tasks import check_dataset
         from ..data.upstream import example_ids, has_items, shard_plan
         from ..released import released_tasks
 
         self.cfg = cfg = fm_config.resolve(config)
         self.gpu_models = gpu_models or {}
+        self.cluster, self.cpu_model = cluster, cpu_model
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
