@@ -158,3 +158,20 @@ def test_a_retry_of_an_estimated_job_says_in_its_log_how_far_the_estimate_missed
     # a configured runtime is the user's: no estimate to speak of
     config["models"]["demo"]["resources"]["score"]["runtime"] = 30
     assert Plan(config).runtime("demo", "score", 2, log) == 60 and not note.exists()
+
+
+def test_an_arms_fine_tune_of_a_monitored_task_is_estimated_without_the_monitors_checks(tmp_path, monkeypatch):
+    """The demo's arms fine-tune its forecast tasks, whose own fine-tunes are monitored; an arm's fine-tune is not
+    (Plan.arm_finetune_settings), so its scoring is its judging alone, as plain fine-tuning's judged checkpoint's."""
+    from pathlib import Path
+
+    import yaml
+
+    from forgetmap.plan import Plan
+
+    monkeypatch.chdir(tmp_path)
+    plan = Plan(yaml.safe_load((Path(__file__).parents[2] / "config/config.yaml").read_text()))
+    rows = {r.job: r for r in plan.job_times("demo")}
+    assert rows["finetune, monitored (longest)"].work.flops["score"] > 0  # the checks' probes
+    assert rows["arm random"].work.flops["score"] == pytest.approx(rows["plain fine-tune judged"].work.flops["score"])
+    assert rows["arm random"].work.passes["train"] > rows["finetune (longest)"].work.passes["train"]  # replay's stretch

@@ -282,7 +282,9 @@ class Model:
         work.examples, work.setups["train"] = settings["n_examples"], 1
         return work
 
-    def finetune(self, task: str, settings: dict) -> cost.Work:
+    def finetune(self, task: str, settings: dict, monitored: bool = True) -> cost.Work:
+        """A fine-tune of `task` under `settings`, with its monitor's checks where the task's fine-tune is monitored
+        (`monitored`: an arm's fine-tune of the same task is not: Plan.arm_finetune_settings)."""
         from ..data.batches import planned_steps
 
         path = self.plan.task_paths(self.model).get(task)
@@ -291,7 +293,7 @@ class Model:
         examples = self._examples(path)
         steps = planned_steps(settings, examples) if examples else settings["steps"]
         work = self.training(cost.Work(), settings, steps, length, path)
-        monitor = self.plan.forecast.monitor_settings(self.model, task)
+        monitor = self.plan.forecast.monitor_settings(self.model, task) if monitored else None
         if monitor:
             checks = steps // monitor["every"] + 2
             forecast = self.plan.cfg["forecast"]
@@ -430,7 +432,7 @@ class Model:
         settings = self.plan.arm_finetune_settings(self.model, task, arm)
         _, values = swept(arm)
         stretch = 1.0 + (arm.get("ratio") or 0.0) if arm.get("replay") else 1.0
-        one = self.finetune(task, {**settings, "steps": math.ceil(settings["steps"] * stretch)})
+        one = self.finetune(task, {**settings, "steps": math.ceil(settings["steps"] * stretch)}, monitored=False)
         if arm.get("kl"):  # the frozen base's forward on every trained token
             one.add("score", one.tokens["train"], self.fwd(settings["max_length"]), one.passes["train"])
         trained = cost.Work(flops=dict(one.flops), passes=dict(one.passes), tokens=dict(one.tokens))
