@@ -95,8 +95,7 @@ def design(kind: str, fraction: float, tasks: list[str], example_ids: list[str],
             members = np.flatnonzero(sources == source)
             take = int(round(fraction * len(members)))
             order = np.argsort(keys[:, members], axis=1, kind="stable")[:, :take]
-            for i in range(len(tasks)):
-                mask[i, members[order[i]]] = True
+            mask[np.arange(len(tasks))[:, None], members[order]] = True
         return mask
     if kind == "balanced":
         place = (np.arange(len(tasks)) * GOLDEN) % 1.0
@@ -186,17 +185,13 @@ def complete(z: np.ndarray, mask: np.ndarray, sources=None, ranks=RANKS, regs=RE
     rng = np.random.default_rng(seed)
     cells = np.flatnonzero(mask)
     held = rng.random(len(cells)) < 0.1
-    choices = [(0, 0.0)] + [(rank, reg) for rank in ranks for reg in regs]
-    if len(choices) > 1:
-        train = mask.copy()
-        train.flat[cells[held]] = False
-        errors = {}
-        for rank, reg in choices:
-            pred, _ = _fit(z, train, sources, rank, reg, seed)
-            errors[(rank, reg)] = float(np.mean((pred.flat[cells[held]] - z.flat[cells[held]]) ** 2))
-        rank, reg = min(errors, key=errors.get)
-    else:
-        rank, reg = choices[0]
+    train = mask.copy()
+    train.flat[cells[held]] = False
+    errors = {}
+    for rank, reg in [(0, 0.0)] + [(rank, reg) for rank in ranks for reg in regs]:
+        pred, _ = _fit(z, train, sources, rank, reg, seed)
+        errors[(rank, reg)] = float(np.mean((pred.flat[cells[held]] - z.flat[cells[held]]) ** 2))
+    rank, reg = min(errors, key=errors.get)
     pred, b = _fit(z, mask, sources, rank, reg, seed)
     values = np.where(mask, z, pred)
     halfwidths = {}

@@ -292,7 +292,7 @@ def _reap(children: dict, block: bool = False) -> None:
 def wanted(plan) -> bool:
     """A warm server for this local run: asked for (`warm_start`), no job of it claims a GPU, and its jobs are not
     submitted to a cluster (whose jobs start in processes of their own)."""
-    if not plan.cfg.get("warm_start", True) or getattr(plan, "cluster", None):
+    if not plan.cfg.get("warm_start", True) or plan.cluster:
         return False
     return not any(resources["gpu"] for m in plan.computed
                    for resources in plan.cfg["models"][m]["resources"].values())

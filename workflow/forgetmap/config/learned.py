@@ -102,12 +102,10 @@ def learn(rows: list) -> tuple[list, list[str]]:
             if len(found) < LEAST or (warm and not warm_estimate):  # (a plan that forks nothing: warm jobs say nothing)
                 continue
             ratio = statistics.median(found)
-            if warm and warm_estimate:
-                changes["seconds"] = row.seconds * ratio
             if not warm:
                 changes["cold_seconds"] = row.cold_seconds * ratio
-                if not warm_estimate:
-                    changes["seconds"] = row.seconds * ratio
+            if warm or not warm_estimate:  # the estimate a local run goes by: its forked jobs', or its cold ones'
+                changes["seconds"] = row.seconds * ratio
             said.append(f"x{ratio:.2f}{' warm' if warm else ''}, learned from {len(found)} finished "
                         f"{'forked ' if warm else ''}jobs")
         out.append(dataclasses.replace(row, **changes, learned="; ".join(said)) if changes else row)

@@ -172,11 +172,11 @@ def corrected_mean(forecast: np.ndarray, known: np.ndarray, values: np.ndarray, 
 
     `ends`: (up, down) in t's half-widths (forgetmap.predict.ends): the interval [estimate - down · h,
     estimate + up · h], h t's half-width."""
-    audit = corrected_strata(forecast, known, sampled, sampled_forecast, weight, indicators, strata)
     n, k = len(forecast), len(known)
     if k >= n:  # every example measured: the mean itself
         mean = float(np.mean(values))
         return MeanBound(mean, mean, mean, 0.0)
+    audit = corrected_strata(forecast, known, sampled, sampled_forecast, weight, indicators, strata)
     if audit is None:
         return MeanBound(float("nan"), float("nan"), float("nan"), float("nan"))
     known_sum = float(np.sum(values))
