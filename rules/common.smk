@@ -17,7 +17,7 @@ from forgetmap.errors import ForgetmapError
 # the rules that run on each stage's resources (`gpu=resource(stage, ...)`): the GPU model the profile names
 # for them is the memory their jobs are sized against (tests/unit/test_memory.py keeps this in step)
 STAGE_RULES = {"finetune": ("finetune", "arm_run"),
-               "score": ("score", "forecast_scores", "token_losses", "plain_scores"),
+               "score": ("score", "score_cells", "forecast_scores", "token_losses", "plain_scores"),
                "semantic": ("semantic_similarity", "forecast_before"), "gradient": ("gradient_similarity",)}
 
 

@@ -30,6 +30,22 @@ rule score:
         "--settings {params.settings:q} --threads {threads} --gpus {resources.gpu} --out {output:q} > {log:q} 2>&1"
 
 
+use rule score as score_cells with:  # a fractional map's run: its cells only, those on disk read again
+    output:
+        fm_plan.SCORES_CELLS,
+    params:
+        settings=settings(PLAN.cell_score_settings),
+    resources:
+        gpu=resource("score", "gpu"),
+        slurm_partition=partition("score"),
+        mem_mb=resource("score", "mem_mb"),
+        runtime=runtime("score", fm_plan.SCORE_CELLS_LOG),
+    log:
+        fm_plan.SCORE_CELLS_LOG,
+    benchmark:
+        fm_plan.SCORE_CELLS_BENCH
+
+
 rule forgetting_matrix:
     input:
         shards=job(PLAN.shard_paths),

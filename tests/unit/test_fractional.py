@@ -62,7 +62,7 @@ def test_the_completion_recovers_a_low_rank_map_and_its_intervals_cover_at_their
         assert rmse < 0.6 * np.sqrt(np.mean((means[hidden] - z[hidden]) ** 2)) and fit.rank >= 2
         for level in (0.8, 0.9):
             covered = np.mean(np.abs(fit.values[hidden] - z[hidden]) <= fit.halfwidths[level][hidden])
-            assert level - 0.03 <= covered <= level + 0.08  # the folds fit on 4/5 of the cells: a little wide
+            assert level - 0.03 <= covered <= level + 0.1  # each fold fits on 9/10 of the cells: a little wide
             assert (fit.halfwidths[level][mask] == 0).all()
 
 

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "workflow" / "forgetmap"
 # what stages build on: they may import each other, never a stage or the CLI
 FOUNDATIONS = {"errors", "io", "matrix", "models", "pretrained", "from_gguf", "devices", "plots", "embed", "stats",
                "nll", "generation", "engine", "memory", "sharded", "meta_peak", "gpu_models", "gradients", "packing",
-               "anatomy", "kept"}
+               "anatomy", "kept", "fractional"}
 ENTRY = {"cli", "__main__"}  # nothing but `python -m forgetmap` imports the CLI
 
 

@@ -539,7 +539,8 @@ def test_every_rule_that_claims_a_stages_gpus_is_sized_against_the_gpu_model_nam
     stage_rules = ast.literal_eval(re.search(r"STAGE_RULES = (\{.*?\})\n", common, re.S).group(1))
     found: dict = {}
     for path in rules.glob("*.smk"):
-        for rule, body in re.findall(r"^rule (\w+):(.*?)(?=^rule |\Z)", path.read_text(), re.S | re.M):
+        for rule, body in re.findall(r"^(?:rule|use rule \w+ as) (\w+)(?: with)?:(.*?)(?=^rule |^use rule |\Z)",
+                                     path.read_text(), re.S | re.M):
             for stage in re.findall(r'gpu=resource\("(\w+)", "gpu"\)', body):
                 found.setdefault(stage, set()).add(rule)
     assert {stage: set(names) for stage, names in stage_rules.items()} == {s: found[s] for s in stage_rules}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -54,10 +55,30 @@ def _row_correlation(z: np.ndarray) -> np.ndarray:
         return (centred @ centred.T) / np.outer(norms, norms)
 
 
-def task_correlations(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pairwise_correlation(z: np.ndarray) -> np.ndarray:
+    """Pearson correlation between rows, each pair over the columns finite in both (a fractional map's measured
+    cells); NaN for a pair with fewer than 3 such columns or a constant part."""
+    finite = np.isfinite(z)
+    w = finite.astype(np.float64)
+    x = np.where(finite, z, 0.0).astype(np.float64)
+    n = w @ w.T
+    sx = x @ w.T  # [i, j]: row i's sum over the columns both rows have
+    sxx = (x * x) @ w.T
+    sxy = x @ x.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (n * sxy - sx * sx.T) / np.sqrt((n * sxx - sx ** 2) * (n * sxx.T - sx.T ** 2))
+    return np.where(n >= 3, r, np.nan)
+
+
+def task_correlations(z: np.ndarray, pairwise: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """M x M row correlations of Z, raw and after removing each example's mean over tasks (what a
-    task shares with its category beyond what every fine-tune does)."""
-    return _row_correlation(z), _row_correlation(z - np.nanmean(z, axis=0, keepdims=True))
+    task shares with its category beyond what every fine-tune does); `pairwise`: each pair over the
+    columns finite in both (a fractional map's measured cells), else over those finite in every row."""
+    correlation = _pairwise_correlation if pairwise else _row_correlation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an example no row measured: its mean is NaN
+        centred = z - np.nanmean(z, axis=0, keepdims=True)
+    return correlation(z), correlation(centred)
 
 
 def cross_task(z: np.ndarray, tasks: list[str], categories: list[str],
@@ -128,6 +149,12 @@ def matrix_and_upstream(matrix_path, shard_paths):
     return matrix, upstream
 
 
+def _reads(matrix) -> str:
+    """What a correlation table read of the matrix: every cell, or a fractional map's measured cells alone (each
+    pair of rows over the cells both measured)."""
+    return "measured cells" if matrix.completed else "measured"
+
+
 def _write(frame: pd.DataFrame, path) -> None:
     from .io import atomic_path
 
@@ -152,9 +179,9 @@ def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_
         with atomic_path(out_npy) as tmp:
             with open(tmp, "wb") as handle:
                 np.save(handle, similarity)
-    table = pair_correlations(matrix.values, similarity, matrix.tasks)
+    table = pair_correlations(matrix.measured_values(), similarity, matrix.tasks).assign(reads=_reads(matrix))
     _write(table, out_tsv)
-    plots.similarity_scatter(matrix.values, similarity, "cosine(task mean embedding, example embedding)",
+    plots.similarity_scatter(matrix.measured_values(), similarity, "cosine(task mean embedding, example embedding)",
                              table.iloc[0], out_png)
     return table.iloc[0].to_dict()
 
@@ -198,9 +225,10 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
         log.info("task gradient means: %d of %d tasks (%s, %d examples), %.1f s each, about %.1f min left", done,
                  len(matrix.tasks), task, len(encoded), each, each * (len(matrix.tasks) - done) / 60)
     score = (np.stack(task_vectors).astype(np.float64) @ upstream_grads.T.astype(np.float64)) / settings["dim"]
-    table = pair_correlations(matrix.values, score.astype(np.float32), matrix.tasks)
+    table = pair_correlations(matrix.measured_values(), score.astype(np.float32), matrix.tasks).assign(
+        reads=_reads(matrix))
     _write(table, out_tsv)
-    plots.similarity_scatter(matrix.values, score, "task gradient · example gradient (projected)",
+    plots.similarity_scatter(matrix.measured_values(), score, "task gradient · example gradient (projected)",
                              table.iloc[0], out_png)
     return table.iloc[0].to_dict()
 
@@ -211,9 +239,9 @@ def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
 
     matrix = ForgettingMatrix.read(matrix_path)
     categories = matrix.task_categories()
-    correlations = task_correlations(matrix.values)
-    pairs = cross_task(matrix.values, matrix.tasks, categories, correlations)
-    summary = category_summary(pairs)
+    correlations = task_correlations(matrix.measured_values(), pairwise=matrix.completed)
+    pairs = cross_task(matrix.values, matrix.tasks, categories, correlations).assign(reads=_reads(matrix))
+    summary = category_summary(pairs).assign(reads=_reads(matrix))
     _write(pairs, out_tsv)
     _write(summary, out_summary)
     plots.task_correlations(correlations[1], matrix.tasks, categories, out_png)

@@ -119,6 +119,7 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
     modes = settings.get("modes", {})
     carried = Carried()
     task_rows = {t: z[i] for i, t in enumerate(matrix.tasks)}
+    completed = {t: _float(matrix.cells["halfwidth"][t]) for t in matrix.tasks} if matrix.completed else {}
     predicted = dict(predictions or {})
     if forecast:
         predicted.update(_forecast_rows(forecast, ids))
@@ -166,6 +167,8 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
         for i in task_top[task][which]:
             entry = {"id": str(ids[i]), "z": _float(row[i]), "base_nll": _float(matrix.base_nll[i]),
                      "after_nll": _float(matrix.base_nll[i] + row[i])}
+            if task in completed and not matrix.measured[matrix.tasks.index(task), i]:
+                entry["completed"] = completed[task]  # a fractional map's completed cell: its half-width
             if pred is not None:
                 entry["predicted"] = _float(pred[0][i])
                 entry["halfwidth"] = _float(pred[1][i]) if pred[1] is not None else None
@@ -176,6 +179,7 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
         return out
 
     order_key = example_load[:, 0] if count else np.zeros(len(ids))
+    cells = matrix.cells if matrix.completed else None  # a fractional map: what each row measured, said per task
     checkpoints = settings.get("checkpoints", {})  # rows that are checkpoints forgetmap did not train
     return {
         "model": settings["model"], "n_examples": int(len(ids)), "texts": shards is not None, "tasks": [
@@ -183,7 +187,9 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
              "kind": "checkpoint" if t in checkpoints else modes.get(t, settings.get("kind", "measured")),
              "checkpoint": checkpoints.get(t),
              "predicted_by": predicted[t][2] if t in predicted else None,
-             "mean": _float(np.nanmean(task_rows[t])), "forgotten": _float(np.nanmean(task_rows[t] > 0))}
+             "mean": _float(np.nanmean(task_rows[t])), "forgotten": _float(np.nanmean(task_rows[t] > 0)),
+             **({"measured_share": _float(np.mean(matrix.measured[matrix.tasks.index(t)])),
+                 "completed_halfwidth": completed[t], "level": cells["level"]} if t in completed else {})}
             for t in tasks],
         "overview": {"tasks": tasks, **overview(np.stack([task_rows[t] for t in tasks]), matrix.sources, order_key,
                                                  settings["columns"])},
@@ -202,14 +208,20 @@ def _row(path, column: str, ids: np.ndarray) -> np.ndarray:
     return frame[column].reindex(ids).to_numpy(np.float32)
 
 
-def _widest_halfwidths(path, ids: np.ndarray) -> np.ndarray | None:
+def _widest_halfwidths(path, ids: np.ndarray, task: str | None = None) -> np.ndarray | None:
     """The half-widths of the widest interval level a file records (`levels` in its metadata: a forecast
-    or a prediction's intervals file), aligned with the matrix's examples; None without intervals."""
+    or a prediction's intervals file), aligned with the matrix's examples; `task`'s own where the file has them (a
+    fractional map's prediction); None without intervals."""
+    import pyarrow.parquet as pq
+
     from .io import read_metadata
     from .predict.protocol import interval_column
 
     levels = read_metadata(path).get("levels") or []
-    return _row(path, interval_column(max(levels)), ids) if levels else None
+    if not levels:
+        return None
+    own = task is not None and interval_column(max(levels), task) in pq.read_schema(path).names
+    return _row(path, interval_column(max(levels), task if own else None), ids)
 
 
 def _forecast_rows(path: str, ids: np.ndarray) -> dict:
@@ -320,7 +332,7 @@ def explorer_command(out: str, settings: dict | None = None, matrix: str | None 
         task, directory = pair.split("=", 1)
         path, intervals = seed_file(directory, SEED), intervals_file(directory, SEED)
         meta = read_metadata(path)
-        rows[task] = (_row(path, task, ids), _widest_halfwidths(intervals, ids) if intervals.exists() else None,
+        rows[task] = (_row(path, task, ids), _widest_halfwidths(intervals, ids, task) if intervals.exists() else None,
                       f"{meta['method']} (split {meta['split']}, k = {len(meta['known_columns'])})")
     arms: dict = {}
     for pair in arm_scores or []:

@@ -4,22 +4,23 @@ the forgetting matrix completed from them with a conformal half-width per comple
 The map is low-rank (forgetmap.lowrank), so a few measured cells per example determine the others (Chen et al.,
 JMLR 2015; PromptEval, NeurIPS 2024). Each design is a rule on stable cell keys, so it is nested: a larger
 fraction measures every cell a smaller one did, and a task added to the config leaves every other task's cells
-as they were (`design`):
+as they were (`design`). The two designs a workflow's scoring jobs use (`row`: uniform and balanced) give each
+task's cells from the task and each example's id alone, so a job scoring one shard needs nothing else:
 
 - `uniform`: each cell measured where its key (a hash of task and example id) is below the fraction;
 - `stratified`: in each task, the same share of each source's examples (lowest keys first);
 - `balanced`: every example measured under about the same number of tasks (within two of fraction x tasks): the
   tasks, in the config's order, placed on a low-discrepancy circle (golden-ratio steps) and each example given an
-  arc of length `fraction` at an offset spread evenly over the examples, so any prefix of the tasks covers every
-  example almost evenly (a hash per cell covers binomially: some examples under no task);
+  arc of length `fraction` at an offset hashed from its id, so any prefix of the tasks covers every example almost
+  evenly (a hash per cell covers binomially: some examples under no task);
 - `leverage`: two phases, the first half of the budget balanced, then the rest drawn by each example's leverage
   under a low-rank fit of the first (Chen et al.'s sampling), which an added task changes for all.
 
 The completion (`complete`) is each task's mean over each source's measured examples (shrunk toward the task's
 mean) plus a rank-r factorisation of the residual fitted by alternating ridge least squares on the measured cells
 only; rank (0 included) and ridge are chosen on a tenth of the measured cells held out. Each completed cell's
-half-width at a level is split conformal: the measured cells in five folds, each completed by a fit on the other
-four, the score |z - ẑ| over the task's root-mean-square fold error, and the half-width the ⌈(n + 1) level⌉-th
+half-width at a level is split conformal: the measured cells in ten folds, each completed by a fit on the other
+nine (a fold leaves each example most of its few cells), the score |z - ẑ| over the task's root-mean-square fold error, and the half-width the ⌈(n + 1) level⌉-th
 smallest score times that spread.
 """
 
@@ -35,7 +36,7 @@ DESIGNS = ("uniform", "stratified", "balanced", "leverage")
 GOLDEN = (np.sqrt(5.0) - 1) / 2
 RANKS = (1, 2, 3, 5)
 REGS = (0.1, 1.0, 10.0)  # times the measured cells' mean square per factor row
-FOLDS = 5
+FOLDS = 10
 
 
 def _key64(text: str) -> np.uint64:
@@ -60,12 +61,49 @@ def cell_keys(tasks: list[str], example_ids: list[str], seed: int = 0) -> np.nda
 
 
 def example_offsets(example_ids: list[str], seed: int = 0) -> np.ndarray:
-    """Each example's offset on the circle: (rank + 0.5) / U, ranked by a hash of its id (evenly spread, stable
-    for a corpus)."""
+    """Each example's offset on the circle, uniform in [0, 1): a hash of its id alone, so a scoring job that sees
+    one shard places its examples as the whole corpus does, and a corpus that grows moves none of them."""
     keys = np.array([_key64(f"{seed}\x01{example}") for example in example_ids], dtype=np.uint64)
-    offsets = np.empty(len(keys))
-    offsets[np.argsort(keys, kind="stable")] = (np.arange(len(keys)) + 0.5) / len(keys)
-    return offsets
+    return (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+ROW_DESIGNS = ("uniform", "balanced")  # a task's cells from its name or place and each example's id alone
+
+
+def row(kind: str, fraction: float, task: str, place: int, example_ids: list[str], seed: int = 0) -> np.ndarray:
+    """(U,) bool: the cells a `kind` design (one of ROW_DESIGNS) measures in one task's row, `place` the task's
+    position among the model's tasks (balanced) and `example_ids` any of the corpus's examples (a shard): the
+    same cells `design` gives that row, computed from the row alone (what one scoring job knows)."""
+    fraction = check_fraction(fraction)
+    example_ids = [str(e) for e in example_ids]
+    if fraction >= 1:
+        return np.ones(len(example_ids), dtype=bool)
+    if kind == "uniform":
+        return cell_keys([task], example_ids, seed)[0] < fraction
+    if kind == "balanced":
+        return ((place * GOLDEN - example_offsets(example_ids, seed)) % 1.0) < fraction
+    raise ValueError(f"design: {kind!r} is not one of {', '.join(ROW_DESIGNS)} (a design a scoring job computes "
+                     "from its own row)")
+
+
+def least_cover(kind: str, fraction: float, tasks: list[str], example_ids: list[str], seed: int = 0) -> int:
+    """The fewest tasks any example is measured under."""
+    cover = np.zeros(len(example_ids), dtype=np.int64)
+    for place, task in enumerate(tasks):
+        cover += row(kind, fraction, task, place, example_ids, seed)
+    return int(cover.min()) if len(cover) else 0
+
+
+def smallest_fraction(kind: str, tasks: list[str], example_ids: list[str], need: int, seed: int = 0) -> float | None:
+    """The smallest fraction in steps of 0.01 at which every example is measured under at least `need` tasks
+    (None where even every cell is too few: fewer tasks than `need`)."""
+    if len(tasks) < need:
+        return None
+    low, high = 0, 100  # cover grows with the fraction (the designs are nested): bisect the hundredths
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if least_cover(kind, mid / 100, tasks, example_ids, seed) >= need else (mid, high)
+    return high / 100
 
 
 def check_fraction(fraction) -> float:
@@ -85,8 +123,9 @@ def design(kind: str, fraction: float, tasks: list[str], example_ids: list[str],
     tasks, example_ids = list(tasks), [str(e) for e in example_ids]
     if fraction >= 1:
         return np.ones((len(tasks), len(example_ids)), dtype=bool)
-    if kind == "uniform":
-        return cell_keys(tasks, example_ids, seed) < fraction
+    if kind in ROW_DESIGNS:
+        return np.stack([row(kind, fraction, task, place, example_ids, seed) for place, task in enumerate(tasks)]) \
+            if tasks else np.zeros((0, len(example_ids)), dtype=bool)
     if kind == "stratified":
         keys = cell_keys(tasks, example_ids, seed)
         sources = np.asarray(sources if sources is not None else [""] * len(example_ids)).astype(str)
@@ -97,9 +136,6 @@ def design(kind: str, fraction: float, tasks: list[str], example_ids: list[str],
             order = np.argsort(keys[:, members], axis=1, kind="stable")[:, :take]
             mask[np.arange(len(tasks))[:, None], members[order]] = True
         return mask
-    if kind == "balanced":
-        place = (np.arange(len(tasks)) * GOLDEN) % 1.0
-        return ((place[:, None] - example_offsets(example_ids, seed)[None, :]) % 1.0) < fraction
     if kind == "leverage":
         first = design("balanced", fraction / 2, tasks, example_ids, seed=seed)
         if measured is None:
@@ -155,10 +191,14 @@ def _als(r: np.ndarray, mask: np.ndarray, rank: int, reg: float, seed: int, swee
     a = rng.normal(scale=0.1, size=(t, rank))
     b = rng.normal(scale=0.1, size=(u, rank))
     eye = reg * np.eye(rank)
+
+    def outer(f):  # each factor row's outer product, flattened: a row's Gram matrix is the mask times these
+        return (f[:, :, None] * f[:, None, :]).reshape(len(f), rank * rank)
+
     for _ in range(sweeps):
-        gram = np.einsum("ij,jr,js->irs", m, b, b) + eye
+        gram = (m @ outer(b)).reshape(t, rank, rank) + eye
         a = np.linalg.solve(gram, (rf @ b)[:, :, None])[:, :, 0]
-        gram = np.einsum("ij,ir,is->jrs", m, a, a) + eye
+        gram = (m.T @ outer(a)).reshape(u, rank, rank) + eye
         b = np.linalg.solve(gram, (rf.T @ a)[:, :, None])[:, :, 0]
     return a, b
 

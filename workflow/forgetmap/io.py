@@ -61,6 +61,15 @@ def _plain_modes(path: Path) -> None:
                 os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
+def definition_key(definition: dict) -> str:
+    """8 hex digits of the settings that define a file (sorted JSON, so key order and the config file it came from
+    do not matter): a data file's `{key}` (forgetmap.plan.paths), a score file's settings."""
+    import hashlib
+
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def write_table(table: pa.Table, path: str | os.PathLike, metadata: dict | None = None) -> None:
     """Write a parquet file atomically; `metadata` is stored as JSON under the key `forgetmap`."""
     if metadata is not None:

@@ -105,6 +105,26 @@ def row_shuffled_null(z: np.ndarray, seed: int = 0) -> np.ndarray:
     return out
 
 
+MEASURED_RANKS = 10  # a fractional map's R² on its measured cells: ranks fitted one by one (forgetmap.fractional)
+
+
+def measured_r2(z: np.ndarray, measured: np.ndarray, ranks: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A fractional map's R² by rank and its row-shuffled null (each row's measured values permuted among its
+    measured cells), both over the measured cells alone (forgetmap.fractional.masked_r2), up to MEASURED_RANKS
+    (NaN beyond: each rank is a fit, not a truncation of one SVD)."""
+    from .fractional import masked_r2
+
+    fitted = min(ranks, MEASURED_RANKS)
+    rng = np.random.default_rng(seed)
+    null = np.array(z, dtype=np.float64)
+    for i in range(len(null)):
+        cells = np.flatnonzero(measured[i])
+        null[i, cells] = rng.permutation(null[i, cells])
+    pad = np.full(ranks - fitted, np.nan)
+    return {"r2": np.concatenate([masked_r2(z, measured, fitted, seed), pad]),
+            "r2_row_shuffled": np.concatenate([masked_r2(null, measured, fitted, seed), pad])}
+
+
 def two_proportion_z(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:
     """Pooled two-proportion z-test (reference §3.3): z and the two-sided p-value."""
     from scipy.stats import norm
@@ -165,12 +185,17 @@ def analyse(matrix, outputs, max_rank: int = 30, n_components: int = 4, top_task
     square, centred = total_sum_of_squares(z)
     ranks = min(len(s), max_rank)
     r2 = r2_from_singular_values(s, square, centred, ranks)
-    null = row_shuffled_null(z)
-    s_null, _ = gram_svd(null)
-    r2_null = r2_from_singular_values(s_null, *total_sum_of_squares(null), ranks)
-    del null
-    table = pd.DataFrame({"rank": np.arange(1, ranks + 1), "r2": r2, "singular_value": s[:ranks],
-                          "r2_row_shuffled": r2_null})
+    if matrix.completed:  # R² and its null on the measured cells alone: a completion is low-rank by construction
+        measured = matrix.measured[np.ix_(cleaned.task_index, cleaned.example_index)]
+        table = pd.DataFrame({"rank": np.arange(1, ranks + 1), **measured_r2(z, measured, ranks),
+                              "singular_value": s[:ranks], "r2_completed": r2})
+    else:
+        null = row_shuffled_null(z)
+        s_null, _ = gram_svd(null)
+        r2_null = r2_from_singular_values(s_null, *total_sum_of_squares(null), ranks)
+        del null
+        table = pd.DataFrame({"rank": np.arange(1, ranks + 1), "r2": r2, "singular_value": s[:ranks],
+                              "r2_row_shuffled": r2_null})
     with atomic_path(outputs["r2"]) as tmp:
         table.to_csv(tmp, sep="\t", index=False, float_format="%.6g")
 
@@ -203,7 +228,9 @@ def analyse(matrix, outputs, max_rank: int = 30, n_components: int = 4, top_task
         plots.components(parts, tasks, categories, sources[cols], outputs["component_figure"])
     summary = {"tasks": len(tasks), "examples": int(z.shape[1]), "tasks_dropped_all_nan": cleaned.dropped_tasks,
                "examples_dropped_nan": int(matrix.values.shape[1] - z.shape[1]),
-               "r2_rank_1_3_5": [float(r2[r - 1]) if r <= ranks else None for r in (1, 3, 5)]}
+               "r2_rank_1_3_5": [float(table["r2"].iloc[r - 1]) if r <= ranks else None for r in (1, 3, 5)],
+               "reads": {"r2": "measured cells" if matrix.completed else "measured",
+                         "spectrum, components and figures": matrix.reads()}}
     with atomic_path(outputs["summary"]) as tmp:
         tmp.write_text(json.dumps(summary, indent=1))
     return summary
@@ -215,8 +242,10 @@ def summarise(r2_tables: dict[str, str], ranks=(1, 3, 5)):
 
     rows = []
     for model, path in r2_tables.items():
-        table = pd.read_csv(path, sep="\t").set_index("rank")["r2"]
-        rows.append({"model": model, **{f"rank_{r}": table.get(r, np.nan) for r in ranks}})
+        frame = pd.read_csv(path, sep="\t")
+        table = frame.set_index("rank")["r2"]
+        reads = "measured cells of a completed map" if "r2_completed" in frame else "measured"
+        rows.append({"model": model, **{f"rank_{r}": table.get(r, np.nan) for r in ranks}, "reads": reads})
     return pd.DataFrame(rows)
 
 

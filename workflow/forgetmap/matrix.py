@@ -36,6 +36,11 @@ STATISTICS = {
 BINARY_STATISTICS = ("forgotten_1to0", "transferred_0to1")
 
 
+def measured_column(task: str) -> str:
+    """A fractional map's column saying which of a row's cells were measured."""
+    return f"measured:{task}"
+
+
 def forgotten(values: np.ndarray, threshold: float = 0.0) -> np.ndarray:
     """The one definition of a forgotten entry: its value exceeds `threshold` (0: any loss increase;
     for a 0/1 transition matrix, any threshold in [0, 1) selects the 1s)."""
@@ -52,6 +57,10 @@ class ForgettingMatrix:
     categories: dict[str, str] = field(default_factory=dict)   # task -> category
     groups: dict[str, str] = field(default_factory=dict)       # category -> split group
     statistic: str = "nll_change"                              # a key of STATISTICS
+    # a fractional map (forgetmap.fractional): which cells were measured (M x N bool; None: every cell) and how the
+    # rest were completed (the metadata's `cells`: fraction, design, rank, level and each row's half-width)
+    measured: np.ndarray | None = None
+    cells: dict | None = None
 
     def __post_init__(self):
         self.values = np.asarray(self.values, dtype=np.float32)
@@ -60,6 +69,37 @@ class ForgettingMatrix:
         if self.values.shape != (len(self.tasks), len(self.example_ids)):
             raise ValueError(f"values have shape {self.values.shape}, expected "
                              f"({len(self.tasks)} tasks, {len(self.example_ids)} examples)")
+        if self.measured is not None and np.shape(self.measured) != self.values.shape:
+            raise ValueError(f"measured has shape {np.shape(self.measured)}, expected {self.values.shape}")
+
+    @property
+    def completed(self) -> bool:
+        """Whether some cells are completed, not measured (a fractional map)."""
+        return self.measured is not None and not bool(np.all(self.measured))
+
+    def measured_values(self) -> np.ndarray:
+        """The values with every completed cell NaN: what an analysis that may read measured cells only reads."""
+        return self.values if self.measured is None else np.where(self.measured, self.values, np.nan)
+
+    def require_measured(self, where: str, use: str) -> None:
+        """Refuse a fractional map where only measured cells are valid (`use`: what reads every cell of a row)."""
+        if self.completed:
+            raise DataError(f"{where}: a fractional map ({self.reads()}), and {use} reads every example of each row it "
+                            f"fits: only measured cells are valid there; build the map in full "
+                            f"(models.NAME.score.cells: 1)")
+
+    def halfwidths(self) -> np.ndarray:
+        """(M, N): each completed cell's conformal half-width at the map's level (its row's), 0 at measured cells."""
+        if not self.completed:
+            return np.zeros(self.shape, dtype=np.float32)
+        rows = np.array([self.cells["halfwidth"][t] for t in self.tasks], dtype=np.float32)
+        return np.where(self.measured, np.float32(0), rows[:, None])
+
+    def reads(self) -> str:
+        """What an analysis of all of the values read, for its table: `measured` or `completed (P % measured)`."""
+        if not self.completed:
+            return "measured"
+        return f"completed ({100 * float(np.mean(self.measured)):.0f} % measured)"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -77,8 +117,12 @@ class ForgettingMatrix:
                    "source": pa.array(self.sources.astype(str)),
                    "base_nll": pa.array(self.base_nll, pa.float32()), **(extra_columns or {})}
         columns.update({t: pa.array(self.values[i], pa.float32()) for i, t in enumerate(self.tasks)})
+        if self.measured is not None:  # a fractional map: which cells each row measured, after the rows
+            columns.update({measured_column(t): pa.array(self.measured[i]) for i, t in enumerate(self.tasks)})
         metadata = {"format_version": FORMAT_VERSION, "statistic": self.statistic, "tasks": self.tasks,
                     "categories": self.categories, "groups": self.groups, **(extra_metadata or {})}
+        if self.cells is not None:
+            metadata["cells"] = self.cells
         write_table(pa.table(columns), path, metadata)
 
     @classmethod
@@ -102,14 +146,30 @@ class ForgettingMatrix:
             block = source.read(columns=tasks[start:start + 8])
             for i, t in enumerate(tasks[start:start + 8]):
                 values[start + i] = block.column(t).to_numpy()
+        measured = None
+        if meta.get("cells") is not None:
+            missing = [measured_column(t) for t in tasks if measured_column(t) not in names]
+            if missing:
+                raise DataError(f"{path}: a fractional map without its column(s) {', '.join(missing[:3])}")
+            measured = np.stack([source.read(columns=[measured_column(t)]).column(0).to_numpy(zero_copy_only=False)
+                                 for t in tasks]).astype(bool) if tasks else np.zeros((0, labels.num_rows), bool)
         return cls(values, list(tasks), labels.column("example_id").to_numpy().astype(str),
                    labels.column("source").to_numpy().astype(str),
                    labels.column("base_nll").to_numpy().astype(np.float32),
-                   meta.get("categories", {}), meta.get("groups", {}), statistic)
+                   meta.get("categories", {}), meta.get("groups", {}), statistic, measured, meta.get("cells"))
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame({"example_id": self.example_ids, "source": self.sources, "base_nll": self.base_nll})
         return pd.concat([frame, pd.DataFrame(self.values.T, columns=self.tasks)], axis=1)
+
+
+def _read_scored(path: str | Path) -> np.ndarray:
+    """Which examples a score file measured: its `scored` column (a fractional map's run, forgetmap.cells), else
+    every one."""
+    names = pq.read_schema(path).names
+    if "scored" not in names:
+        return np.ones(pq.read_metadata(path).num_rows, dtype=bool)
+    return pq.read_table(path, columns=["scored"]).column(0).to_numpy(zero_copy_only=False).astype(bool)
 
 
 def _read_scores(path: str | Path, expected_ids: np.ndarray, statistic: str = "nll_change") -> np.ndarray:
@@ -148,12 +208,14 @@ def assemble(shards: list[str], base_scores: list[str], task_scores: dict[str, l
         runs[task] = np.concatenate([_read_scores(p, i, statistic) for p, i in zip(paths, ids)])
     references = references or {}
     values = np.empty((len(task_scores), len(runs["base"])), dtype=np.float32)
+    measured = np.ones(values.shape, dtype=bool)
     for row, task in enumerate(task_scores):
         values[row] = runs[task] - runs[references.get(task, "base")]
+        measured[row] = np.concatenate([_read_scored(p) for p in task_scores[task]])
     tasks = list(task_scores)
     return ForgettingMatrix(values, tasks, np.concatenate(ids), np.concatenate(sources), runs["base"],
                             {t: categories[t] for t in tasks}, {c: groups[c] for c in sorted({categories[t] for t in tasks})},
-                            statistic)
+                            statistic, None if measured.all() else measured)
 
 
 STATISTIC_OF_Z = {"nats_per_token": "nll_change", "bits_per_byte": "bpb_change"}  # models.NAME.z -> statistic
@@ -174,6 +236,30 @@ def matrix_command(settings: dict, shards: list[str], out: str) -> dict:
     matrix = assemble_rows(settings, shards)
     extra = {"references": settings["references"], "checkpoints": settings["checkpoints"]} \
         if settings.get("checkpoints") else {}
+    summary = {}
+    if settings.get("cells"):
+        summary = complete_map(matrix, settings["cells"])
     matrix.write(out, {"model": settings["model"], **extra})
     return {"tasks": matrix.shape[0], "examples": matrix.shape[1], "nan": int(np.isnan(matrix.values).sum()),
-            "mean": float(np.nanmean(matrix.values)), "share_negative": float(np.nanmean(matrix.values < 0))}
+            "mean": float(np.nanmean(matrix.values)), "share_negative": float(np.nanmean(matrix.values < 0)), **summary}
+
+
+def complete_map(matrix: ForgettingMatrix, cells: dict) -> dict:
+    """A fractional map's unmeasured cells completed in place (forgetmap.fractional.complete: each task's source
+    means plus a low-rank fit of the measured cells, a conformal half-width per completed cell at `cells['level']`,
+    the same for every completed cell of a row); a measured cell whose scored span is empty stays NaN, as in a full
+    map. Records the fraction, design, rank, level and half-widths in `matrix.cells`."""
+    from .fractional import complete
+
+    measured = np.ones(matrix.shape, dtype=bool) if matrix.measured is None else matrix.measured
+    fit = complete(matrix.values, measured, matrix.sources, levels=(cells["level"],), seed=cells["seed"])
+    empty = measured & ~np.isfinite(matrix.values)
+    matrix.values = np.where(empty, np.nan, fit.values).astype(np.float32)
+    matrix.measured = measured
+    widths = fit.halfwidths[float(cells["level"])]
+    halfwidth = {t: float(widths[i][~measured[i]].max()) if (~measured[i]).any() else 0.0
+                 for i, t in enumerate(matrix.tasks)}
+    matrix.cells = {"fraction": cells["fraction"], "design": cells["design"], "seed": cells["seed"],
+                    "measured_share": float(measured.mean()), "rank": int(fit.rank), "ridge": float(fit.reg),
+                    "level": float(cells["level"]), "halfwidth": halfwidth}
+    return {"measured_share": matrix.cells["measured_share"], "completion_rank": fit.rank}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -30,21 +31,50 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
     """Score every example of an upstream shard with one model and write the scores contract; where the
     shard has items with an answer, their correctness too (`forgetmap.correctness`), from the same model.
     `engines` (vllm backend, `engine.VllmEngines`): the job's engine, kept for its next checkpoint; without it
-    the engine is this call's and is shut down after it."""
+    the engine is this call's and is shut down after it. With `cells` in the settings (a fractional map's run,
+    forgetmap.plan) only those cells are scored, and of them only those no earlier file of the run holds
+    (`forgetmap.cells`)."""
     import pandas as pd
+
+    from .io import write_table
+    from .models import set_threads
+
+    set_threads(threads)
+    frame = pd.read_parquet(shard)
+    if isinstance(settings.get("cells"), dict):  # a run's cells (the config's own `cells` is a number)
+        from .cells import score_cells
+
+        return score_cells(frame, settings, out, score_metadata(model_dir, settings, shard),
+                           lambda part: score_frame(model_dir, part, settings, engines))
+    table, summary = score_frame(model_dir, frame, settings, engines)
+    write_table(table, out, score_metadata(model_dir, settings, shard))
+    return summary
+
+
+def score_metadata(model_dir: str, settings: dict, shard: str) -> dict:
+    """What a score file records of how it was made: the model's directory and identity (forgetmap.pretrained), a
+    digest of its scoring settings (the cells aside) and the shard's file name (named by its definition): what tells
+    whether its scores may be read again."""
+    from .io import definition_key
+    from .pretrained import identity
+
+    return {"model_dir": str(model_dir), "backend": settings["backend"], "identity": identity(model_dir),
+            "settings": definition_key({k: v for k, v in settings.items() if k not in ("cells", "design", "level")}),
+            "shard": Path(shard).name}
+
+
+def score_frame(model_dir: str, frame, settings: dict, engines=None):
+    """(the scores table of `frame`'s examples, the job's summary): `score_shard`'s work on examples in memory."""
     import pyarrow as pa
 
     from .correctness import items as correctness
     from .correctness import sampled
     from .correctness.prompts import asked, shown
     from .data.chat import encode_examples, scored_bytes, truncation
-    from .io import write_table
-    from .models import load_model, load_tokenizer, pick_device, pick_dtype, set_threads, tokenizer_choices
+    from .models import load_model, load_tokenizer, pick_device, pick_dtype, tokenizer_choices
     from .engine import VllmEngines, engine_failures, vllm_lengths
     from .nll import TorchScorer, model_positions, score_with_vllm
 
-    set_threads(threads)
-    frame = pd.read_parquet(shard)
     tokenizer = load_tokenizer(model_dir)
     max_length = settings["max_length"]
     encoded = encode_examples(tokenizer, frame, settings["chat_template"], max_length)
@@ -112,7 +142,6 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
                "n_bytes": pa.array(scored_bytes(tokenizer, encoded), pa.int32())}
     if "answer" in frame:
         columns.update(correctness.item_columns(len(frame), rows, record))
-    write_table(pa.table(columns), out, {"model_dir": str(model_dir), "backend": settings["backend"]})
     elapsed = scored - start
     summary = {"examples": len(frame), "tokens": int(n_tokens.sum()), "nan": int(np.isnan(nll).sum()),
                "seconds": round(elapsed, 3), "tokens_per_s": round(float(n_tokens.sum()) / max(elapsed, 1e-9), 1)}
@@ -128,4 +157,4 @@ def score_shard(model_dir: str, shard: str, settings: dict, threads: int, out: s
                    **tokenizer_choices(tokenizer, settings["chat_template"]))
     if summary["nan"]:
         log.warning("%d of %d examples have an empty scored span (NaN)", summary["nan"], len(frame))
-    return summary
+    return pa.table(columns), summary

@@ -67,7 +67,8 @@
     return entries.map((e) => {
       const ex = data.examples[e.id] || {};
       return [link(e.id, () => showExample(e.id), e.id), ex.source || "", shorten(exampleText(ex)), fmt(e.base_nll), fmt(e.after_nll),
-              fmt(e.z), e.predicted === undefined ? "–" : fmt(e.predicted),
+              fmt(e.z) + (e.completed === undefined ? "" : " (completed ± " + fmt(e.completed) + ")"),
+              e.predicted === undefined ? "–" : fmt(e.predicted),
               e.halfwidth === undefined || e.halfwidth === null ? "–" : "± " + fmt(e.halfwidth),
               e.transition || "–"];
     });
@@ -89,6 +90,8 @@
       el("p", { class: "note", text: (task.checkpoint ? task.checkpoint.path + ", compared with " +
         task.checkpoint.reference + "; post-training type " : "category ") + task.category + "; mean Z " + fmt(task.mean) +
         "; share forgotten " + fmt(task.forgotten, 2) +
+        (task.measured_share === undefined ? "" : "; " + fmt(100 * task.measured_share, 0) + " % of its cells measured, " +
+          "the rest completed from the map (each ± " + fmt(task.completed_halfwidth) + " at level " + task.level + ")") +
         (task.predicted_by ? "; predicted by " + task.predicted_by : "") }),
       el("h2", { text: "Most forgotten" }), table(HEADERS, exampleRows(top.forgotten), "task-forgotten"),
       el("h2", { text: "Most improved" }), table(HEADERS, exampleRows(top.improved), "task-improved"));

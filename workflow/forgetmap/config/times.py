@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import cost
 from ..devices import cpu_name, usable_cpus
+from ..io import definition_key
 
 SAMPLE = 256  # examples tokenized to measure a file's mean length
 # the jobs whose resources are each stage's (rules/common.smk's STAGE_RULES): their estimate sets the stage's runtime
@@ -312,9 +313,15 @@ class Model:
         table = pq.read_table(path, columns=["split"])
         return int(sum(1 for s in table.column("split").to_pylist() if s == split))
 
-    def score(self, settings: dict, shard: int) -> cost.Work:
+    def score(self, settings: dict, shard: int, cells: float = 1.0) -> cost.Work:
+        """One scoring job's work on a shard: every example, or where `cells` < 1 (a fractional map's run) that
+        share of those that are not items (every item is scored under every run)."""
         path = self.plan.shard_paths(self.model)[shard]
-        return self.scored_file(settings, path, self.plan.shards[self.plan.corpus(self.model)][shard]["count"])
+        examples = self.plan.shards[self.plan.corpus(self.model)][shard]["count"]
+        if cells < 1:
+            mc, free, _ = self.lengths.items(path)
+            examples = round(mc + free + cells * (examples - mc - free))
+        return self.scored_file(settings, path, examples)
 
     def scored_file(self, settings: dict, path: str, examples: int, share: float = 1.0) -> cost.Work:
         """One scoring job's work on `examples` upstream examples like those of `path` (a shard), whose items
@@ -459,13 +466,19 @@ def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list
         finetunes.setdefault(label, []).append(job(m.finetune(task, plan.finetune_settings(model, task)), "FINETUNE",
                                                    task=task))
     out += [("finetune", label, jobs) for label, jobs in finetunes.items()]
-    scored = [r for r in plan.runs(model) if r not in plan.logged[model]]
+    fractional = plan.fractional_rows(model)
+    scored = [r for r in plan.runs(model) if r not in plan.logged[model] and r not in fractional]
     scoring = plan.score_settings(model)
     shards = len(plan.shard_paths(model))
+    cells = plan.cfg["models"][model]["score"]["cells"]
     for shard in range(shards):
-        work = m.score(scoring, shard)
-        out.append(("score", f"score shard {shard}" if shards > 1 else "score",
-                    [job(work, "SCORE", run=r, shard=shard) for r in scored]))
+        label = f"score shard {shard}" if shards > 1 else "score"
+        out.append(("score", label, [job(m.score(scoring, shard), "SCORE", run=r, shard=shard) for r in scored]))
+        if fractional:  # a fractional map's runs: their cells only (its time table shows the saving)
+            work = m.score(scoring, shard, cells)
+            out.append(("score", f"{label}, {100 * cells:g} % of cells",
+                        [job(work, "SCORE_CELLS", run=r, shard=shard, cells=definition_key(plan.cells(model, r)))
+                         for r in fractional]))
     arm_tasks = plan.mitigation.tasks(model)
     if arm_tasks:
         arms = plan.cfg["mitigation"]["arms"]

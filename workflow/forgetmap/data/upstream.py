@@ -180,6 +180,15 @@ def has_items(spec: dict) -> bool:
     return "answer" in frame and bool(frame["answer"].map(present).any())
 
 
+def item_flags(spec: dict) -> list[bool]:
+    """Whether each example of the corpus, in order, is an item with an answer (read at planning: the demo's
+    domains, or the `answer` column)."""
+    if spec["format"] == "demo":
+        return [demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in range(spec["n_examples"])]
+    frame = _table(spec, columns=["answer"])
+    return frame["answer"].map(present).astype(bool).tolist() if "answer" in frame else [False] * len(frame)
+
+
 def example_ids(spec: dict) -> list[str]:
     """The corpus's example ids in order, cheaply (no text is generated; parquet reads one column).
 

@@ -139,6 +139,8 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
 
             column = interval_column(risk_level)
             path = forecast or intervals_file(prediction, prediction_seed)
+            if os.path.exists(path) and interval_column(risk_level, task) in pq.read_schema(path).names:
+                column = interval_column(risk_level, task)  # the task's own (a fractional map's prediction)
             if not os.path.exists(path) or column not in pq.read_schema(path).names:
                 raise DataError(f"{forecast or prediction}: no conformal intervals beside the prediction at level "
                                 f"{risk_level:g} (they need a regression method, at least 3 train tasks and the level "

@@ -185,8 +185,8 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
     from .signals import predictor_table
 
     codes = None if transitions is None else ForgettingMatrix.read(transitions)
-    frame = per_run(ForgettingMatrix.read(matrix), settings["runs"], settings["threshold"], codes,
-                    settings["margin"])
+    forgetting = ForgettingMatrix.read(matrix)
+    frame = per_run(forgetting, settings["runs"], settings["threshold"], codes, settings["margin"])
     trained, arms = headline(frame, {arm["name"]: arm for arm in settings["arms"]})
     table = pd.concat([paired_tests(trained, arms, settings["level"]),
                        matched_tests(matched_learning(frame), settings["level"]),
@@ -197,6 +197,9 @@ def summary_command(matrix: str, settings: dict, summary: str, tests: str, forge
                          if target in runs and runs[target].notna().any()], ignore_index=True)
     labels = {(arm, value_key(value)): label for arm, value, label in zip(frame["arm"], frame["value"], frame["label"])}
     protected = protection_table(settings["runs"], settings.get("predictions") or {}, labels)
+    if forgetting.completed:  # a predicted arm's replay was chosen from rows of a fractional map: said in its tables
+        for data in (frame, table):
+            data["map"] = forgetting.reads()
     for data, path in ((frame, summary), (table, tests), (points, fronts), (cost_table(trained), costs),
                        (signals, predictors), (protected, protection)):
         with atomic_path(path) as tmp:

@@ -149,6 +149,7 @@ class ForecastMap:
         if forgetting.statistic != "nll_change":
             raise DataError(f"{where}: holds {forgetting.statistic!r}; a forecast from scored probes needs NLL "
                             f"changes in nats per token (statistic nll_change)")
+        forgetting.require_measured(where, "the monitor's map fit")
         shards = upstream_files(upstream)
         if not np.array_equal(read_ids(shards), forgetting.example_ids):
             raise DataError(f"{where}: its examples are not those of the upstream files {shards[:2]}...: give the "

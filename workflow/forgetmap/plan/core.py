@@ -26,7 +26,7 @@ from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
 from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, FORECAST_PROBES, LOGGED, LOWRANK, LOWRANK_SUMMARY,
-                    MATRIX, NO_ARM, POSTTRAINED, SCORES, SHARD, TASK, alternatives, definition_key)
+                    MATRIX, NO_ARM, POSTTRAINED, SCORES, SCORES_CELLS, SHARD, TASK, alternatives, definition_key)
 from .prediction import PredictionPlan
 
 
@@ -105,6 +105,11 @@ class Plan:
         self.z_models = [m for m in self.z_models if m not in self.computed or self.tasks[m]]
         self.references = {m: {row: self.cfg["models"][m]["checkpoints"].get(row, {}).get("reference", BASE_RUN)
                                for row in self.y_rows(m)} for m in self.computed}
+        for model in self.computed:  # a fractional map: every example under as many tasks as the completion needs
+            if self.cfg["models"][model]["score"]["cells"] < 1:
+                corpus = {**cfg["upstream"][self.corpus(model)], "seed": cfg["demo_seed"]}
+                ids = [i for i, item in zip(example_ids(corpus), self._item_flags(model)) if not item]
+                fm_config.checks.check_cells(cfg, model, self.fractional_rows(model), ids)
         self.prediction = PredictionPlan(self)
         self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
@@ -145,7 +150,7 @@ class Plan:
                 "corpus": alternatives(self.shards), "run": alternatives({r for m in self.computed for r in self.runs(m)}),
                 "checkpoint": alternatives({c for m in self.computed for c in self.checkpoints[m]}),
                 "logged": alternatives({c for m in self.computed for c in self.logged[m]}),
-                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+",
+                "split": r"[A-Za-z0-9][A-Za-z0-9_.-]*", "shard": r"\d+", "seed": r"\d+", "cells": r"[0-9a-f]{8}",
                 "arm": alternatives([NO_ARM, *self.cfg["mitigation"]["arms"]]),
                 "method": alternatives(self.cfg["prediction"]["methods"]),
                 "binary_method": alternatives(self.cfg["correctness"]["methods"])}
@@ -175,6 +180,36 @@ class Plan:
     def corpus(self, model: str) -> str:
         return self.cfg["models"][model]["upstream"]
 
+    # --- a fractional map: which cells each run scores ----------------------------------------------------
+
+    def fractional_rows(self, model: str) -> list[str]:
+        """The rows a fractional map (`models.NAME.score.cells` < 1) scores on their cells only: every row of Z
+        compared with the base (a row another is compared with is scored in full, so their difference is defined
+        wherever the later one is measured); none for a full map."""
+        if model not in self.computed or self.cfg["models"][model]["score"]["cells"] >= 1:
+            return []
+        references = set(self.references[model].values())
+        return [r for r in self.tasks[model] if r not in references and self.references[model][r] == BASE_RUN]
+
+    def cells(self, model: str, run: str) -> dict | None:
+        """Which cells of the upstream corpus a run's score jobs measure (forgetmap.fractional.row's arguments, and
+        whether items are scored in full: a corpus's items are Y's cells, which are not completed), or None where the
+        run scores every example. The place is the row's position among the fractional rows, in config order."""
+        rows = self.fractional_rows(model)
+        if run not in rows:
+            return None
+        score = self.cfg["models"][model]["score"]
+        return {"design": score["design"], "fraction": float(score["cells"]), "seed": self.cfg["seed"], "task": run,
+                "place": rows.index(run), "items": model in self.item_models}
+
+    def _item_flags(self, model: str) -> list[bool]:
+        """Whether each upstream example of the model's corpus is an item with an answer (scored in full)."""
+        if model not in self.item_models:
+            return [False] * self.n_upstream(model)
+        from ..data.upstream import item_flags
+
+        return item_flags({**self.cfg["upstream"][self.corpus(model)], "seed": self.cfg["demo_seed"]})
+
     def n_upstream(self, model: str) -> int:
         """How many upstream examples a computed model is scored on."""
         return sum(s["count"] for s in self.shards[self.corpus(model)])
@@ -197,7 +232,15 @@ class Plan:
         """The score files of one run: one per upstream shard, in corpus order. A base scored exactly as an
         earlier model's base is (`base_scorer`) is that model's files."""
         owner = self.base_scorer(model) if run == BASE_RUN else model
-        return [SCORES.format(model=owner, run=run, shard=k) for k in range(len(self.shards[self.corpus(model)]))]
+        shards = range(len(self.shards[self.corpus(model)]))
+        cells = self.cells(model, run)
+        if cells is not None:
+            return [SCORES_CELLS.format(model=model, run=run, shard=k, cells=definition_key(cells)) for k in shards]
+        return [SCORES.format(model=owner, run=run, shard=k) for k in shards]
+
+    def cell_score_settings(self, model: str, run: str) -> dict:
+        """A fractional run's scoring settings: the run's, with the cells it measures."""
+        return {**self.run_score_settings(model, run), "cells": self.cells(model, run)}
 
     def base_scorer(self, model: str) -> str:
         """The model whose base score files a computed model reads: the first in the config whose pretrained base
@@ -421,6 +464,8 @@ class Plan:
         settings = {**copy.deepcopy(spec["score"]), "chat_template": chat_template, **({"shots": shots} if shots else {})}
         if not settings["packing"]:
             settings.pop("packing")
+        for key in ("cells", "design", "level"):  # which cells a run scores: its own settings' (cell_score_settings)
+            settings.pop(key)
         if model in self.item_models:
             settings.update(ask=ask, row=row)
         if settings["correctness"]["answers"] == "sampled":
@@ -451,6 +496,11 @@ class Plan:
                                        if c in self.checkpoints[model]}
         if self.cfg["models"][model]["z"] != "nats_per_token":
             settings["statistic"] = self.cfg["models"][model]["z"]
+        if self.fractional_rows(model):  # which cells each row measured, and the completion's interval level
+            score = self.cfg["models"][model]["score"]
+            settings["cells"] = {"rows": {r: self.cells(model, r) for r in self.fractional_rows(model)},
+                                 "fraction": float(score["cells"]), "design": score["design"], "level": score["level"],
+                                 "seed": self.cfg["seed"]}
         return settings
 
     # --- rows imported from evaluation logs ---------------------------------------------------------------

@@ -6,9 +6,9 @@ is typed out twice.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
+
+from ..io import definition_key  # noqa: F401 (the plan names data files by it)
 
 # a generated or prepared data file is named by what defines it, not by its name alone: `{key}` is a digest of the
 # settings its job reads (definition_key below), so two configs that define a corpus or a task alike share
@@ -20,6 +20,9 @@ CHECKPOINT = "results/{model}/checkpoints/{task}"
 POSTTRAINED = "results/{model}/posttrained/{checkpoint}"  # a pointer to a checkpoint the user did not train
 LOGGED = "results/{model}/logs/{logged}.parquet"  # a row's eval logs aligned with the upstream items
 SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
+# a run of a fractional map (models.NAME.score.cells < 1) scores its cells only, named by which cells they are: another
+# fraction, design or place is another file, and every one left on disk is read again where its cells are wanted
+SCORES_CELLS = "results/{model}/scores/{run}/shard-{shard}.cells-{cells}.parquet"
 MATRIX = "results/{model}/forgetting.parquet"
 SPLIT = "results/{model}/splits/{split}.json"
 PREDICTIONS = "results/{model}/prediction/{split}/{method}"
@@ -47,6 +50,7 @@ PLAIN_SCORES = "results/{model}/mitigation/none/matrix/{task}.parquet"  # the ma
 BASE_LOG = "results/logs/{model}/base_model.log"
 FINETUNE_LOG = "results/logs/{model}/finetune/{task}.log"
 SCORE_LOG = "results/logs/{model}/score/{run}/shard-{shard}.log"
+SCORE_CELLS_LOG = "results/logs/{model}/score/{run}/shard-{shard}.cells-{cells}.log"
 FORECAST_SCORES_LOG = "results/logs/{model}/forecast/scores/{task}.log"
 TOKEN_LOSSES_LOG = "results/logs/{model}/mitigation/token_losses/{task}.log"
 ARM_LOG = "results/logs/{model}/mitigation/{arm}/seed-{seed}/{task}.log"
@@ -57,6 +61,7 @@ GRADIENT_LOG = "results/logs/{model}/gradient_similarity.log"
 BASE_BENCH = "results/benchmarks/{model}/base_model.tsv"
 FINETUNE_BENCH = "results/benchmarks/{model}/finetune/{task}.tsv"
 SCORE_BENCH = "results/benchmarks/{model}/score/{run}/shard-{shard}.tsv"
+SCORE_CELLS_BENCH = "results/benchmarks/{model}/score/{run}/shard-{shard}.cells-{cells}.tsv"
 TOKEN_LOSSES_BENCH = "results/benchmarks/{model}/mitigation/token_losses/{task}.tsv"
 ARM_BENCH = "results/benchmarks/{model}/mitigation/{arm}/seed-{seed}/{task}.tsv"
 PLAIN_BENCH = "results/benchmarks/{model}/mitigation/none/matrix/{task}.tsv"
@@ -78,13 +83,6 @@ BINARY_LOWRANK_OUTPUTS = {"ranks": "lowrank.tsv", "point_biserial": "point_biser
 BASE_RUN = "base"  # the run every task's scores are compared with
 NO_ARM = "none"  # plain fine-tuning: every arm's comparison
 NEVER = "(?!)"  # a wildcard constraint that matches nothing: the rule serves no model
-
-
-def definition_key(definition: dict) -> str:
-    """The `{key}` of a data file: 8 hex digits of the settings that define it (sorted JSON, so key order and
-    the config file it came from do not matter)."""
-    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def alternatives(names) -> str:

@@ -126,7 +126,9 @@ def halfwidths(train: np.ndarray, known: np.ndarray, model, method: str, params:
 
 
 def coverage(pred: np.ndarray, truth: np.ndarray, hidden: np.ndarray, halfwidth: np.ndarray) -> tuple[float, float]:
-    """(share of hidden entries inside pred ± halfwidth, mean interval width over them)."""
-    inside = np.abs(truth - pred) <= halfwidth[None, :]
-    width = np.broadcast_to(2 * halfwidth[None, :], truth.shape)
+    """(share of hidden entries inside pred ± halfwidth, mean interval width over them); `halfwidth` one per
+    column, or one per entry (T, N: each row predicted from its own probes)."""
+    halfwidth = np.atleast_2d(halfwidth)
+    inside = np.abs(truth - pred) <= halfwidth
+    width = np.broadcast_to(2 * halfwidth, truth.shape)
     return float(inside[hidden].mean()), float(width[hidden].mean())

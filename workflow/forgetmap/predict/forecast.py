@@ -245,6 +245,7 @@ def forecast_command(settings: dict, matrix: str, probes: str, scores: list[str]
     from ..matrix import ForgettingMatrix
 
     forgetting = ForgettingMatrix.read(matrix)
+    forgetting.require_measured(matrix, "a forecast's map fit")
     chosen = read_metadata(probes)
     if chosen["fit_tasks"] != settings["fit_tasks"] or chosen["k"] != settings["k"]:
         raise DataError(f"{probes}: chosen for other fit tasks or another k than this forecast's: rebuild it")

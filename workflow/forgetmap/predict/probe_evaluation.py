@@ -119,6 +119,8 @@ def probe_evaluation_command(matrix: str, split: str, settings: dict, out: str, 
     table = compare(values, settings["reference_k"])
     table.insert(0, "split", definition["name"])
     coverage.insert(0, "split", definition["name"])
+    for frame in (table, coverage):  # a fractional map's test rows are partly completed: said, not hidden
+        frame["reads"] = forgetting.reads()
     for frame, path in ((table, out), (coverage, coverage_out)):
         with atomic_path(path) as tmp:
             frame.to_csv(tmp, sep="\t", index=False, float_format="%.6g")

@@ -75,7 +75,7 @@ def interval_capable(model, params: dict) -> bool:
 def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[str], method: str, params: dict,
                   k: int, seeds: list[int], name: str = "split", metric_options: dict | None = None,
                   similarity: np.ndarray | None = None, source: np.ndarray | None = None, evaluator=None,
-                  probes: str = "random", intervals: tuple[float, ...] = ()):
+                  probes: str = "random", intervals: tuple[float, ...] = (), measured: np.ndarray | None = None):
     """Fit `method` once on the train rows, then for each seed yield (seed, predicted test rows over
     all N examples (float32, NaN at left-out examples), known columns in the full index, metrics,
     the fitted method, {level: interval half-width per example (float32, NaN at left-out ones)}).
@@ -85,7 +85,9 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     regression metrics. `probes`: how the known columns are chosen (forgetmap.predict.probes), from
     the train rows alone. `intervals`: conformal levels (forgetmap.predict.conformal), for methods
     that regress; their coverage and width join the metrics. One seed's predictions at a time: memory
-    stays near the matrix whatever the number of seeds."""
+    stays near the matrix whatever the number of seeds. `measured` (a fractional map, forgetmap.fractional:
+    which cells of Z were measured): each test task's k known columns are drawn among its own measured cells
+    and only its measured cells are scored, with its own half-widths ((T, N) per level)."""
     usable, rows_train, rows_test, train_z, test_z = prepare_split(z, tasks, train, test, k, name, source)
     truth = test_z
     if source is not None:  # the same usable columns, the rows the method sees taken from `source`
@@ -108,22 +110,42 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
     if not levels:
         del train_z  # the fitted method keeps what it needs
     scale = ColumnScale(train_z) if levels else None  # one pass over the train rows for every seed
+    own = None if measured is None else np.asarray(measured, dtype=bool)[np.ix_(
+        rows_test, usable)]  # each test row's measured cells among the usable columns
+    if own is not None and (own.sum(axis=1) <= k).any():
+        short = test[int(np.argmin(own.sum(axis=1)))]
+        raise DataError(f"split {name!r}: test task {short!r} has {int(own.sum(axis=1).min())} measured cells, not "
+                        f"more than k = {k}: nothing of its row is left to judge a prediction by")
     for seed in seeds:
-        known = choose_probes(probes, len(usable), k, seed, phi, ridge, noise)
-        known_t = np.broadcast_to(known, (len(test), k))
-        pred = model.predict(known_t, test_z[:, known].astype(np.float64)).astype(np.float32, copy=False)
-        hidden = np.ones(test_z.shape, dtype=bool)
-        hidden[:, known] = False
+        if own is None:
+            known = choose_probes(probes, len(usable), k, seed, phi, ridge, noise)
+            known_t = np.broadcast_to(known, (len(test), k))
+        else:  # a fractional map: each test row's probes among its own measured cells
+            known_t = np.stack([np.sort(np.random.default_rng([seed, t]).choice(np.flatnonzero(row), k, replace=False))
+                                for t, row in enumerate(own)])
+            known = known_t
+        values_t = np.take_along_axis(test_z, known_t, axis=1).astype(np.float64)
+        pred = model.predict(known_t, values_t).astype(np.float32, copy=False)
+        hidden = np.ones(test_z.shape, dtype=bool) if own is None else own.copy()
+        np.put_along_axis(hidden, known_t, False, axis=1)
         if evaluator is not None:
             metrics = evaluator(pred, truth, hidden, model)
         else:
             metrics = evaluate(pred, truth, hidden, regression=getattr(model, "regression", True),
                                **(metric_options or {}))
-        widths = halfwidths(train_z, known, model, method, params, list(levels), scale) if levels else {}
+        widths = {}
+        if levels and own is None:
+            widths = halfwidths(train_z, known, model, method, params, list(levels), scale)
+        elif levels:  # each test row's own probes: its own half-widths
+            rows = [halfwidths(train_z, row, model, method, params, list(levels), scale) for row in known_t]
+            widths = {level: np.stack([r[level] for r in rows]) for level in levels}
         for level, width in widths.items():
             metrics[f"coverage_{level:g}"], metrics[f"width_{level:g}"] = coverage(pred, truth, hidden, width)
+        if own is not None:  # what the scores read: the train rows' cells measured, the rest completed
+            metrics["train_cells_measured"] = float(np.asarray(measured)[rows_train].mean())
         yield seed, _full(pred, usable, z.shape[1]), usable[known], metrics, model, {
-            level: _full(width[None, :], usable, z.shape[1])[0] for level, width in widths.items()}
+            level: _full(np.atleast_2d(width), usable, z.shape[1]).reshape((-1,) * (width.ndim == 2) + (z.shape[1],))
+            for level, width in widths.items()}
 
 
 def _full(rows: np.ndarray, usable: np.ndarray, n: int) -> np.ndarray:
@@ -169,19 +191,25 @@ def write_seed(example_ids, split: dict, method: str, seed: int, predictions, kn
                                          "fitted": fitted})
 
 
-def interval_column(level: float) -> str:
-    return f"halfwidth_{level:g}"
+def interval_column(level: float, task: str | None = None) -> str:
+    """A half-width column: one for every test task, or (`task`) one task's own (a fractional map's)."""
+    return f"halfwidth_{level:g}" if task is None else f"{task}:halfwidth_{level:g}"
 
 
-def write_intervals(example_ids, widths: dict[float, np.ndarray], out) -> None:
+def write_intervals(example_ids, widths: dict[float, np.ndarray], out, test_tasks: list[str] = ()) -> None:
     """One seed's conformal half-widths: `example_id`, then `halfwidth_<level>` (the same for every
-    test task: the interval of an entry is its prediction ± its column's half-width)."""
+    test task: the interval of an entry is its prediction ± its column's half-width), or where each test task
+    has its own (T, N: a fractional map's, each predicted from its own probes) `<task>:halfwidth_<level>`."""
     import pyarrow as pa
 
     from ..io import write_table
 
     columns = {"example_id": pa.array(example_ids.astype(str))}
-    columns.update({interval_column(level): pa.array(width, pa.float32()) for level, width in widths.items()})
+    for level, width in widths.items():
+        if width.ndim == 1:
+            columns[interval_column(level)] = pa.array(width, pa.float32())
+        else:
+            columns.update({interval_column(level, t): pa.array(w, pa.float32()) for t, w in zip(test_tasks, width)})
     write_table(pa.table(columns), out, {"levels": sorted(widths)})
 
 
@@ -220,7 +248,7 @@ def _predict_and_write(matrix, definition: dict, method: str, params: dict, sett
             write_seed(matrix.example_ids, definition, settings["method"], seed, predictions, known, model,
                        seed_file(out_dir, seed))
             if widths:
-                write_intervals(matrix.example_ids, widths, intervals_file(out_dir, seed))
+                write_intervals(matrix.example_ids, widths, intervals_file(out_dir, seed), definition["test_tasks"])
             per_seed[seed] = values
     write_metrics(definition["name"], settings["method"], per_seed, metrics)
     return {"split": definition["name"], "method": settings["method"],
@@ -249,9 +277,29 @@ def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: 
 
     say_device("cpu")  # where its time was spent (forgetmap.config.learned)
     side = np.load(similarity) if similarity else None
-    return _predict_and_write(ForgettingMatrix.read(matrix), _split_definition(split), settings["method"],
-                              settings["params"], settings, out, metrics, similarity=side,
-                              probes=settings["probes"], intervals=tuple(settings["intervals"]))
+    forgetting, definition = ForgettingMatrix.read(matrix), _split_definition(split)
+    measured = None
+    if forgetting.completed:
+        measured = forgetting.measured
+        forgetting.values = train_completed(forgetting, definition["train_tasks"])
+    return _predict_and_write(forgetting, definition, settings["method"], settings["params"], settings, out, metrics,
+                              similarity=side, probes=settings["probes"], intervals=tuple(settings["intervals"]),
+                              measured=measured)
+
+
+def train_completed(matrix, train: list[str]) -> np.ndarray:
+    """A fractional map's values with its train rows completed again from their own measured cells alone: the
+    map's completion read every row's, the test tasks' too, which a prediction of them must never see. The test
+    rows are left as they are: only their measured cells are read (`iterate_split`'s `measured`)."""
+    from ..fractional import complete
+
+    rows = [matrix.tasks.index(t) for t in train if t in matrix.tasks]
+    values = np.array(matrix.values, dtype=np.float32)
+    seed = int((matrix.cells or {}).get("seed", 0))
+    fit = complete(values[rows], matrix.measured[rows], matrix.sources, levels=(), seed=seed)
+    empty = matrix.measured[rows] & ~np.isfinite(values[rows])
+    values[rows] = np.where(empty, np.nan, fit.values)
+    return values
 
 
 # predictors of the 1->0 matrix Y: (completion method, fitted on Y or on Z); the column mean of Y is

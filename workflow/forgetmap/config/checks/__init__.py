@@ -12,12 +12,13 @@ from .common import RESERVED_RUNS, about, check_duplicate_keys
 from .data import check_extraction, check_tasks, check_upstream
 from .mitigation import (ARENA_KEYS, ARM_KEYS, check_arm_keys, check_arms, check_heldout,
                          check_mitigation_tasks)
-from .models import (check_checkpoint_files, check_checkpoints, check_logged_names, check_logs, check_models,
-                     check_processes)
+from .models import (LEAST_COVER, check_cells, check_checkpoint_files, check_checkpoints, check_fractional,
+                     check_logged_names, check_logs, check_models, check_processes)
 from .prediction import (check_explorer, check_forecast, check_forecast_count, check_known_counts, check_methods,
                          check_splits)
 
-__all__ = ["ARENA_KEYS", "ARM_KEYS", "RESERVED_RUNS", "about", "check_arm_keys", "check_arms", "check_checkpoint_files",
+__all__ = ["ARENA_KEYS", "ARM_KEYS", "LEAST_COVER", "RESERVED_RUNS", "about", "check_arm_keys", "check_arms",
+           "check_cells", "check_checkpoint_files", "check_fractional",
            "check_checkpoints", "check_duplicate_keys", "check_explorer", "check_extraction", "check_forecast",
            "check_forecast_count", "check_heldout", "check_known_counts", "check_logged_names", "check_logs",
            "check_methods", "check_mitigation_tasks", "check_models", "check_processes", "check_splits",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from ...errors import ConfigError
-from ..views import finetune_settings, model_tasks
+from ..views import before_tasks, finetune_settings, forecast_modes, model_tasks
 from .common import RESERVED_RUNS
+
+# the fewest tasks a fractional map measures each example under: a rank-1 completion's factor of an example needs one
+# measured cell, and the completion holds a cell of each out (its rank's choice, its conformal folds)
+LEAST_COVER = 2
 
 
 def check_models(cfg: dict) -> None:
@@ -38,6 +42,7 @@ def check_models(cfg: dict) -> None:
             raise ConfigError(f"config key tasks.{lora_tasks[0]}.finetune.method: lora, and models.{name}.score.backend "
                               f"is vllm, which scores full checkpoints only; use backend torch")
         check_checkpoints(cfg, name)
+        check_fractional(cfg, name)
         if not model_tasks(cfg, name) and not model["checkpoints"]:
             raise ConfigError(f"config key models.{name}.tasks: model {name!r} has no row: no task is configured for it "
                               f"and it names no checkpoints")
@@ -45,6 +50,43 @@ def check_models(cfg: dict) -> None:
             check_processes(finetune_settings(cfg, name, task), model["resources"]["finetune"]["gpu"],
                             f"models.{name} / tasks.{task}")
     check_logged_names(cfg)
+
+
+def check_fractional(cfg: dict, name: str) -> None:
+    """A fractional map (`score.cells` < 1) is completed from its measured cells; what reads measured rows in full
+    is refused: a forecast's map fit (and so the monitor's), and probes designed once for every test task (each
+    test row of a fractional map has its own measured cells)."""
+    cells = cfg["models"][name]["score"]["cells"]
+    if cells >= 1:
+        return
+    forecast = [*forecast_modes(cfg, name), *before_tasks(cfg, name)]
+    if forecast:
+        raise ConfigError(f"config key models.{name}.score.cells: {cells} (a fractional map), and the model forecasts "
+                          f"{forecast[0]!r}, whose map fit (and monitor) reads every example of each measured row; "
+                          f"score the map in full (cells: 1) or forecast with a model whose map is measured in full")
+    if cfg["prediction"]["probes"] != "random":
+        raise ConfigError(f"config key prediction.probes: {cfg['prediction']['probes']!r} reveals the same examples of "
+                          f"every test task, and models.{name}.score.cells is {cells}: each test row of a fractional "
+                          f"map has its own measured cells, among which its probes are drawn; use random")
+
+
+def check_cells(cfg: dict, name: str, rows: list[str], example_ids: list[str]) -> None:
+    """Every example a fractional map completes (`example_ids`: the corpus's, items left out, which are scored in
+    full) is measured under at least LEAST_COVER of its rows; else the smallest fraction that does it is said."""
+    from ... import fractional
+
+    score = cfg["models"][name]["score"]
+    if not rows or not example_ids:
+        return
+    least = fractional.least_cover(score["design"], score["cells"], rows, example_ids, cfg["seed"])
+    if least >= LEAST_COVER:
+        return
+    smallest = fractional.smallest_fraction(score["design"], rows, example_ids, LEAST_COVER, cfg["seed"])
+    fix = (f"the smallest that does is {smallest}" if smallest is not None else
+           f"no fraction does with {len(rows)} fractional row(s): score the map in full (cells: 1)")
+    raise ConfigError(f"config key models.{name}.score.cells: {score['cells']} measures some upstream example under "
+                      f"{least} of the model's {len(rows)} fractional rows (design {score['design']}); the completion "
+                      f"needs every example under at least {LEAST_COVER}: {fix}")
 
 
 def check_logged_names(cfg: dict) -> None:

@@ -97,6 +97,16 @@ SCORE = obj({
                  "description": "generated answers (greedy and sampled) end at the first of these, and every "
                                 "extractor reads the text before it (paper: a blank line; [] for chains of thought)"},
     }, description="items with an `answer`: how their correctness is scored", default={}),
+    "cells": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1,
+              "description": "the share of each fine-tuned row's cells scored (the base always scores every example, "
+                             "and every item with an answer is scored under every run): below 1 the map is "
+                             "completed from its measured cells (forgetmap.fractional), with a conformal half-width "
+                             "per completed cell, and every analysis says which cells it read"},
+    "design": choice("balanced", ("balanced", "uniform"),
+                     "which cells a fractional map measures: balanced (every example under about the same number of "
+                     "tasks: the measured best at 10-50 %, benchmarks/fractional_map.py) or uniform (a hash per cell)"),
+    "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9,
+              "description": "the coverage of a fractional map's half-widths"},
 }, description="scoring settings", default={})
 
 DEMO_BASE = {
