@@ -13,7 +13,7 @@ import yaml
 from forgetmap.io import read_metadata
 from forgetmap.matrix import ForgettingMatrix
 from forgetmap.plan import Plan
-from helpers import (by_rule, clone_workdir, command, data_file, edited, library_warnings, make_workdir, page_data,
+from helpers import (REPO, by_rule, clone_workdir, command, data_file, edited, library_warnings, make_workdir, page_data,
                      planned_jobs, snakemake, tiny_config, write_config)
 
 pytestmark = pytest.mark.workflow
@@ -166,6 +166,72 @@ def test_adding_a_task_runs_only_its_finetune_its_shards_and_the_matrix(finished
                              **MATRIX_ARMS}
     assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"}
     assert {w["run"] for r, w in jobs if r == "score"} == {"json_profile"}
+
+
+def fractional(cells: float, *tasks: str) -> dict:
+    """The tiny config as a fractional map (models.tiny.score.cells), with `tasks` added after its own."""
+    def edit(c):
+        c["models"]["tiny"]["score"]["cells"] = cells
+        c["tasks"].update({t: {"category": "world", "n_examples": 24} for t in tasks})
+    return edited(tiny_config(), edit)
+
+
+def cell_logs(workdir) -> list[dict]:
+    """Each fractional scoring job's summary (its log's last line), newest run's files."""
+    return [json.loads(p.read_text().splitlines()[-1]) for p in sorted((workdir / "results/logs/tiny/score").rglob(
+        "shard-*.cells-*.log"))]
+
+
+def test_a_fractional_map_scores_only_new_cells_and_completes_the_rest_with_half_widths(finished, tmp_path):
+    """A run made fractional (models.tiny.score.cells) scores each task's designed cells, items in full, and the base
+    not again; raising the fraction scores only the cells it adds; adding a task scores only its own; the matrix
+    holds the measured cells as measured, the rest completed with their half-widths, and each analysis says what it
+    read."""
+    workdir = fresh_clone(finished, tmp_path)
+    full = ForgettingMatrix.read(workdir / MATRIX)
+    for task in full.tasks:  # no full score file to read again: the cells are scored
+        for path in (workdir / "results/tiny/scores" / task).glob("shard-*.parquet"):
+            path.unlink()
+    write_config(workdir, fractional(0.8))
+    jobs = planned_jobs(workdir)
+    assert by_rule(jobs)["score_cells"] == 6 and not {"score", "finetune", "base_model"} & set(by_rule(jobs))
+    snakemake(workdir)
+    logs = cell_logs(workdir)
+    assert len(logs) == 6 and all(0 < log["cells_scored"] == log["cells"] < 70 for log in logs)
+    matrix = ForgettingMatrix.read(workdir / MATRIX)
+    measured = matrix.measured
+    assert matrix.completed and measured.mean() == pytest.approx(sum(log["cells"] for log in logs) / 420)
+    quiz = np.char.startswith(matrix.example_ids.astype(str), "quiz")
+    assert measured[:, quiz].all()  # every item under every run: Y is never completed
+    # a subset scored as the full run scored it; the rest completed, each with its row's half-width
+    np.testing.assert_allclose(matrix.values[measured], full.values[measured], atol=2e-5)
+    widths = matrix.halfwidths()
+    assert (widths[~measured] > 0).all() and (widths[measured] == 0).all() and matrix.cells["level"] == 0.9
+    r2 = pd.read_csv(workdir / "results/tiny/lowrank/r2.tsv", sep="\t")
+    assert {"r2", "r2_row_shuffled", "r2_completed"} <= set(r2.columns)
+    assert json.loads((workdir / "results/tiny/lowrank/summary.json").read_text())["reads"]["r2"] == "measured cells"
+    assert set(pd.read_csv(workdir / "results/tiny/correlations/cross_task.tsv", sep="\t")["reads"]) == {"measured cells"}
+    assert pd.read_csv(workdir / "results/lowrank_summary/tiny.tsv", sep="\t")["reads"][0].startswith("measured cells")
+    metrics = pd.read_csv(workdir / "results/tiny/prediction/id/mf.tsv", sep="\t")
+    assert 0.8 < metrics.query("metric == 'train_cells_measured'")["value"].iloc[0] < 1
+    assert "completed (" in pd.read_csv(workdir / "results/tiny/mitigation/summary.tsv", sep="\t")["map"][0]
+    assert "% of its cells measured" in (REPO / "workflow/forgetmap/assets/explorer.js").read_text()
+    assert '"completed_halfwidth"' in (workdir / "results/tiny/explorer.html").read_text()
+    # a larger fraction scores only the cells it adds, and reads the others again
+    before = {log["cells"] for log in logs}
+    write_config(workdir, fractional(0.9))
+    snakemake(workdir)
+    grown = [log for log in cell_logs(workdir) if log["cells"] not in before or log["cells_read_again"]]
+    assert len(grown) == 6 and all(log["cells_read_again"] + log["cells_scored"] == log["cells"] for log in grown)
+    assert sum(log["cells_read_again"] for log in grown) == sum(before_log["cells"] for before_log in logs)
+    again = ForgettingMatrix.read(workdir / MATRIX)
+    assert (again.measured >= measured).all() and again.measured.sum() > measured.sum()
+    np.testing.assert_allclose(again.values[again.measured], full.values[again.measured], atol=2e-5)
+    # a task added scores its own cells alone
+    write_config(workdir, fractional(0.9, "json_profile"))
+    jobs = planned_jobs(workdir)
+    assert {w["run"] for r, w in jobs if r == "score_cells"} == {"json_profile"}
+    assert {w["task"] for r, w in jobs if r == "finetune"} == {"json_profile"} and "score" not in by_rule(jobs)
 
 
 def test_changing_one_tasks_hyperparameters_reruns_only_that_task(finished, tmp_path):

@@ -268,3 +268,4 @@ def masked_r2(z: np.ndarray, mask: np.ndarray, max_rank: int = 5, seed: int = 0)
         a, b = _als(z, mask, rank, 1e-6 * float(np.mean(values ** 2)) * mask.sum() / sum(mask.shape), seed, 60)
         r2.append(1 - float(np.mean(((a @ b.T)[mask] - values) ** 2)) / total)
     return np.array(r2)
+

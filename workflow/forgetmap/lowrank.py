@@ -109,17 +109,19 @@ MEASURED_RANKS = 10  # a fractional map's R² on its measured cells: ranks fitte
 
 
 def measured_r2(z: np.ndarray, measured: np.ndarray, ranks: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """A fractional map's R² by rank and its row-shuffled null (each row's measured values permuted among its
-    measured cells), both over the measured cells alone (forgetmap.fractional.masked_r2), up to MEASURED_RANKS
-    (NaN beyond: each rank is a fit, not a truncation of one SVD)."""
+    """A fractional map's R² by rank over its measured cells alone (forgetmap.fractional.masked_r2: the paper's
+    definition with both sums over the measured cells) and its row-shuffled null (each row's measured values
+    permuted among its measured cells), up to MEASURED_RANKS (NaN beyond: each rank is a fit, not a truncation of
+    one SVD). Read the two side by side: as the rank nears the number of tasks an example is measured under, a
+    rank-r fit follows any values, the shuffled ones too, and both near 1."""
     from .fractional import masked_r2
 
-    fitted = min(ranks, MEASURED_RANKS)
     rng = np.random.default_rng(seed)
     null = np.array(z, dtype=np.float64)
     for i in range(len(null)):
         cells = np.flatnonzero(measured[i])
         null[i, cells] = rng.permutation(null[i, cells])
+    fitted = min(ranks, MEASURED_RANKS)
     pad = np.full(ranks - fitted, np.nan)
     return {"r2": np.concatenate([masked_r2(z, measured, fitted, seed), pad]),
             "r2_row_shuffled": np.concatenate([masked_r2(null, measured, fitted, seed), pad])}
