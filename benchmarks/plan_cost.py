@@ -8,7 +8,8 @@ widths (a config.json only: no weights exist here, and planning reads none) and 
 141,871 upstream examples; each job's work at forgetmap.cost's rates on the named GPU (every stage's GPUs
 that card, as a profile's `gpu_model` names it). No data of the paper's is here, so every example is taken at
 its max_length and every fine-tune at its full `steps` (an upper bound: Dolma's documents mostly fill 1,024
-tokens, FLAN's examples do not). Prints the table and the GPU-hours by job kind.
+tokens, FLAN's examples do not). Prints the table and the GPU-hours by job kind; `--cells` scores that share of
+each fine-tuned row's cells (a fractional map, models.NAME.score.cells), the base every example.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main() -> None:
     parser.add_argument("--config", default="olmo-1b", help="an example config's name (config/examples/NAME.yaml)")
     parser.add_argument("--gpu", default="h200", help="the GPU model every stage's jobs run on")
     parser.add_argument("--upstream", type=int, default=141871, help="upstream examples (the paper's OLMo sample)")
+    parser.add_argument("--cells", type=float, default=None,
+                        help="the share of each fine-tuned row's cells scored (models.NAME.score.cells; default: the "
+                             "example config's own)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
     import yaml
@@ -50,6 +54,9 @@ def main() -> None:
     (workdir / "config").mkdir()
     os.environ["HF_HUB_CACHE"] = str(workdir / "hub")
     config = yaml.safe_load(example_config(workdir, args.config, "paper", n_upstream=args.upstream).read_text())
+    for model in config["models"].values():
+        if args.cells is not None:
+            model.setdefault("score", {})["cells"] = args.cells
     for model in config["models"].values():  # the stand-in's config at the real widths (its weights never read)
         for path in (workdir / "hub").glob(f"models--{model['base']['path'].replace('/', '--')}/snapshots/*/config.json"):
             spec = json.loads(path.read_text())
@@ -70,6 +77,7 @@ def main() -> None:
     kinds: dict[str, float] = {}
     for row in (r for r in rows if r.device.kind == "gpu"):
         kind = "arms" if row.job.startswith("arm ") else row.job.split(" (")[0].split(" shard")[0]
+        kind += ", " + row.job.split(", ")[1] if ", " in row.job and kind == "score" else ""  # a fractional row
         kinds[kind] = kinds.get(kind, 0.0) + row.count * row.seconds * row.device.count / 3600
     total = sum(kinds.values())
     for kind, hours in sorted(kinds.items(), key=lambda item: -item[1]):

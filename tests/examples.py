@@ -155,6 +155,8 @@ def miniature(cfg: dict, workdir: Path) -> None:
         if model["finetune"].get("processes", 1) > 1:  # FSDP rehearsed by two gloo processes on the CPU
             model["finetune"]["processes"] = 2
         model["score"]["backend"] = "torch"  # vLLM runs in its own environment (tests/vllm_cpu)
+        if model["score"].get("cells", 1) < 1:  # a fractional map of a few rows: every example under two of them
+            model["score"]["cells"] = 0.9
         model["score"].update(token_budget=512, max_length=48)
         model["correlations"] = {"dim": 16, "max_task_examples": 4, "max_length": 48, "batch_size": 8,
                                  "device": "cpu"}

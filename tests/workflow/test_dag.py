@@ -220,7 +220,9 @@ def test_paper_scale_example_configs_plan_one_job_per_finetune_and_shard(tmp_pat
     shards = -(-n_upstream // cfg["shard_size"])
     jobs = planned_jobs(workdir, *profile, "--configfile", str(config_path), env={"HF_HUB_CACHE": str(workdir / "hub")})
     counts = by_rule(jobs)
-    assert counts["finetune"] == n_tasks and counts["score"] == (n_tasks + 1) * shards
+    fractional = cfg["models"][next(iter(cfg["models"]))].get("score", {}).get("cells", 1) < 1  # olmo-1b: 0.5
+    assert counts["finetune"] == n_tasks and counts.get("score_cells", 0) == n_tasks * shards * fractional
+    assert counts["score"] == (1 if fractional else n_tasks + 1) * shards  # the base, and every task of a full map
     assert counts["shard_upstream"] == shards and counts["forgetting_matrix"] == 1
     assert "city_qa" not in {w.get("task") for _, w in jobs}  # the demo config is replaced, not merged
     # the paper's splits and replay arms: plain fine-tuning is the matrix's checkpoint, never trained twice
@@ -298,7 +300,7 @@ def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_p
     jobs = jobs_printed(proc.stdout + proc.stderr)
     counts = by_rule([(rule, wildcards) for rule, wildcards, _ in jobs])
     assert {resources["nodes"] for rule, _, resources in jobs if rule == "finetune"} == {"1"}
-    assert counts["finetune"] == 85 and counts["score"] == 86 * 2
+    assert counts["finetune"] == 85 and counts["score"] == 2 and counts["score_cells"] == 85 * 2  # cells: 0.5
     line = next(l for l in (proc.stdout + proc.stderr).splitlines() if "finetune (85 tasks" in l)
     fields = line.split()
     assert fields[0] == "olmo2-7b" and fields[-6:-4] == ["4", "on"], line
@@ -316,6 +318,7 @@ def test_the_olmo2_7b_example_plans_its_fsdp_fine_tunes_sized_for_its_gpus(tmp_p
     watched = sorted(cfg["tasks"])[0]
     cfg["tasks"][watched]["forecast"] = True
     cfg["models"]["olmo2-7b"]["finetune"]["monitor"] = {"every": 100}
+    cfg["models"]["olmo2-7b"]["score"]["cells"] = 1  # a forecast reads its fit rows in full
     monitored = tmp_path / "monitored.yaml"
     monitored.write_text(yaml.safe_dump(cfg))
     proc = snakemake(workdir, "--dry-run", "--profile", "profiles/slurm", "--configfile", str(monitored),
