@@ -333,7 +333,7 @@ def explorer_command(out: str, settings: dict | None = None, matrix: str | None 
         path, intervals = seed_file(directory, SEED), intervals_file(directory, SEED)
         meta = read_metadata(path)
         rows[task] = (_row(path, task, ids), _widest_halfwidths(intervals, ids, task) if intervals.exists() else None,
-                      f"{meta['method']} (split {meta['split']}, k = {len(meta['known_columns'])})")
+                      f"{meta['method']} (split {meta['split']}, k = {np.shape(meta['known_columns'])[-1]})")
     arms: dict = {}
     for pair in arm_scores or []:
         key, path = pair.split("=", 1)

@@ -144,7 +144,7 @@ def iterate_split(z: np.ndarray, tasks: list[str], train: list[str], test: list[
         if own is not None:  # what the scores read: the train rows' cells measured, the rest completed
             metrics["train_cells_measured"] = float(np.asarray(measured)[rows_train].mean())
         yield seed, _full(pred, usable, z.shape[1]), usable[known], metrics, model, {
-            level: _full(np.atleast_2d(width), usable, z.shape[1]).reshape((-1,) * (width.ndim == 2) + (z.shape[1],))
+            level: _full(width, usable, z.shape[1]) if width.ndim == 2 else _full(width[None, :], usable, z.shape[1])[0]
             for level, width in widths.items()}
 
 
