@@ -80,3 +80,14 @@ def test_r2_on_measured_cells_sees_the_rank_of_the_map():
     mask = fractional.design("balanced", 0.5, TASKS, IDS)
     r2 = fractional.masked_r2(z, mask, 3)
     assert r2[0] < 0.9 and r2[1] > 0.999 and r2[2] >= r2[1] - 1e-4
+
+
+def test_a_measured_cell_without_a_value_stays_without_one():
+    """An empty scored span is measured as NaN: the completion neither fits it nor makes a value up for it."""
+    z = low_rank(4)
+    mask = fractional.design("balanced", 0.3, TASKS, IDS)
+    empty = np.flatnonzero(mask[0])[:3]
+    z[0, empty] = np.nan
+    fit = fractional.complete(z, mask, levels=(0.9,))
+    assert np.isnan(fit.values[0, empty]).all() and np.isfinite(fit.values[~mask]).all()
+    assert (fit.halfwidths[0.9][mask] == 0).all() and not fit.measured[0, empty].any()

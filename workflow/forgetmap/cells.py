@@ -24,14 +24,12 @@ SCORED = "scored"  # the column of a fractional score file that says which examp
 
 def measured_rows(frame, cells: dict) -> np.ndarray:
     """(rows,) bool: the shard's examples the run's cells hold (its items too, where `cells['items']`)."""
-    from .data.upstream import present
+    from .data.upstream import answered
     from .fractional import row
 
     wanted = row(cells["design"], cells["fraction"], cells["task"], cells["place"],
                  frame["example_id"].astype(str).tolist(), cells["seed"])
-    if cells["items"] and "answer" in frame:
-        wanted |= frame["answer"].map(lambda v: present(v) and str(v) != "").to_numpy(dtype=bool)
-    return wanted
+    return wanted | answered(frame) if cells["items"] else wanted
 
 
 def earlier_files(out: str, metadata: dict) -> list:
@@ -73,8 +71,8 @@ def score_cells(frame, settings: dict, out: str, metadata: dict, score) -> dict:
     wanted = measured_rows(frame, settings["cells"])
     source = np.full(len(frame), -1)  # each wanted example's earlier file, -1: scored now
     earlier = earlier_files(out, metadata)
-    for k, table in enumerate(earlier):
-        position = {e: i for i, e in enumerate(table.column("example_id").to_pylist())}
+    positions = [{e: i for i, e in enumerate(table.column("example_id").to_pylist())} for table in earlier]
+    for k, (table, position) in enumerate(zip(earlier, positions)):
         held = _measured(table)
         for r in np.flatnonzero(wanted & (source < 0)):
             i = position.get(ids[r])
@@ -86,16 +84,13 @@ def score_cells(frame, settings: dict, out: str, metadata: dict, score) -> dict:
         table, summary = score(frame.iloc[todo].reset_index(drop=True))
         parts.append(table)
         order.append(todo)
-    for k, table in enumerate(earlier):
+    for k, (table, position) in enumerate(zip(earlier, positions)):
         rows = np.flatnonzero(source == k)
         if len(rows):
-            position = {e: i for i, e in enumerate(table.column("example_id").to_pylist())}
-            taken = table.take(pa.array([position[ids[r]] for r in rows]))
-            names = parts[0].column_names if parts else [c for c in taken.column_names if c != SCORED]
-            parts.append(taken.select(names))
+            parts.append(table.take(pa.array([position[ids[r]] for r in rows])))
             order.append(rows)
     if parts:
-        names = parts[0].column_names
+        names = [c for c in parts[0].column_names if c != SCORED]  # written again below, from `wanted`
         schema = parts[0].select(names).schema.remove_metadata()  # a file read back may hold string, not large_string
         combined = pa.concat_tables([p.select(names).replace_schema_metadata(None).cast(schema) for p in parts])
         at = np.full(len(frame), -1)

@@ -149,12 +149,6 @@ def matrix_and_upstream(matrix_path, shard_paths):
     return matrix, upstream
 
 
-def _reads(matrix) -> str:
-    """What a correlation table read of the matrix: every cell, or a fractional map's measured cells alone (each
-    pair of rows over the cells both measured)."""
-    return "measured cells" if matrix.completed else "measured"
-
-
 def _write(frame: pd.DataFrame, path) -> None:
     from .io import atomic_path
 
@@ -179,9 +173,10 @@ def semantic_analysis(matrix_path, shard_paths, task_paths: dict[str, str], out_
         with atomic_path(out_npy) as tmp:
             with open(tmp, "wb") as handle:
                 np.save(handle, similarity)
-    table = pair_correlations(matrix.measured_values(), similarity, matrix.tasks).assign(reads=_reads(matrix))
+    z = matrix.measured_values()  # a fractional map's measured cells alone
+    table = pair_correlations(z, similarity, matrix.tasks).assign(reads=matrix.reads(measured_only=True))
     _write(table, out_tsv)
-    plots.similarity_scatter(matrix.measured_values(), similarity, "cosine(task mean embedding, example embedding)",
+    plots.similarity_scatter(z, similarity, "cosine(task mean embedding, example embedding)",
                              table.iloc[0], out_png)
     return table.iloc[0].to_dict()
 
@@ -225,10 +220,10 @@ def gradient_analysis(base_dir, matrix_path, shard_paths, task_paths: dict[str, 
         log.info("task gradient means: %d of %d tasks (%s, %d examples), %.1f s each, about %.1f min left", done,
                  len(matrix.tasks), task, len(encoded), each, each * (len(matrix.tasks) - done) / 60)
     score = (np.stack(task_vectors).astype(np.float64) @ upstream_grads.T.astype(np.float64)) / settings["dim"]
-    table = pair_correlations(matrix.measured_values(), score.astype(np.float32), matrix.tasks).assign(
-        reads=_reads(matrix))
+    z = matrix.measured_values()  # a fractional map's measured cells alone
+    table = pair_correlations(z, score.astype(np.float32), matrix.tasks).assign(reads=matrix.reads(measured_only=True))
     _write(table, out_tsv)
-    plots.similarity_scatter(matrix.measured_values(), score, "task gradient · example gradient (projected)",
+    plots.similarity_scatter(z, score, "task gradient · example gradient (projected)",
                              table.iloc[0], out_png)
     return table.iloc[0].to_dict()
 
@@ -240,8 +235,9 @@ def cross_task_analysis(matrix_path, out_tsv, out_summary, out_png) -> dict:
     matrix = ForgettingMatrix.read(matrix_path)
     categories = matrix.task_categories()
     correlations = task_correlations(matrix.measured_values(), pairwise=matrix.completed)
-    pairs = cross_task(matrix.values, matrix.tasks, categories, correlations).assign(reads=_reads(matrix))
-    summary = category_summary(pairs).assign(reads=_reads(matrix))
+    reads = matrix.reads(measured_only=True)  # each pair of rows over the cells both measured
+    pairs = cross_task(matrix.values, matrix.tasks, categories, correlations).assign(reads=reads)
+    summary = category_summary(pairs).assign(reads=reads)
     _write(pairs, out_tsv)
     _write(summary, out_summary)
     plots.task_correlations(correlations[1], matrix.tasks, categories, out_png)

@@ -179,7 +179,6 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
         return out
 
     order_key = example_load[:, 0] if count else np.zeros(len(ids))
-    cells = matrix.cells if matrix.completed else None  # a fractional map: what each row measured, said per task
     checkpoints = settings.get("checkpoints", {})  # rows that are checkpoints forgetmap did not train
     return {
         "model": settings["model"], "n_examples": int(len(ids)), "texts": shards is not None, "tasks": [
@@ -189,7 +188,7 @@ def build(matrix, shards: list[str] | None, settings: dict, predictions: dict | 
              "predicted_by": predicted[t][2] if t in predicted else None,
              "mean": _float(np.nanmean(task_rows[t])), "forgotten": _float(np.nanmean(task_rows[t] > 0)),
              **({"measured_share": _float(np.mean(matrix.measured[matrix.tasks.index(t)])),
-                 "completed_halfwidth": completed[t], "level": cells["level"]} if t in completed else {})}
+                 "completed_halfwidth": completed[t], "level": matrix.cells["level"]} if t in completed else {})}
             for t in tasks],
         "overview": {"tasks": tasks, **overview(np.stack([task_rows[t] for t in tasks]), matrix.sources, order_key,
                                                  settings["columns"])},
@@ -212,16 +211,14 @@ def _widest_halfwidths(path, ids: np.ndarray, task: str | None = None) -> np.nda
     """The half-widths of the widest interval level a file records (`levels` in its metadata: a forecast
     or a prediction's intervals file), aligned with the matrix's examples; `task`'s own where the file has them (a
     fractional map's prediction); None without intervals."""
-    import pyarrow.parquet as pq
-
     from .io import read_metadata
-    from .predict.protocol import interval_column
+    from .predict.protocol import interval_column, interval_column_of
 
     levels = read_metadata(path).get("levels") or []
     if not levels:
         return None
-    own = task is not None and interval_column(max(levels), task) in pq.read_schema(path).names
-    return _row(path, interval_column(max(levels), task if own else None), ids)
+    column = interval_column(max(levels)) if task is None else interval_column_of(path, max(levels), task)
+    return _row(path, column, ids)
 
 
 def _forecast_rows(path: str, ids: np.ndarray) -> dict:

@@ -56,18 +56,44 @@ def cell_keys(tasks: list[str], example_ids: list[str], seed: int = 0) -> np.nda
     """(T, U) keys uniform in [0, 1), each a hash of (seed, task, example id): the same cell, the same key, in
     any config that holds it."""
     rows = np.array([_key64(f"{seed}\x00{task}") for task in tasks], dtype=np.uint64)
-    cols = np.array([_key64(str(example)) for example in example_ids], dtype=np.uint64)
-    return (_mix(rows[:, None] ^ _mix(cols[None, :])) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return _unit(_mix(rows[:, None] ^ _id_hashes(example_ids)[None, :]))
+
+
+def _unit(bits: np.ndarray) -> np.ndarray:
+    """53 of 64 hashed bits as a float uniform in [0, 1)."""
+    return (bits >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _id_hashes(example_ids: list[str]) -> np.ndarray:
+    """Each example id's mixed 64-bit hash, which every task's uniform key of it mixes in."""
+    return _mix(np.array([_key64(str(example)) for example in example_ids], dtype=np.uint64))
 
 
 def example_offsets(example_ids: list[str], seed: int = 0) -> np.ndarray:
     """Each example's offset on the circle, uniform in [0, 1): a hash of its id alone, so a scoring job that sees
     one shard places its examples as the whole corpus does, and a corpus that grows moves none of them."""
-    keys = np.array([_key64(f"{seed}\x01{example}") for example in example_ids], dtype=np.uint64)
-    return (keys >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return _unit(np.array([_key64(f"{seed}\x01{example}") for example in example_ids], dtype=np.uint64))
 
 
 ROW_DESIGNS = ("uniform", "balanced")  # a task's cells from its name or place and each example's id alone
+
+
+def _example_keys(kind: str, example_ids: list[str], seed: int = 0) -> np.ndarray:
+    """What a row design reads of each example, computed once for every row: its offset on the circle (balanced)
+    or its id's mixed hash (uniform, as `cell_keys` mixes it)."""
+    if kind == "balanced":
+        return example_offsets(example_ids, seed)
+    if kind == "uniform":
+        return _id_hashes(example_ids)
+    raise ValueError(f"design: {kind!r} is not one of {', '.join(ROW_DESIGNS)} (a design a scoring job computes "
+                     "from its own row)")
+
+
+def _row_scores(kind: str, task: str, place: int, keys: np.ndarray, seed: int = 0) -> np.ndarray:
+    """(U,) in [0, 1): a row's cell is measured where its score is below the fraction (`keys`: _example_keys)."""
+    if kind == "balanced":
+        return (place * GOLDEN - keys) % 1.0
+    return _unit(_mix(_key64(f"{seed}\x00{task}") ^ keys))
 
 
 def row(kind: str, fraction: float, task: str, place: int, example_ids: list[str], seed: int = 0) -> np.ndarray:
@@ -78,19 +104,20 @@ def row(kind: str, fraction: float, task: str, place: int, example_ids: list[str
     example_ids = [str(e) for e in example_ids]
     if fraction >= 1:
         return np.ones(len(example_ids), dtype=bool)
-    if kind == "uniform":
-        return cell_keys([task], example_ids, seed)[0] < fraction
-    if kind == "balanced":
-        return ((place * GOLDEN - example_offsets(example_ids, seed)) % 1.0) < fraction
-    raise ValueError(f"design: {kind!r} is not one of {', '.join(ROW_DESIGNS)} (a design a scoring job computes "
-                     "from its own row)")
+    return _row_scores(kind, task, place, _example_keys(kind, example_ids, seed), seed) < fraction
+
+
+def _cover(kind: str, fraction: float, tasks: list[str], keys: np.ndarray, seed: int = 0) -> np.ndarray:
+    """(U,): how many of `tasks` measure each example (`keys`: _example_keys, hashed once for every row)."""
+    cover = np.zeros(len(keys), dtype=np.int64)
+    for place, task in enumerate(tasks):
+        cover += _row_scores(kind, task, place, keys, seed) < fraction
+    return cover
 
 
 def least_cover(kind: str, fraction: float, tasks: list[str], example_ids: list[str], seed: int = 0) -> int:
     """The fewest tasks any example is measured under."""
-    cover = np.zeros(len(example_ids), dtype=np.int64)
-    for place, task in enumerate(tasks):
-        cover += row(kind, fraction, task, place, example_ids, seed)
+    cover = _cover(kind, fraction, tasks, _example_keys(kind, example_ids, seed), seed)
     return int(cover.min()) if len(cover) else 0
 
 
@@ -99,10 +126,11 @@ def smallest_fraction(kind: str, tasks: list[str], example_ids: list[str], need:
     (None where even every cell is too few: fewer tasks than `need`)."""
     if len(tasks) < need:
         return None
+    keys = _example_keys(kind, example_ids, seed)
     low, high = 0, 100  # cover grows with the fraction (the designs are nested): bisect the hundredths
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (low, mid) if least_cover(kind, mid / 100, tasks, example_ids, seed) >= need else (mid, high)
+        low, high = (low, mid) if _cover(kind, mid / 100, tasks, keys, seed).min() >= need else (mid, high)
     return high / 100
 
 
@@ -124,7 +152,8 @@ def design(kind: str, fraction: float, tasks: list[str], example_ids: list[str],
     if fraction >= 1:
         return np.ones((len(tasks), len(example_ids)), dtype=bool)
     if kind in ROW_DESIGNS:
-        return np.stack([row(kind, fraction, task, place, example_ids, seed) for place, task in enumerate(tasks)]) \
+        keys = _example_keys(kind, example_ids, seed)
+        return np.stack([_row_scores(kind, task, place, keys, seed) < fraction for place, task in enumerate(tasks)]) \
             if tasks else np.zeros((0, len(example_ids)), dtype=bool)
     if kind == "stratified":
         keys = cell_keys(tasks, example_ids, seed)
@@ -219,9 +248,11 @@ def complete(z: np.ndarray, mask: np.ndarray, sources=None, ranks=RANKS, regs=RE
              seed: int = 0, folds: int = FOLDS) -> Completion:
     """The matrix completed from its measured cells (`mask`; `z` elsewhere ignored), `sources` each example's
     source (None: one), rank (0 among the choices: the source means alone) and ridge chosen on a tenth of the
-    measured cells, with split-conformal half-widths at `levels` (module docstring)."""
+    measured cells, with split-conformal half-widths at `levels` (module docstring). A measured cell keeps its
+    value, NaN included (an empty scored span: no value to fit, none made up)."""
     z = np.asarray(z, dtype=np.float64)
-    mask = np.asarray(mask, dtype=bool) & np.isfinite(z)
+    given = np.asarray(mask, dtype=bool)
+    mask = given & np.isfinite(z)
     rng = np.random.default_rng(seed)
     cells = np.flatnonzero(mask)
     held = rng.random(len(cells)) < 0.1
@@ -233,7 +264,7 @@ def complete(z: np.ndarray, mask: np.ndarray, sources=None, ranks=RANKS, regs=RE
         errors[(rank, reg)] = float(np.mean((pred.flat[cells[held]] - z.flat[cells[held]]) ** 2))
     rank, reg = min(errors, key=errors.get)
     pred, b = _fit(z, mask, sources, rank, reg, seed)
-    values = np.where(mask, z, pred)
+    values = np.where(given, z, pred)
     halfwidths = {}
     if levels:
         fold = rng.integers(0, folds, size=len(cells))
@@ -250,7 +281,7 @@ def complete(z: np.ndarray, mask: np.ndarray, sources=None, ranks=RANKS, regs=RE
         for level in levels:
             at = int(np.ceil((len(scores) + 1) * level)) - 1
             q = float(scores[at]) if at < len(scores) else np.inf
-            halfwidths[float(level)] = np.where(mask, 0.0, q * spread[:, None])
+            halfwidths[float(level)] = np.where(given, 0.0, q * spread[:, None])
     leverage = np.sum(b ** 2, axis=1) if b.shape[1] else np.ones(z.shape[1])
     return Completion(values, mask, halfwidths, rank, reg, leverage)
 

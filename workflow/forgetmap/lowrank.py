@@ -231,7 +231,7 @@ def analyse(matrix, outputs, max_rank: int = 30, n_components: int = 4, top_task
     summary = {"tasks": len(tasks), "examples": int(z.shape[1]), "tasks_dropped_all_nan": cleaned.dropped_tasks,
                "examples_dropped_nan": int(matrix.values.shape[1] - z.shape[1]),
                "r2_rank_1_3_5": [float(table["r2"].iloc[r - 1]) if r <= ranks else None for r in (1, 3, 5)],
-               "reads": {"r2": "measured cells" if matrix.completed else "measured",
+               "reads": {"r2": matrix.reads(measured_only=True),
                          "spectrum, components and figures": matrix.reads()}}
     with atomic_path(outputs["summary"]) as tmp:
         tmp.write_text(json.dumps(summary, indent=1))

@@ -95,10 +95,13 @@ class ForgettingMatrix:
         rows = np.array([self.cells["halfwidth"][t] for t in self.tasks], dtype=np.float32)
         return np.where(self.measured, np.float32(0), rows[:, None])
 
-    def reads(self) -> str:
-        """What an analysis of all of the values read, for its table: `measured` or `completed (P % measured)`."""
+    def reads(self, measured_only: bool = False) -> str:
+        """What an analysis read, for its table: `measured` (a full map); of a fractional map, `measured cells`
+        where it read `measured_values()` alone, else `completed (P % measured)`."""
         if not self.completed:
             return "measured"
+        if measured_only:
+            return "measured cells"
         return f"completed ({100 * float(np.mean(self.measured)):.0f} % measured)"
 
     @property
@@ -253,8 +256,7 @@ def complete_map(matrix: ForgettingMatrix, cells: dict) -> dict:
 
     measured = np.ones(matrix.shape, dtype=bool) if matrix.measured is None else matrix.measured
     fit = complete(matrix.values, measured, matrix.sources, levels=(cells["level"],), seed=cells["seed"])
-    empty = measured & ~np.isfinite(matrix.values)
-    matrix.values = np.where(empty, np.nan, fit.values).astype(np.float32)
+    matrix.values = fit.values.astype(np.float32)
     matrix.measured = measured
     widths = fit.halfwidths[float(cells["level"])]
     halfwidth = {t: float(widths[i][~measured[i]].max()) if (~measured[i]).any() else 0.0

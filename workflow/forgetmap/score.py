@@ -59,7 +59,7 @@ def score_metadata(model_dir: str, settings: dict, shard: str) -> dict:
     from .pretrained import identity
 
     return {"model_dir": str(model_dir), "backend": settings["backend"], "identity": identity(model_dir),
-            "settings": definition_key({k: v for k, v in settings.items() if k not in ("cells", "design", "level")}),
+            "settings": definition_key({k: v for k, v in settings.items() if k != "cells"}),
             "shard": Path(shard).name}
 
 

@@ -25,7 +25,6 @@ import numpy as np
 
 from .. import cost
 from ..devices import cpu_name, usable_cpus
-from ..io import definition_key
 
 SAMPLE = 256  # examples tokenized to measure a file's mean length
 # the jobs whose resources are each stage's (rules/common.smk's STAGE_RULES): their estimate sets the stage's runtime
@@ -477,7 +476,7 @@ def kinds(plan, model: str, m: Model | None = None) -> list[tuple[str, str, list
         if fractional:  # a fractional map's runs: their cells only (its time table shows the saving)
             work = m.score(scoring, shard, cells)
             out.append(("score", f"{label}, {100 * cells:g} % of cells",
-                        [job(work, "SCORE_CELLS", run=r, shard=shard, cells=definition_key(plan.cells(model, r)))
+                        [job(work, "SCORE_CELLS", run=r, shard=shard, cells=plan.cells_key(model, r))
                          for r in fractional]))
     arm_tasks = plan.mitigation.tasks(model)
     if arm_tasks:

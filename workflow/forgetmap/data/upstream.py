@@ -176,8 +176,7 @@ def has_items(spec: dict) -> bool:
 
         if "answer" not in pq.read_schema(spec["path"]).names:
             return False
-    frame = _table(spec, columns=["answer"])
-    return "answer" in frame and bool(frame["answer"].map(present).any())
+    return bool(answered(_table(spec, columns=["answer"])).any())
 
 
 def item_flags(spec: dict) -> list[bool]:
@@ -185,8 +184,14 @@ def item_flags(spec: dict) -> list[bool]:
     domains, or the `answer` column)."""
     if spec["format"] == "demo":
         return [demo.upstream_domain(i) in demo.ITEM_DOMAINS for i in range(spec["n_examples"])]
-    frame = _table(spec, columns=["answer"])
-    return frame["answer"].map(present).astype(bool).tolist() if "answer" in frame else [False] * len(frame)
+    return answered(_table(spec, columns=["answer"])).tolist()
+
+
+def answered(frame: pd.DataFrame) -> np.ndarray:
+    """(rows,) bool: which rows of a corpus are items with an answer (validate_items refuses an empty one)."""
+    if "answer" not in frame:
+        return np.zeros(len(frame), dtype=bool)
+    return frame["answer"].map(present).to_numpy(dtype=bool)
 
 
 def example_ids(spec: dict) -> list[str]:

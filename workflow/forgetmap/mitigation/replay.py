@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -125,7 +124,6 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
     half-width at `risk_level` written beside the prediction (forgetmap.predict.conformal). A task that
     is forecast rather than predicted in a split reads its `forecast` row (and half-widths) instead."""
     import pandas as pd
-    import pyarrow.parquet as pq
 
     if kind == "random":
         return None
@@ -135,13 +133,11 @@ def replay_scores(kind: str, task: str, example_ids, prediction: str | None, mat
         predicted = pd.read_parquet(forecast or seed_file(prediction, prediction_seed), columns=["example_id", task])
         row = predicted.set_index("example_id")[task]
         if risk:
-            from ..predict.protocol import interval_column
+            from ..predict.protocol import interval_column_of
 
-            column = interval_column(risk_level)
             path = forecast or intervals_file(prediction, prediction_seed)
-            if os.path.exists(path) and interval_column(risk_level, task) in pq.read_schema(path).names:
-                column = interval_column(risk_level, task)  # the task's own (a fractional map's prediction)
-            if not os.path.exists(path) or column not in pq.read_schema(path).names:
+            column = interval_column_of(path, risk_level, task)
+            if column is None:
                 raise DataError(f"{forecast or prediction}: no conformal intervals beside the prediction at level "
                                 f"{risk_level:g} (they need a regression method, at least 3 train tasks and the level "
                                 f"in prediction.intervals): risk-aware replay cannot read {path}")

@@ -57,12 +57,13 @@ class Plan:
         self.imported = [m for m in self.models if cfg["models"][m]["imported"] is not None]
         self.computed = [m for m in self.models if m not in self.imported]
         # shard plans come from the corpora's ids (and content digests): bad ids fail before any job
-        self.shards = {}
+        self.shards, ids = {}, {}
         for name, spec in cfg["upstream"].items():
             if any(cfg["models"][m]["upstream"] == name for m in self.computed):
                 spec = {**spec, "seed": cfg["demo_seed"]}
                 with fm_config.about(f"upstream.{name}"):
-                    self.shards[name] = shard_plan(example_ids(spec), cfg["shard_size"], spec)
+                    ids[name] = example_ids(spec)
+                    self.shards[name] = shard_plan(ids[name], cfg["shard_size"], spec)
         # models whose corpus has items with an answer: their runs are also scored for correctness
         self.item_models = [m for m in self.computed
                             if has_items({**cfg["upstream"][cfg["models"][m]["upstream"]], "seed": cfg["demo_seed"]})]
@@ -107,9 +108,8 @@ class Plan:
                                for row in self.y_rows(m)} for m in self.computed}
         for model in self.computed:  # a fractional map: every example under as many tasks as the completion needs
             if self.cfg["models"][model]["score"]["cells"] < 1:
-                corpus = {**cfg["upstream"][self.corpus(model)], "seed": cfg["demo_seed"]}
-                ids = [i for i, item in zip(example_ids(corpus), self._item_flags(model)) if not item]
-                fm_config.checks.check_cells(cfg, model, self.fractional_rows(model), ids)
+                completed = [i for i, item in zip(ids[self.corpus(model)], self._item_flags(model)) if not item]
+                fm_config.checks.check_cells(cfg, model, self.fractional_rows(model), completed)
         self.prediction = PredictionPlan(self)
         self.forecast = ForecastPlan(self)
         self.mitigation = MitigationPlan(self)
@@ -233,10 +233,13 @@ class Plan:
         earlier model's base is (`base_scorer`) is that model's files."""
         owner = self.base_scorer(model) if run == BASE_RUN else model
         shards = range(len(self.shards[self.corpus(model)]))
-        cells = self.cells(model, run)
-        if cells is not None:
-            return [SCORES_CELLS.format(model=model, run=run, shard=k, cells=definition_key(cells)) for k in shards]
+        if run in self.fractional_rows(model):
+            return [SCORES_CELLS.format(model=model, run=run, shard=k, cells=self.cells_key(model, run)) for k in shards]
         return [SCORES.format(model=owner, run=run, shard=k) for k in shards]
+
+    def cells_key(self, model: str, run: str) -> str:
+        """The `{cells}` of a fractional run's score files, logs and benchmarks: a digest of its cells."""
+        return definition_key(self.cells(model, run))
 
     def cell_score_settings(self, model: str, run: str) -> dict:
         """A fractional run's scoring settings: the run's, with the cells it measures."""

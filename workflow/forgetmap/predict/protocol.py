@@ -196,6 +196,19 @@ def interval_column(level: float, task: str | None = None) -> str:
     return f"halfwidth_{level:g}" if task is None else f"{task}:halfwidth_{level:g}"
 
 
+def interval_column_of(path, level: float, task: str) -> str | None:
+    """The column of an intervals file that holds `task`'s half-widths at `level`: the task's own (a fractional
+    map's prediction), else the one every test task shares; None where the file has neither (or is not there)."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        return None
+    names = pq.read_schema(path).names
+    return next((c for c in (interval_column(level, task), interval_column(level)) if c in names), None)
+
+
 def write_intervals(example_ids, widths: dict[float, np.ndarray], out, test_tasks: list[str] = ()) -> None:
     """One seed's conformal half-widths: `example_id`, then `halfwidth_<level>` (the same for every
     test task: the interval of an entry is its prediction ± its column's half-width), or where each test task
@@ -296,9 +309,7 @@ def train_completed(matrix, train: list[str]) -> np.ndarray:
     rows = [matrix.tasks.index(t) for t in train if t in matrix.tasks]
     values = np.array(matrix.values, dtype=np.float32)
     seed = int((matrix.cells or {}).get("seed", 0))
-    fit = complete(values[rows], matrix.measured[rows], matrix.sources, levels=(), seed=seed)
-    empty = matrix.measured[rows] & ~np.isfinite(values[rows])
-    values[rows] = np.where(empty, np.nan, fit.values)
+    values[rows] = complete(values[rows], matrix.measured[rows], matrix.sources, levels=(), seed=seed).values
     return values
 
 
