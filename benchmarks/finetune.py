@@ -5,7 +5,7 @@
     python benchmarks/finetune.py --shape demo --steps 40 --length 96 --packing   # padded and packed, side by side
 
 `--packing`: examples of 8 to `--length` tokens (uniform), the same steps padded and packed in one process
-(forgetmap.packing): each run's tokens/s over real tokens, their ratio, and both runs' final losses.
+(forgetmap.data.packing): each run's tokens/s over real tokens, their ratio, and both runs' final losses.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     python benchmarks/job_times.py --workdir . --unmeasured  # as on a CPU the rates file lacks: this CPU's own
                                                              # figures left out, another's scaled by the probe
 
-For every job of the workdir's config that has a benchmark file (forgetmap.config.times.kinds: base, fine-tunes,
+For every job of the workdir's config that has a benchmark file (forgetmap.cost.jobs.kinds: base, fine-tunes,
 score jobs, token losses, arms, the semantic and gradient analyses), the estimate the plan makes before any job has
 run (its data and tokenizer exist: the lengths are measured; nothing learned from the run) and the measured
 seconds; prints each job's ratio (measured / estimated) and, per kind and over all, the median ratio and the share
@@ -34,16 +34,18 @@ def main() -> None:
     rates_path = Path(args.rates).resolve() if args.rates else None
     os.chdir(args.workdir)
 
-    from forgetmap import cost
-    from forgetmap.config.learned import seconds_taken
-    from forgetmap.config.times import job_times, starts_warm
+    from forgetmap.cost.figures import seconds
+    from forgetmap.cost.rates import cpu_key, read_rates
+    from forgetmap.cost.learned import seconds_taken
+    from forgetmap.cost.estimate import job_times
+    from forgetmap.cost.jobs import starts_warm
     from forgetmap.devices import cpu_name
     from forgetmap.plan import Plan
 
     config = yaml.safe_load(Path(args.config).read_text())
-    rates = cost.read_rates(rates_path)
+    rates = read_rates(rates_path)
     if args.unmeasured:
-        rates["devices"].pop(cost.cpu_key(cpu_name()), None)
+        rates["devices"].pop(cpu_key(cpu_name()), None)
     plan = Plan(config)
     rows, sources = [], {}
     for model in plan.computed:
@@ -55,7 +57,7 @@ def main() -> None:
                 if seconds is not None:
                     rows.append({"kind": label.split(" shard")[0], "job": job.benchmark.split("benchmarks/", 1)[1],
                                  "measured_s": seconds,
-                                 "estimated_s": cost.seconds(job.work, kind.figures, starts_warm(plan, kind.stage))})
+                                 "estimated_s": seconds(job.work, kind.figures, starts_warm(plan, kind.stage))})
     table = pd.DataFrame(rows)
     table["ratio"] = table["measured_s"] / table["estimated_s"]
     pd.set_option("display.width", 160)

@@ -64,15 +64,17 @@ def main() -> None:
             path.write_text(json.dumps(spec))
     os.chdir(workdir)
 
-    from forgetmap.config import times
+    from forgetmap.cost.jobs import Model
+    from forgetmap.cost.lengths import Lengths
+    from forgetmap.cost.table import time_table
     from forgetmap.plan import Plan
 
-    times.Lengths.sample = lambda self, path, max_length, template, split=None: None  # each at its max_length
-    times.Model._examples = lambda self, path, split="train": 0  # every fine-tune runs its `steps`
+    Lengths.sample = lambda self, path, max_length, template, split=None: None  # each at its max_length
+    Model._examples = lambda self, path, split="train": 0  # every fine-tune runs its `steps`
     gpus = {stage: {"default-resources": args.gpu} for stage in ("finetune", "score", "semantic", "gradient")}
     plan = Plan(config, gpus)
     rows = [row for model in plan.computed for row in plan.job_times(model)]
-    print(times.time_table(rows))
+    print(time_table(rows))
     print()
     kinds: dict[str, float] = {}
     for row in (r for r in rows if r.device.kind == "gpu"):

@@ -12,6 +12,7 @@ from forgetmap import config as fm_config
 from forgetmap import plan as fm_plan
 from forgetmap import warm as fm_warm
 from forgetmap.config import preflight as fm_preflight
+from forgetmap.cost import table as fm_times
 from forgetmap.errors import ForgetmapError
 
 # the rules that run on each stage's resources (`gpu=resource(stage, ...)`): the GPU model the profile names
@@ -74,6 +75,7 @@ try:
     PLAN = fm_plan.Plan(config, profile_gpu_models(), cluster=jobs_executor(), cpu_model=default_resource("cpu_model"))
     if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
         fm_preflight.check(PLAN)
+        fm_times.report(PLAN)  # each job's time, where its SLURM time comes from the estimate
 except ForgetmapError as exc:
     raise WorkflowError(f"forgetmap: {exc}") from None
 CFG = PLAN.cfg

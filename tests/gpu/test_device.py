@@ -379,7 +379,7 @@ def test_scoring_agrees_with_a_plain_hugging_face_loop(checkpoint):
 
 def test_packed_scoring_writes_the_padded_scores_and_both_are_timed(checkpoint):
     """Examples of varied lengths (64 to 1,024 tokens on a GPU) scored in padded batches (the GPU's default:
-    up to 10 % padding) and packed in rows without attention across them (forgetmap.packing): the same NLL (in
+    up to 10 % padding) and packed in rows without attention across them (forgetmap.data.packing): the same NLL (in
     fp32 within 1e-5 on the CPU, 5e-3 in bf16 on a GPU); tokens/s of both and their ratio."""
     from forgetmap.data.chat import Encoded
     from forgetmap.nll import TorchScorer

@@ -47,7 +47,7 @@ def test_each_fine_tuned_row_scores_its_designed_cells_and_the_base_every_exampl
 
 
 def test_the_time_table_counts_a_fractional_runs_cells():
-    from forgetmap.config.times import kinds
+    from forgetmap.cost.jobs import kinds
 
     full = {label: jobs for _, label, jobs in kinds(Plan(config(cells=1)), "m")}
     part = {label: jobs for _, label, jobs in kinds(Plan(config(cells=0.5)), "m")}

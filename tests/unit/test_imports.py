@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "workflow" / "forgetmap"
 # what stages build on: they may import each other, never a stage or the CLI
 FOUNDATIONS = {"errors", "io", "matrix", "models", "pretrained", "from_gguf", "devices", "plots", "embed", "stats",
-               "nll", "generation", "engine", "memory", "sharded", "meta_peak", "gpu_models", "gradients", "packing",
+               "nll", "generation", "engine", "memory", "sharded", "meta_peak", "gradients",
                "anatomy", "kept", "fractional"}
 ENTRY = {"cli", "__main__"}  # nothing but `python -m forgetmap` imports the CLI
 
@@ -83,3 +83,27 @@ def test_foundations_import_no_stage_and_nothing_imports_the_cli():
             assert top(target) not in ENTRY or top(name) in ENTRY, f"{name} imports the CLI ({target})"
             if top(name) in FOUNDATIONS or top(name) == "data":
                 assert top(target) in FOUNDATIONS | {"data"}, f"foundation {name} imports the stage {target}"
+
+
+def test_the_rooms_import_one_way_and_the_cost_package_stands_apart_from_the_config_and_the_plan():
+    """Each package and module a room: no two rooms import each other, however far round (an arrow back up); the
+    cost package imports neither the config nor the plan, and the config, which validates, imports nothing of cost
+    (validating a config never probes the machine)."""
+    rooms: dict[str, set[str]] = {}
+    for name, targets in graph().items():
+        rooms.setdefault(top(name), set()).update(top(t) for t in targets if top(t) != top(name))
+    state: dict[str, int] = {}
+
+    def visit(room, path):
+        state[room] = 1
+        for child in sorted(rooms.get(room, ())):
+            assert state.get(child) != 1, "rooms in a circle: " + " -> ".join([*path, room, child])
+            if child not in state:
+                visit(child, [*path, room])
+        state[room] = 2
+
+    for room in sorted(rooms):
+        if room not in state:
+            visit(room, [])
+    assert not rooms["cost"] & {"config", "plan"}, rooms["cost"]
+    assert "cost" not in rooms["config"], rooms["config"]

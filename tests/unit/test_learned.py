@@ -1,4 +1,4 @@
-"""Job times learned from the run (forgetmap.config.learned): three finished jobs of a kind on its device give the
+"""Job times learned from the run (forgetmap.cost.learned): three finished jobs of a kind on its device give the
 rest their time and SLURM time, forked and cold starts apart; a job on another device, or a benchmark file that cannot
 be read, is not learned from."""
 
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forgetmap import cost
-from forgetmap.config.times import time_table
+from forgetmap.cost.estimate import runtime_minutes
+from forgetmap.cost.figures import seconds
+from forgetmap.cost.table import time_table
 from forgetmap.devices import cpu_name
 from forgetmap.plan import Plan
 
@@ -39,22 +40,22 @@ def test_a_kinds_finished_jobs_on_its_device_give_the_rest_their_time(tmp_path, 
     jobs = before.jobs
     fig = before.figures
     # two fine-tunes finished on this CPU in processes of their own, 3x and 4x their estimates: not yet learned
-    finished(jobs[0], 3 * cost.seconds(jobs[0].work, fig), f"cpu ({cpu_name()})")
-    finished(jobs[1], 4 * cost.seconds(jobs[1].work, fig), f"cpu ({cpu_name()})")
+    finished(jobs[0], 3 * seconds(jobs[0].work, fig), f"cpu ({cpu_name()})")
+    finished(jobs[1], 4 * seconds(jobs[1].work, fig), f"cpu ({cpu_name()})")
     # one on a GPU (another device kind: never learned from)
-    finished(jobs[2], 50 * cost.seconds(jobs[2].work, fig), "cuda (NVIDIA H200)")
+    finished(jobs[2], 50 * seconds(jobs[2].work, fig), "cuda (NVIDIA H200)")
     assert row(plan, "finetune (longest)").learned is None
-    finished(jobs[3], 2 * cost.seconds(jobs[3].work, fig), f"cpu ({cpu_name()})")
+    finished(jobs[3], 2 * seconds(jobs[3].work, fig), f"cpu ({cpu_name()})")
     learned = row(plan, "finetune (longest)")  # the same plan: the benchmark files changed, read again
     assert learned.learned == "x3.00, learned from 3 finished jobs"  # the median of 3, 4 and 2
     assert learned.cold_seconds == pytest.approx(3 * before.cold_seconds)
     assert learned.seconds == pytest.approx(before.seconds if forks else 3 * before.seconds)
     # its SLURM time follows (the stage's longest estimate: the arms' too, learned from nothing yet)
     longest = max(r.cold_seconds for r in plan.job_times("demo") if r.stage == "finetune")
-    assert plan.resource("demo", "finetune", "runtime") == cost.runtime_minutes(longest) >= minutes
+    assert plan.resource("demo", "finetune", "runtime") == runtime_minutes(longest) >= minutes
     # three forked from the warm process at 2x their warm estimate: the local run's time, not the SLURM time
     for job in jobs[4:7]:
-        finished(job, 2 * cost.seconds(job.work, fig, warm=True), f"cpu ({cpu_name()})", warm=True)
+        finished(job, 2 * seconds(job.work, fig, warm=True), f"cpu ({cpu_name()})", warm=True)
     learned = row(plan, "finetune (longest)")
     assert learned.cold_seconds == pytest.approx(3 * before.cold_seconds)
     if forks:
@@ -78,14 +79,14 @@ def test_a_job_that_ran_on_another_cpu_model_is_not_learned_from(tmp_path, monke
     plan = Plan(yaml.safe_load(CONFIG.read_text()))
     score = row(plan, "score")
     finished(score.jobs[0], 100, "cpu (Another CPU @ 1.00GHz)")
-    for job, seconds in zip(score.jobs[1:4], (90, 100, 120)):
-        finished(job, seconds, "cpu")  # a log that names no CPU model: a CPU's, learned from
+    for job, taken in zip(score.jobs[1:4], (90, 100, 120)):
+        finished(job, taken, "cpu")  # a log that names no CPU model: a CPU's, learned from
     assert row(plan, "score").learned == "x{:.2f}, learned from 3 finished jobs".format(
-        100 / cost.seconds(score.jobs[2].work, score.figures))
+        100 / seconds(score.jobs[2].work, score.figures))
 
 
 def test_a_logs_device_line_names_the_cpu_model_with_its_own_parentheses(tmp_path):
-    from forgetmap.config.learned import ran_on
+    from forgetmap.cost.learned import ran_on
 
     log = tmp_path / "job.log"
     log.write_text("x\n2026 INFO forgetmap.models: device: cpu (Intel(R) Xeon(R) Processor @ 2.50GHz); forked from "
@@ -98,7 +99,7 @@ def test_a_logs_device_line_names_the_cpu_model_with_its_own_parentheses(tmp_pat
 
 
 def test_planning_counts_the_gradient_jobs_batches_as_the_job_makes_them():
-    from forgetmap.config.times import examples_together
+    from forgetmap.cost.jobs import examples_together
     from forgetmap.gradients import together
 
     for parameters, longest in ((918_656, 40), (918_656, 96), (8_000_000, 64), (135_000_000, 128), (30, 4096)):

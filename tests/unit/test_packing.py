@@ -10,7 +10,7 @@ import torch
 from forgetmap.data.chat import Encoded
 from forgetmap.errors import ConfigError
 from forgetmap.nll import TorchScorer
-from forgetmap.packing import PACKABLE, Layout, packed_batches, rows_of
+from forgetmap.data.packing import PACKABLE, Layout, packed_batches, rows_of
 from test_real_models import data_dir  # noqa: F401 (a fixture)
 
 VOCAB = 64
@@ -119,7 +119,7 @@ def test_an_architecture_outside_the_list_lets_packed_examples_see_each_other():
 @pytest.mark.parametrize("model_type", ["llama", "gpt_neox"])
 def test_a_packed_micro_batch_has_the_same_loss_and_gradients(model_type):
     from forgetmap.data.batches import collate
-    from forgetmap.packing import model_inputs
+    from forgetmap.data.packing import model_inputs
     from forgetmap.train import batch_loss
 
     encoded = examples(12, seed=3)

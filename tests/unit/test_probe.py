@@ -1,21 +1,25 @@
-"""A CPU the rates file has not measured (forgetmap.probe): a few seconds of probing, kept per machine, and the
+"""A CPU the rates file has not measured (forgetmap.cost.probe, forgetmap.cost.figures): a few seconds of probing, kept per machine, and the
 nearest measured CPU's figures scaled by what it shows."""
 
 import time
 
 import pytest
 
-from forgetmap import cost, probe
+from forgetmap.cost import figures as policy
+from forgetmap.cost import probe
+from forgetmap.cost.figures import Device, cpu_figures, figures, seconds
+from forgetmap.cost.rates import entry_figures, read_rates
+from forgetmap.cost.work import KINDS, Work, forward_flops
 
 
 def entry(machine, flops, pass_s, start=3.0):
     return {"kind": "cpu", "machine": machine, "threads": 1, "start_s": start, "warm_start_s": 0.2,
             "load_bytes_per_s": 1e9, "setup_s": {"score": 0.2, "train": 0.4}, "example_s": 1e-4,
             "source": f"{machine}, 2026-11-28, commit abc",
-            "rates": {k: {"flops_per_s": flops[k], "pass_s": pass_s[k]} for k in cost.KINDS}}
+            "rates": {k: {"flops_per_s": flops[k], "pass_s": pass_s[k]} for k in KINDS}}
 
 
-SLOW = entry("Slow CPU", dict.fromkeys(cost.KINDS, 1e10), dict.fromkeys(cost.KINDS, 0.05), start=11.0)
+SLOW = entry("Slow CPU", dict.fromkeys(KINDS, 1e10), dict.fromkeys(KINDS, 0.05), start=11.0)
 FAST = entry("Fast CPU", {"train": 7e10, "score": 8e10, "generate": 3.5e10},
              {"train": 0.006, "score": 0.0002, "generate": 0.0008}, start=4.0)
 
@@ -28,7 +32,7 @@ WORK = {"train": {"flops": 7.1e10, "passes": 8}, "score": {"flops": 7.8e9, "pass
 def probed(truth: dict) -> dict:
     """A probe's figures on a machine whose real figures are `truth`'s (what its work would take there)."""
     shape = {"parameters": 918_656, "work": WORK, "threads": 1}
-    return {**shape, "seconds": probe.predicted(truth, shape), "start_s": truth["start_s"],
+    return {**shape, "seconds": policy.predicted(truth, shape), "start_s": truth["start_s"],
             "warm_start_s": 0.06, "load_bytes_per_s": 2.5e9, "machine": truth["machine"], "processes": 2}
 
 
@@ -37,31 +41,31 @@ def test_an_unmeasured_cpu_takes_the_nearest_measured_cpus_figures_scaled_by_its
                 {"train": 0.005, "score": 0.0002, "generate": 0.0006}, start=3.2)
     measured = probed(new)
     rates = {"devices": {"cpu-slow": SLOW, "cpu-fast": FAST}}
-    fig = probe.scaled_figures(cost.Device("cpu", "New CPU", 1), rates, 918_656, measured)
+    fig = cpu_figures(Device("cpu", "New CPU", 1), [SLOW, FAST], 918_656, measured)
     assert fig.borrowed.startswith("Fast CPU's scaled by the CPU probe (x")  # the nearer of the two
     # the scaled figures predict what the probe measured, kind by kind
-    scaled = probe.scale([SLOW, FAST], measured).entry
-    assert probe.predicted(scaled, measured) == pytest.approx(measured["seconds"])
+    scaled = policy.scale([SLOW, FAST], measured).entry
+    assert policy.predicted(scaled, measured) == pytest.approx(measured["seconds"])
     # what the probe measures directly is taken as measured; a job's setups scale with the start-ups
     assert fig.start_s == 3.2 and fig.warm_start_s == 0.06 and fig.load_bytes_per_s == 2.5e9
     assert fig.setup_s["train"] == pytest.approx(0.4 * 0.06 / 0.2)  # by the warm start-ups
     # a job of the probe's own size is estimated as the machine would run it, within the scaling's reach
-    work = cost.Work().add("train", 16 * 64 * 50, 3 * cost.forward_flops(918_656, 4, 128, 32), 50)
-    truth = cost.seconds(work, cost.entry_figures(new, 1.0, None, 918_656))
-    assert cost.seconds(work, fig) == pytest.approx(truth, rel=0.05)
+    work = Work().add("train", 16 * 64 * 50, 3 * forward_flops(918_656, 4, 128, 32), 50)
+    truth = seconds(work, entry_figures(new, 1.0, None, 918_656))
+    assert seconds(work, fig) == pytest.approx(truth, rel=0.05)
     # two threads: the FLOP rates grow with them, as a measured CPU's do
-    two = probe.scaled_figures(cost.Device("cpu", "New CPU", 2), rates, 918_656, measured)
+    two = cpu_figures(Device("cpu", "New CPU", 2), [SLOW, FAST], 918_656, measured)
     assert two.rates["train"].flops_per_s == pytest.approx(2 * fig.rates["train"].flops_per_s)
     # without a probe (it failed): the first listed, as measured, said so
-    plain = cost.figures(cost.Device("cpu", "New CPU", 1), rates, 918_656)
+    plain = figures(Device("cpu", "New CPU", 1), rates, 918_656)
     assert plain.borrowed == "measured on Slow CPU, as they are"
     # a CPU model measured: its own figures, where they predict its probe within 1.5x
-    assert probe.scaled_figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(FAST)) is None
-    own = cost.figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656)
+    own = cpu_figures(Device("cpu", "Fast CPU", 1), [SLOW, FAST], 918_656, probed(FAST))
     assert own.borrowed is None and own.rates["train"].flops_per_s == 7e10
+    assert own == figures(Device("cpu", "Fast CPU", 1), rates, 918_656)  # as without a probe
     # another machine of the same name (2.5x slower): the nearest figures scaled, and why
     slower = {**SLOW, "machine": "Fast CPU"}
-    other = probe.scaled_figures(cost.Device("cpu", "Fast CPU", 1), rates, 918_656, probed(slower))
+    other = cpu_figures(Device("cpu", "Fast CPU", 1), [SLOW, FAST], 918_656, probed(slower))
     assert other.borrowed.startswith("its CPU model's own figures miss this machine's probe by over 1.5x: Slow CPU's")
     assert other.rates["train"].flops_per_s == pytest.approx(1e10)
 
@@ -73,14 +77,14 @@ def test_the_probe_takes_seconds_and_is_kept_per_machine(tmp_path, monkeypatch):
     first = probe.measured("Probe Test CPU", 1, 1)  # kept per boot: a name alone does not say which machine
     took = time.monotonic() - started
     assert took < 60, took  # seconds (about 10 on CI's 2 cores), not a calibration
-    assert all(first["seconds"][k] > 0 for k in probe.COMPUTE) and first["start_s"] > first["warm_start_s"] > 0
+    assert all(first["seconds"][k] > 0 for k in KINDS) and first["start_s"] > first["warm_start_s"] > 0
     assert first["load_bytes_per_s"] > 1e6 and first["machine"] == "Probe Test CPU" and first["processes"] == 1
     assert 0 <= first["others"] <= 1.2  # the share of the CPUs other work held meanwhile
     started = time.monotonic()
     assert probe.measured("Probe Test CPU", 1, 1) == first and time.monotonic() - started < 1  # kept, not probed
     # this machine's probe against the shipped rates: the scaled figures predict it exactly
-    shipped = [d for d in cost.read_rates()["devices"].values() if d["kind"] == "cpu"]
-    assert probe.predicted(probe.scale(shipped, first).entry, first) == pytest.approx(first["seconds"])
+    shipped = [d for d in read_rates()["devices"].values() if d["kind"] == "cpu"]
+    assert policy.predicted(policy.scale(shipped, first).entry, first) == pytest.approx(first["seconds"])
 
 
 def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_says_so(tmp_path, monkeypatch):
@@ -91,7 +95,7 @@ def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_
     import subprocess
     import sys
 
-    from forgetmap import calibrate
+    from forgetmap.cost import harness
 
     monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
     monkeypatch.setattr(probe, "_UNKEPT", {})
@@ -104,7 +108,7 @@ def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_
         time.sleep(2.0)
         return [canned] * jobs
 
-    monkeypatch.setattr(calibrate, "together", sleeping)
+    monkeypatch.setattr(harness, "together", sleeping)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         time.sleep(0.3)
@@ -119,35 +123,34 @@ def test_a_probe_while_other_work_holds_the_cpus_is_not_kept_and_the_time_table_
     monkeypatch.setattr(probe, "_UNKEPT", {})
     quiet = probe.measured("Busy Test CPU", 1, 2)  # nothing else running but the other test process
     assert len(calls) == 2
-    how = probe.scale([FAST], busy).how
+    how = policy.scale([FAST], busy).how
     assert f"probed while other work held {busy['others']:.0%} of the CPUs: not kept" in how, how
-    assert "other work" not in probe.scale([FAST], {**quiet, "others": 0.1}).how
+    assert "other work" not in policy.scale([FAST], {**quiet, "others": 0.1}).how
 
 
 def test_a_probe_that_cannot_run_is_said_once_with_its_reason_and_kept_for_the_boot(tmp_path, monkeypatch, capsys):
     """No fork, no prctl, an import that fails: the plan takes the rates file's figures, says why once however many
     rows ask, and the next plan of this boot does not try again."""
-    from forgetmap import calibrate
-    from forgetmap.config import times
+    from forgetmap.cost import harness
 
     monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
-    monkeypatch.setattr(times, "_SAID", set())
+    monkeypatch.setattr(policy, "_SAID", set())
     calls = []
 
     def failing(code, threads, jobs, what):
         calls.append(what)
         raise RuntimeError("the CPU probe: a process failed\nBlockingIOError: [Errno 11] fork: Resource unavailable")
 
-    monkeypatch.setattr(calibrate, "together", failing)
+    monkeypatch.setattr(harness, "together", failing)
     rates = {"devices": {"slow": SLOW}}
-    where = cost.Device("cpu", "Failing Test CPU", 1)
-    assert times.cpu_probe(where, rates) is None and times.cpu_probe(where, rates) is None
+    where = Device("cpu", "Failing Test CPU", 1)
+    assert policy.cpu_probe(where) is None and policy.cpu_probe(where) is None
     assert len(calls) == 1
     said = capsys.readouterr().err
     assert said.count("the CPU probe could not run") == 1 and "fork: Resource unavailable" in said
-    assert times.figures(where, rates, 1e6).borrowed == "measured on Slow CPU, as they are"
-    monkeypatch.setattr(times, "_SAID", set())  # another plan, later this boot: kept, not tried again
-    assert times.cpu_probe(where, rates) is None and len(calls) == 1
+    assert figures(where, rates, 1e6, probe=True).borrowed == "measured on Slow CPU, as they are"
+    monkeypatch.setattr(policy, "_SAID", set())  # another plan, later this boot: kept, not tried again
+    assert policy.cpu_probe(where) is None and len(calls) == 1
 
 
 def test_the_cpus_a_process_may_use_are_its_affinity_mask_and_its_cgroups_quota(tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ def test_a_plan_whose_jobs_go_to_a_cluster_never_probes_this_machine(tmp_path):
     """Under the SLURM profile the jobs run on the cluster's nodes: the dry run probes nothing on the submitting host
     (no probe kept, the table saying the figures are borrowed and why), sizes every job as a cold start (no warm
     server forks cluster jobs), and takes the nodes' own figures where the profile names their CPU (`cpu_model`)."""
-    from forgetmap import cost
+    from forgetmap.cost.rates import read_rates
 
     workdir = make_workdir(tmp_path / "wf", untimed(tiny_config()))
     kept = tmp_path / "kept"
@@ -105,7 +105,7 @@ def test_a_plan_whose_jobs_go_to_a_cluster_never_probes_this_machine(tmp_path):
     assert "as they are: jobs run on the slurm cluster's nodes, never probed from this machine" in text
     assert not list(kept.rglob("measured-*.json")) and "scaled by the CPU probe" not in text
     assert "forked from the run's warm process" not in text and text.count("Using profiles") == 1
-    machine = next(d["machine"] for d in cost.read_rates()["devices"].values() if d.get("kind") == "cpu")
+    machine = next(d["machine"] for d in read_rates()["devices"].values() if d.get("kind") == "cpu")
     nodes = workdir / "profiles/nodes"
     nodes.mkdir()
     (nodes / "config.yaml").write_text((workdir / "profiles/slurm/config.yaml").read_text().replace(
@@ -121,7 +121,7 @@ def test_a_gpu_without_figures_of_its_own_borrows_them_and_the_table_says_so(tmp
     named = snakemake(workdir, "--dry-run", "--default-resources", "gpu_model='a100_80gb'")
     text = named.stdout + named.stderr
     assert ("h200's for a100, x0.32 by their bf16 peaks (training, scoring) and x0.32 by their memory bandwidths "
-            "(decoding): forgetmap.gpu_specs") in text
+            "(decoding): forgetmap.cost.cards") in text
     assert "a100 GPU-hours" in text
     unnamed = snakemake(workdir, "--dry-run")
     text = unnamed.stdout + unnamed.stderr

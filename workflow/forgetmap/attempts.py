@@ -1,7 +1,7 @@
 """A retried job says how far its time estimate missed.
 
 Where a config leaves a stage's `runtime` unset, a job's SLURM time is its estimate with a margin
-(forgetmap.config.times), and a job that runs out of it is run again with twice, then three times, that time.
+(forgetmap.cost.estimate), and a job that runs out of it is run again with twice, then three times, that time.
 Snakemake computes a retry's resources just before it runs the job: `leave` then writes beside the job's log
 what the attempt before was given and what the estimate was (the log itself the job rewrites from its start).
 The job's command finds that note through its own log (the file its stderr writes to), says first what it

@@ -31,7 +31,7 @@ def set_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(max(1, int(threads)))
 
 
-WARM_NOTE = "; forked from the run's warm process"  # said after a job's device (forgetmap.config.learned reads it)
+WARM_NOTE = "; forked from the run's warm process"  # said after a job's device (forgetmap.cost.learned reads it)
 FORKED = False  # this process is a job forked from the run's warm server (forgetmap.warm sets it in the child)
 
 
@@ -55,7 +55,7 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 def say_device(device) -> None:
     """The job's device in its log: the card, or the CPU's model, and whether the job was forked from the run's
-    warm process (a finished job's time is learned from only on the device it ran on: forgetmap.config.learned)."""
+    warm process (a finished job's time is learned from only on the device it ran on: forgetmap.cost.learned)."""
     import logging
 
     kind = str(device).split(":")[0]

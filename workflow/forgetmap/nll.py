@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from .data.batches import length_batches, pad
 from .data.chat import Encoded
 from .models import is_flash
-from .packing import Layout, packed_batches
+from .data.packing import Layout, packed_batches
 
 HEAD_CHUNK_ELEMENTS = 2**26  # scored positions x vocab per output-head chunk (256 MB of fp32 logits)
 HEAD_CHECK_TOKENS = 16  # the prefix `head_reproduces_logits` compares on (a scaled or capped head shows on any)
@@ -93,7 +93,7 @@ class TorchScorer:
     def __init__(self, model, pad_id: int, token_budget: int = 16384, max_padding: float | None = None,
                  gathered=nullcontext, inference: bool = True, packing: bool = False):
         self.model = model
-        self.packing = packing  # examples packed into rows without attention across them (forgetmap.packing)
+        self.packing = packing  # examples packed into rows without attention across them (forgetmap.data.packing)
         self.flat = packing and is_flash(model)  # flash-attention keeps packed examples apart in one row only
         self.gathered = gathered
         self.grad_off = torch.inference_mode if inference else torch.no_grad
@@ -142,7 +142,7 @@ class TorchScorer:
 
     def plan(self, encoded: list[Encoded]) -> list[np.ndarray]:
         """The length batches `encoded` is scored in: indices, longest first, within the token budget (packed: rows
-        as wide as the longest example, filled best fit: forgetmap.packing)."""
+        as wide as the longest example, filled best fit: forgetmap.data.packing)."""
         lengths = np.array([len(e.ids) for e in encoded])
         if self.packing:
             return packed_batches(lengths, self.token_budget)

@@ -33,7 +33,7 @@ from .data.chat import Encoded
 from .mitigation.hooks import Hook, Hooks
 from .models import autocast_for, enable_checkpointing, is_flash, save_model
 from .nll import head_reproduces_logits
-from .packing import model_inputs
+from .data.packing import model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def train(model, batches: Iterator[list[list[Encoded]]], total: int, settings: d
     if checkpointing(model, settings, device):  # non-reentrant: works with LoRA's frozen inputs, any transformers
         enable_checkpointing(model)
     kept_only = not hooks.needs_logits and kept_positions_only(model, device, world, autocast)
-    packed = settings.get("packing", False)  # the key is there only where a fine-tune packs (forgetmap.packing)
+    packed = settings.get("packing", False)  # the key is there only where a fine-tune packs (forgetmap.data.packing)
     model.train()
     started = time.perf_counter()
     step_log = StepLog(log_path)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError
-from . import fits, times
+from . import fits
 from .checks import about
 
 GPU_STAGES = ("base", "finetune", "score", "semantic", "gradient")  # resources whose `gpu` a rule declares
@@ -33,15 +33,13 @@ def check(plan) -> None:
         if plan.mitigation.tasks(model):
             check_arena(plan, model)
     fits.check(plan)
-    if times.estimated(plan):  # the jobs' SLURM times come from the estimate: the table says what they are
-        times.report(plan)
 
 
 def check_packing(plan, model: str) -> None:
-    """Packing only where the base's architecture keeps packed examples apart (forgetmap.packing), and only for
+    """Packing only where the base's architecture keeps packed examples apart (forgetmap.data.packing), and only for
     the torch scorer (vLLM batches without padding of its own)."""
     from .. import anatomy
-    from ..packing import refusal
+    from ..data.packing import refusal
 
     spec = plan.cfg["models"][model]
     keys = [f"models.{model}.score.packing"] if spec["score"]["packing"] else []

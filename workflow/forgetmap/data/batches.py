@@ -38,14 +38,14 @@ def collate(examples: list[Encoded], pad_id: int, packed: bool = False,
             flat: bool = False) -> dict[str, torch.Tensor | int | None]:
     """`pad` plus labels: each example's target tokens its mask keeps, IGNORE elsewhere; and
     `weights`, each label's example weight (None when every weight is 1: the plain mean). `packed`: the
-    examples in rows without padding between them (forgetmap.packing), `position_ids` in place of the
+    examples in rows without padding between them (forgetmap.data.packing), `position_ids` in place of the
     attention mask (`flat`: in one row, as flash-attention takes them); an example's first token is never a label,
     so no loss crosses from one to the next.
     `tokens`: the real tokens, padding not counted."""
     import torch
 
     if packed:
-        from ..packing import Layout
+        from .packing import Layout
 
         layout = Layout(examples, pad_id, flat=flat)
         ids, mask, positions = layout.ids, None, layout.position_ids

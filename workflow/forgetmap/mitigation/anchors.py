@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.batches import IGNORE
-from ..packing import model_inputs
+from ..data.packing import model_inputs
 from .hooks import Hook, is_peft, trainable
 
 

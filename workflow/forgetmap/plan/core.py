@@ -36,7 +36,7 @@ class Plan:
     def __init__(self, config: dict, gpu_models: dict | None = None, cluster: str | None = None,
                  cpu_model: str | None = None):
         """`gpu_models`: the GPU models a profile names for each stage's jobs, {stage: {where: name}}, `where`
-        the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.gpu_models).
+        the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.cost.cards).
         `cluster`: the executor the jobs are submitted to where they do not run on this machine (`slurm`), so
         that this machine is never probed for their times; `cpu_model`: the CPU their CPU jobs run on, as the
         profile names it (`cpu_model`, a rates file entry's machine), where not this machine's."""
@@ -49,7 +49,7 @@ class Plan:
         self.cluster, self.cpu_model = cluster, cpu_model
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
-        self._times: dict = {}  # the jobs' time rows (config.times.job_times), estimated once
+        self._times: dict = {}  # the jobs' time rows (forgetmap.cost.estimate.job_times), estimated once
         self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
         self._base_scorers: dict | None = None  # each computed model's base score files' model (base_scorer)
         self._corpora: dict = {}  # local corpus files read for the time estimate (planned_data)
@@ -406,10 +406,10 @@ class Plan:
         return decided["gradient_checkpointing"]
 
     def gpu_memory(self, model: str, stage: str):
-        """The memory of each GPU the stage's jobs run on (forgetmap.gpu_models.GpuMemory), or None where it is
+        """The memory of each GPU the stage's jobs run on (forgetmap.cost.cards.GpuMemory), or None where it is
         not known before they run: `resources.STAGE.gpu_memory_gib`, else the GPU model the profile names for
         the stage's jobs (the smallest, where its jobs name several)."""
-        from ..gpu_models import GpuMemory, memory
+        from ..cost.cards import GpuMemory, memory
         from ..memory import GIB
 
         resources = self.cfg["models"][model]["resources"][stage]
@@ -561,14 +561,14 @@ class Plan:
     def resource(self, model: str, stage: str, key: str, attempt: int = 1):
         """A configured resource of a model's stage; the runtime grows with each retry (SLURM --time); a
         fine-tune's memory, where the config leaves it null, from forgetmap.memory's estimate, and a job's runtime
-        from forgetmap.config.times' estimate."""
+        from forgetmap.cost.estimate's estimate."""
         value = self.cfg["models"][model]["resources"][stage][key]
         if value is None and key == "mem_mb":
             from ..config.fits import host_request
 
             return host_request(self.finetune_memory(model))
         if value is None and key == "runtime":
-            from ..config.times import runtime
+            from ..cost.estimate import runtime
 
             return runtime(self, model, stage, attempt)
         return value * attempt if key == "runtime" else value
@@ -579,7 +579,7 @@ class Plan:
         minutes = self.resource(model, stage, "runtime", attempt)
         if attempt > 1 and self.cfg["models"][model]["resources"][stage]["runtime"] is None:
             from ..attempts import leave
-            from ..config.times import stage_estimate
+            from ..cost.estimate import stage_estimate
 
             leave(log, attempt, stage_estimate(self, model, stage), self.resource(model, stage, "runtime", attempt - 1),
                   minutes)
@@ -594,13 +594,13 @@ class Plan:
                 getattr(paths, f"{kind}_LOG").format(model=model, **where))
 
     def job_times(self, model: str) -> list:
-        """How long the model's jobs take, one row per kind (forgetmap.config.times: estimated once, for the time
+        """How long the model's jobs take, one row per kind (forgetmap.cost.estimate: estimated once, for the time
         table and every job's SLURM time the config leaves unset), each kind learned from its jobs finished so far
-        (forgetmap.config.learned: read again when the benchmark files change)."""
-        from ..config import learned
+        (forgetmap.cost.learned: read again when the benchmark files change)."""
+        from ..cost import learned
 
         if model not in self._times:
-            from ..config.times import job_times
+            from ..cost.estimate import job_times
 
             self._times[model] = job_times(self, model)
         seen = learned.signature(model)

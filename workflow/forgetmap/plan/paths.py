@@ -57,7 +57,7 @@ ARM_LOG = "results/logs/{model}/mitigation/{arm}/seed-{seed}/{task}.log"
 PLAIN_LOG = "results/logs/{model}/mitigation/none/matrix/{task}.log"
 SEMANTIC_LOG = "results/logs/{model}/semantic_similarity.log"
 GRADIENT_LOG = "results/logs/{model}/gradient_similarity.log"
-# their `benchmark:` files: what a finished job took (forgetmap.config.learned learns the rest of its kind's time)
+# their `benchmark:` files: what a finished job took (forgetmap.cost.learned learns the rest of its kind's time)
 BASE_BENCH = "results/benchmarks/{model}/base_model.tsv"
 FINETUNE_BENCH = "results/benchmarks/{model}/finetune/{task}.tsv"
 SCORE_BENCH = "results/benchmarks/{model}/score/{run}/shard-{shard}.tsv"

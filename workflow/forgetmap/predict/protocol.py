@@ -288,7 +288,7 @@ def predict_command(matrix: str, split: str, settings: dict, out: str, metrics: 
     from ..matrix import ForgettingMatrix
     from ..models import say_device
 
-    say_device("cpu")  # where its time was spent (forgetmap.config.learned)
+    say_device("cpu")  # where its time was spent (forgetmap.cost.learned)
     side = np.load(similarity) if similarity else None
     forgetting, definition = ForgettingMatrix.read(matrix), _split_definition(split)
     measured = None

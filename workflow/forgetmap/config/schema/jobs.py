@@ -29,7 +29,7 @@ FINETUNE = obj({
     "packing": {"type": "boolean", "default": False,
                 "description": "a micro-batch's examples packed into rows without padding and without attention "
                                "across them (position ids restart per example; the same loss per token); for the "
-                               "architectures forgetmap.packing has checked, refused for others"},
+                               "architectures forgetmap.data.packing has checked, refused for others"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "processes": integer(1, "training processes, one per GPU: above 1, torchrun runs them with FSDP (full "
                             "fine-tuning; effective batch = batch_size x grad_accum x processes); on GPUs set "
@@ -68,7 +68,7 @@ SCORE = obj({
     "packing": {"type": "boolean", "default": False,
                 "description": "torch backend: examples packed into rows without padding and without attention "
                                "across them (position ids restart per example; each example's NLL the same to "
-                               "1e-5 in fp32); for the architectures forgetmap.packing has checked, refused for "
+                               "1e-5 in fp32); for the architectures forgetmap.data.packing has checked, refused for "
                                "others"},
     "device": {"type": "string", "default": "auto", "description": "auto, cpu, cuda or cuda:N"},
     "dtype": choice("auto", ("auto", "float32", "bfloat16", "float16"), "auto: bf16 on GPU, fp32 on CPU"),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from forgetmap.gpu_models import memory
+from forgetmap.cost.cards import memory
 
 GIB = 2**30
 

@@ -22,7 +22,8 @@ import re
 import statistics
 from pathlib import Path
 
-from .. import cost
+from .cards import card
+from .figures import Device, seconds
 
 HEAD = 1 << 16  # the bytes of a log read for its device line
 DEVICE = re.compile(r"device: (\w+)(?: \((.*?)\))?(; forked from the run's warm process)?[ \t]*$", re.MULTILINE)
@@ -40,7 +41,7 @@ def ran_on(log: str) -> tuple[str, str | None, bool] | None:
     return (found.group(1), found.group(2), bool(found.group(3))) if found else None
 
 
-def same_device(planned: cost.Device, ran: tuple[str, str | None]) -> bool:
+def same_device(planned: Device, ran: tuple[str, str | None]) -> bool:
     """Whether a job that ran on `ran` ran on the device its kind is planned on: the CPU (of the same model where
     the log names it), or a GPU (the same card where the plan names one)."""
     kind, name = ran[:2]
@@ -50,8 +51,6 @@ def same_device(planned: cost.Device, ran: tuple[str, str | None]) -> bool:
         return False
     if planned.assumed or not name:  # no card named: whichever the jobs got is the one to learn from
         return True
-    from ..gpu_models import card
-
     return card(name) == planned.name
 
 
@@ -75,7 +74,7 @@ LEAST = 3  # finished jobs of a kind, started the same way, before their ratio r
 
 
 def learn(rows: list) -> tuple[list, list[str]]:
-    """`rows` (forgetmap.config.times.JobTime) with each kind's time scaled by its finished jobs' median ratio,
+    """`rows` (forgetmap.cost.estimate.JobTime) with each kind's time scaled by its finished jobs' median ratio,
     each job against its estimate as it ran, and the notes of benchmark files passed over. A job forked from the
     run's warm process and one started in a process of its own meet different start-ups, so each kind of start learns
     from its own jobs alone: the warm ones scale the estimate a local run goes by (`seconds`, where it forks its
@@ -95,7 +94,7 @@ def learn(rows: list) -> tuple[list, list[str]]:
             ran = ran_on(job.log) if taken is not None else None
             if ran is None or not same_device(row.device, ran):
                 continue
-            ratios[ran[2]].append(taken / cost.seconds(job.work, row.figures, warm=ran[2]))
+            ratios[ran[2]].append(taken / seconds(job.work, row.figures, warm=ran[2]))
         warm_estimate = row.seconds != row.cold_seconds  # the local run forks this kind's jobs
         said, changes = [], {}
         for warm, found in ratios.items():

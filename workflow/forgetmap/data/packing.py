@@ -24,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from .data.chat import Encoded
+    from .chat import Encoded
 
 # model_type of the transformers architectures whose mask and positions follow `position_ids`, each checked in
 # tests/unit/test_packing (OPT, which counts its learned positions from the attention mask, is not: the test shows it)
