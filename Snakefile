@@ -33,6 +33,7 @@ include: "rules/forecast.smk"
 include: "rules/mitigation.smk"
 include: "rules/correctness.smk"
 include: "rules/explorer.smk"
+include: "rules/cost.smk"
 
 
 onstart:

@@ -72,7 +72,8 @@ fm_warm.commands_first()
 try:
     for path in workflow.configfiles:  # one key given twice in a mapping: YAML keeps the last, silently
         fm_config.check_duplicate_keys(path)
-    PLAN = fm_plan.Plan(config, profile_gpu_models(), cluster=jobs_executor(), cpu_model=default_resource("cpu_model"))
+    PLAN = fm_plan.Plan(config, profile_gpu_models(), cluster=jobs_executor(), cpu_model=default_resource("cpu_model"),
+                        cpu_partition=default_resource("slurm_partition"))
     if workflow.is_main_process:  # what the config points at, once, before any job (not in each cluster job)
         fm_preflight.check(PLAN)
         fm_times.report(PLAN)  # each job's time, where its SLURM time comes from the estimate

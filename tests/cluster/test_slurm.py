@@ -5,6 +5,7 @@ command-line overrides this cluster needs: no accounting database (`--slurm-stat
 and a short first status delay. What ran is read back from slurmctld (`scontrol show job`).
 """
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.cluster
 HERE = Path(__file__).parent
 MATRIX = "results/tiny/forgetting.parquet"
 GPU_RULES = {"base_model", "finetune", "score"}
+PROBE = "results/cost/probes/cpu.json"
 SLURM = ("--profile", "profiles/slurm", "--slurm-status-command", "squeue",
          "--slurm-init-seconds-before-status-checks", "2")
 
@@ -166,3 +168,23 @@ def test_adding_a_task_submits_exactly_the_new_jobs_given_the_time_their_kinds_f
         if job["rule"] in expected:
             assert job["minutes"] == expected[job["rule"]], job
     assert ForgettingMatrix.read(workdir / MATRIX).tasks[-1] == "add_qa"
+
+
+def test_the_cpu_probe_runs_once_as_a_job_on_the_cpu_partition_and_sizes_the_cpu_jobs_after(cluster, tmp_path):
+    """The config leaves the CPU jobs' SLURM time to the estimate and the profile names no CPU: the probe runs as a
+    job on the partition they go to, never on the submitting host; the next plan sizes them by what it measured
+    there and plans it no more."""
+    config = edited(tiny_config(), lambda c: [c["models"]["tiny"]["resources"][stage].pop("runtime")
+                                              for stage in ("base", "finetune", "score")])
+    workdir = make_workdir(tmp_path / "wf", config)
+    env = {"FORGETMAP_ARCHITECTURES": str(tmp_path / "kept")}
+    snakemake(workdir, *SLURM, PROBE, env=env, timeout=900)
+    (job,) = [j for j in slurm_jobs(workdir) if j["rule"] == "cpu_probe"]
+    assert job["partition"] == "cpu" and job["state"] == "COMPLETED", job
+    probe = json.loads((workdir / PROBE).read_text())
+    assert probe["partition"] == "cpu" and probe["machine"] and all(v > 0 for v in probe["seconds"].values()), probe
+    assert not list((tmp_path / "kept").rglob("measured-*.json"))  # nothing probed, nor kept, on this host
+    dry = snakemake(workdir, "--dry-run", *SLURM, env=env)
+    text = dry.stdout + dry.stderr
+    assert "never probed" not in text and not re.search(r"^cpu_probe\s+1$", text, re.M), text[-3000:]
+    assert re.search(r"\[1\] .*(: measured on this device|'s scaled by partition cpu's probe job \(x)", text), text[-3000:]

@@ -148,7 +148,8 @@ def test_a_probe_that_cannot_run_is_said_once_with_its_reason_and_kept_for_the_b
     assert len(calls) == 1
     said = capsys.readouterr().err
     assert said.count("the CPU probe could not run") == 1 and "fork: Resource unavailable" in said
-    assert figures(where, rates, 1e6, probe=True).borrowed == "measured on Slow CPU, as they are"
+    assert figures(where, rates, 1e6, policy.probe_where(where, rates, None, None)).borrowed == \
+        "measured on Slow CPU, as they are"
     monkeypatch.setattr(policy, "_SAID", set())  # another plan, later this boot: kept, not tried again
     assert policy.cpu_probe(where) is None and len(calls) == 1
 
@@ -176,3 +177,58 @@ def test_the_cpus_a_process_may_use_are_its_affinity_mask_and_its_cgroups_quota(
     monkeypatch.setattr(devices, "cgroup_quota", lambda: None)
     monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     assert devices.usable_cpus() == 6
+
+
+def test_a_cluster_plan_starts_no_probe_here_and_its_partitions_probe_job_sizes_its_cpu_jobs_once_run(
+        tmp_path, monkeypatch):
+    """A plan whose jobs go to SLURM: no probe process is started on this host (the harness that starts them records
+    none), the partition's probe job is planned, and the CPU jobs borrow figures, saying why; once the job has run
+    (its command, as the partition's node runs it), the same plan sizes them by what it measured there; one that
+    could not run says why. A profile naming a CPU the rates file has measured plans no probe job."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from forgetmap import calibrate, devices
+    from forgetmap.cost import harness
+    from forgetmap.plan import Plan
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FORGETMAP_ARCHITECTURES", str(tmp_path / "kept"))
+    started = []
+    monkeypatch.setattr(harness, "together", lambda *args: started.append(args[3]) or [canned] * args[2])
+    canned = {k: probed(SLOW)[k] for k in ("seconds", "work", "parameters", "start_s", "warm_start_s",
+                                            "load_bytes_per_s")}
+    config = yaml.safe_load((Path(__file__).parents[2] / "config/config.yaml").read_text())
+    plan = Plan(config, cluster="slurm", cpu_partition="cpu")
+    cpu_rows = [r for r in plan.job_times("demo") if r.device.kind == "cpu"]
+    assert cpu_rows and not started
+    assert "results/cost/probes/cpu.json" in plan.targets()
+    for r in cpu_rows:
+        assert r.figures.borrowed.endswith("never probed from this machine; partition cpu not measured yet: its probe "
+                                           "job (results/cost/probes/cpu.json) runs first"), r.figures.borrowed
+
+    monkeypatch.setattr(devices, "cpu_name", lambda: "Node CPU")
+    summary = calibrate.probe_command("cpu", "results/cost/probes/cpu.json")  # the job, on the partition's node
+    assert started == ["the CPU probe"] and summary["machine"] == "Node CPU"
+    written = json.loads(Path("results/cost/probes/cpu.json").read_text())
+    assert written["partition"] == "cpu" and written["seconds"] == canned["seconds"]
+    assert not list((tmp_path / "kept").rglob("measured-*.json"))  # its file keeps it, not this host's cache
+    for r in (r for r in plan.job_times("demo") if r.device.kind == "cpu"):
+        assert r.device.name == "Node CPU" and "partition cpu's probe job (x" in r.figures.borrowed, r.figures.borrowed
+    assert len(started) == 1
+
+    def failing(*args):
+        raise RuntimeError("the CPU probe: a process failed\nBlockingIOError: [Errno 11] fork: Resource unavailable")
+
+    monkeypatch.setattr(harness, "together", failing)
+    calibrate.probe_command("cpu", "results/cost/probes/cpu.json")
+    for r in (r for r in plan.job_times("demo") if r.device.kind == "cpu"):
+        assert r.figures.borrowed.endswith("partition cpu's probe job could not run (BlockingIOError: [Errno 11] fork: "
+                                           "Resource unavailable)"), r.figures.borrowed
+
+    machine = next(d["machine"] for d in read_rates()["devices"].values() if d["kind"] == "cpu")
+    named = Plan(config, cluster="slurm", cpu_partition="cpu", cpu_model=machine)
+    assert not [t for t in named.targets() if t.startswith("results/cost/")]
+    assert all(r.figures.borrowed is None for r in named.job_times("demo") if r.device.kind == "cpu")

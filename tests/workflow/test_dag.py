@@ -94,15 +94,18 @@ def test_a_dry_run_states_each_jobs_time_and_its_slurm_time_where_the_config_lea
 
 def test_a_plan_whose_jobs_go_to_a_cluster_never_probes_this_machine(tmp_path):
     """Under the SLURM profile the jobs run on the cluster's nodes: the dry run probes nothing on the submitting host
-    (no probe kept, the table saying the figures are borrowed and why), sizes every job as a cold start (no warm
-    server forks cluster jobs), and takes the nodes' own figures where the profile names their CPU (`cpu_model`)."""
+    (no probe kept, the table saying the figures are borrowed and why) but plans the probe as a job on the CPU jobs'
+    partition, sizes every job as a cold start (no warm server forks cluster jobs), and takes the nodes' own figures
+    where the profile names their CPU (`cpu_model`), planning no probe job then."""
     from forgetmap.cost.rates import read_rates
 
     workdir = make_workdir(tmp_path / "wf", untimed(tiny_config()))
     kept = tmp_path / "kept"
     proc = snakemake(workdir, "--dry-run", "--profile", "profiles/slurm", env={"FORGETMAP_ARCHITECTURES": str(kept)})
     text = proc.stdout + proc.stderr
-    assert "as they are: jobs run on the slurm cluster's nodes, never probed from this machine" in text
+    assert ("as they are: jobs run on the slurm cluster's nodes, never probed from this machine; partition cpu not "
+            "measured yet: its probe job (results/cost/probes/cpu.json) runs first") in text
+    assert re.search(r"^cpu_probe\s+1$", text, re.M)  # the probe, as a job on the partition the CPU jobs go to
     assert not list(kept.rglob("measured-*.json")) and "scaled by the CPU probe" not in text
     assert "forked from the run's warm process" not in text and text.count("Using profiles") == 1
     machine = next(d["machine"] for d in read_rates()["devices"].values() if d.get("kind") == "cpu")
@@ -113,6 +116,7 @@ def test_a_plan_whose_jobs_go_to_a_cluster_never_probes_this_machine(tmp_path):
     proc = snakemake(workdir, "--dry-run", "--profile", "profiles/nodes", env={"FORGETMAP_ARCHITECTURES": str(kept)})
     text = proc.stdout + proc.stderr
     assert re.search(rf"  \[1\] {re.escape(machine)}, .*: measured on this device", text) and "never probed" not in text
+    assert "cpu_probe" not in text  # a CPU the rates file has measured: no probe job
     assert not list(kept.rglob("measured-*.json"))
 
 

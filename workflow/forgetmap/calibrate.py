@@ -196,3 +196,22 @@ def calibrate_command(threads: int, out: str | None, jobs: int | None = None) ->
     partial.write_text(json.dumps(rates, indent=1) + "\n")
     os.replace(partial, path)  # whole or as it was
     return {"out": str(path), **{k: v for k, v in entry.items() if k != "source"}}
+
+
+def probe_command(partition: str, out: str) -> dict:
+    """The CPU probe (forgetmap.cost.probe) run on this machine as a cluster partition's job, its figures written to
+    `out` (whole or not at all) with the CPU model and the partition: what the plan sizes that partition's CPU jobs
+    by. One that cannot run writes why (`failed`), and the plan borrows figures, saying so."""
+    from .cost.probe import measured_here
+    from .devices import cpu_name, usable_cpus
+
+    machine = cpu_name()
+    found = {**measured_here(machine, 1, usable_cpus()), "machine": machine, "partition": partition,
+             "where": f"partition {partition}'s probe job"}
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(found, indent=1) + "\n")
+    os.replace(partial, path)
+    return {"out": str(path), "machine": machine, **({"failed": found["failed"]} if "failed" in found else
+                                                      {"seconds": found["seconds"], "start_s": found["start_s"]})}

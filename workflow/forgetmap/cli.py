@@ -72,6 +72,11 @@ COMMANDS = [
      [THREADS, arg("--out", default=None, help="the rates file to write (default: the package's)"),
       arg("--jobs", type=int, default=None, help="processes measuring at once (default: the CPUs / threads, as a "
                                                  "local run fills the machine)")], True),
+    ("probe-cpu", "run the CPU probe on this machine as a cluster partition's job: its figures size that partition's "
+                  "CPU jobs (forgetmap.cost.probe)",
+     "calibrate:probe_command",
+     [arg("--partition", required=True, help="the partition this job runs on (named in the figures' source)"),
+      arg("--out", required=True, help="the probe file to write")], True),
     ("from-gguf", "dequantize a GGUF file (llama.cpp's format) into a model directory a config's base.path can name",
      "from_gguf:convert_command",
      [arg("gguf_file", help="the .gguf file"), arg("--out", required=True, help="the model directory to write"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .figures import Device, figures, seconds
+from .figures import Device, figures, probe_where, seconds
 from .jobs import Model, device, kinds, starts_warm
 from .rates import Figures, read_rates
 from .work import Work
@@ -48,7 +48,7 @@ def job_times(plan, model: str, rates: dict | None = None) -> list[JobTime]:
         if not jobs:
             continue
         where = device(plan, model, stage)
-        fig = figures(where, rates, m.parameters, probe=not plan.cluster)  # a cluster's jobs: never probed here
+        fig = figures(where, rates, m.parameters, probe_where(where, rates, plan.cluster, plan.partition_probe()))
         longest = max((job.work for job in jobs), key=_flops)
         several = stage == "finetune" and not label.startswith("arm") and len(jobs) > 1
         rows.append(JobTime(model, stage, f"{label} (longest)" if several else label, len(jobs), where, longest,

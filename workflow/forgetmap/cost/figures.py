@@ -42,16 +42,27 @@ class Device:
         return f"{self.name or 'GPU'}{'?' if self.assumed else ''} x{self.count}"
 
 
-def figures(device: Device, rates: dict, parameters: float, probe: bool = False) -> Figures:
+def figures(device: Device, rates: dict, parameters: float, measured: dict | None = None) -> Figures:
     """The figures a job of a model of `parameters` on `device` is estimated with (the module's order of
-    preference); of the model sizes measured, the nearest. `probe`: whether the job runs on this machine, the only
-    one a plan probes. KeyError where the rates file has no figures for the device's kind at all."""
+    preference); of the model sizes measured, the nearest. `measured`: the probe of the machine its jobs run on
+    (`probe_where`), where there is one. KeyError where the rates file has no figures for the device's kind at all."""
     if device.kind == "cpu":
         cpus = cpu_entries(rates)
         if not cpus:
             raise KeyError("the rates file has no CPU figures: run `forgetmap calibrate`")
-        return cpu_figures(device, cpus, parameters, cpu_probe(device) if probe else None)
+        return cpu_figures(device, cpus, parameters, measured)
     return gpu_figures(device, rates, parameters)
+
+
+def probe_where(device: Device, rates: dict, cluster: str | None, partition_probe: dict | None) -> dict | None:
+    """The probe a CPU job's figures are checked against, measured only where its jobs run: this machine's (kept per
+    boot) for a local run; for a cluster's jobs (`cluster`: its executor), their partition's probe job's
+    (`partition_probe`, read from its file once it has run), never the submitting host's; else None (borrowed)."""
+    if device.kind != "cpu" or not cpu_entries(rates):
+        return None
+    if not cluster:
+        return cpu_probe(device)
+    return partition_probe if partition_probe and "failed" not in partition_probe else None
 
 
 def cpu_figures(device: Device, cpus: list[dict], parameters: float, measured: dict | None) -> Figures:
@@ -175,6 +186,6 @@ def scale(cpus: list[dict], probe: dict) -> Scaled:
     factors = ", ".join(f"x{speed[k]:.2f} {k}" for k in KINDS)
     busy = "" if undisturbed(probe) else \
         f"; probed while other work held {probe['others']:.0%} of the CPUs: not kept, the next plan probes again"
-    how = (f"{nearest.get('machine')}'s scaled by the CPU probe ({factors}; start-up {probe['start_s']:.1f} s, "
-           f"setups x{start:.2f}{busy})")
+    how = (f"{nearest.get('machine')}'s scaled by {probe.get('where', 'the CPU probe')} ({factors}; start-up "
+           f"{probe['start_s']:.1f} s, setups x{start:.2f}{busy})")
     return Scaled(entry, how)

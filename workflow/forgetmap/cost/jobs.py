@@ -52,11 +52,17 @@ def device(plan, model: str, stage: str) -> Device:
     """The device a stage's jobs run on: its GPUs (the card the profile names, if any), else the CPU's threads."""
     resources = plan.cfg["models"][model]["resources"][stage]
     if not resources["gpu"]:
-        if not plan.cluster or plan.cpu_model:  # (a local run's CPU is this machine's, whatever a profile names)
-            return Device("cpu", plan.cpu_model if plan.cluster else cpu_name(), resources["threads"])
+        if not plan.cluster:  # a local run's CPU is this machine's, whatever a profile names
+            return Device("cpu", cpu_name(), resources["threads"])
+        probed = plan.partition_probe()
+        if plan.cpu_model or (probed and "failed" not in probed):  # the profile's, else the partition's probe job's
+            return Device("cpu", plan.cpu_model or probed["machine"], resources["threads"])
+        where = plan.cpu_probe_path()
+        why = (f"partition {plan.cpu_partition}'s probe job could not run ({probed['failed']})" if probed else
+               f"partition {plan.cpu_partition} not measured yet: its probe job ({where}) runs first" if where else
+               "no partition's probe job planned")
         return Device("cpu", None, resources["threads"],
-                      f"jobs run on the {plan.cluster} cluster's nodes, never probed from this machine: name "
-                      f"their CPU (the profile's cpu_model) once `forgetmap calibrate` has measured it there")
+                      f"jobs run on the {plan.cluster} cluster's nodes, never probed from this machine; {why}")
     named = [cards.card(name) for name in plan.gpu_models.get(stage, {}).values()]
     if named and named[0]:
         return Device("gpu", named[0], resources["gpu"])

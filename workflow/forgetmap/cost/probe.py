@@ -101,6 +101,11 @@ def measured(machine: str, threads: int, jobs: int) -> dict:
     return _UNKEPT[key]
 
 
+def measured_here(machine: str, threads: int, jobs: int) -> dict:
+    """The probe's figures on this machine now, not kept: a cluster partition's probe job's (its file keeps them)."""
+    return _measured.made(machine, boot(), threads, jobs)
+
+
 def busy_seconds() -> float | None:
     """The CPU seconds every process of the machine has run since its boot (Linux's /proc/stat: all but idle and
     I/O wait), None where it cannot be read."""

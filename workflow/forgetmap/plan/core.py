@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 from .. import config as fm_config
 from .. import pretrained
@@ -25,7 +26,7 @@ from .correctness import CorrectnessPlan
 from .explorer import ExplorerPlan
 from .forecast import ForecastPlan
 from .mitigation import MitigationPlan
-from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, FORECAST_PROBES, LOGGED, LOWRANK, LOWRANK_SUMMARY,
+from .paths import (BASE, BASE_RUN, CHECKPOINT, CORRELATION, CPU_PROBE, FORECAST_PROBES, LOGGED, LOWRANK, LOWRANK_SUMMARY,
                     MATRIX, NO_ARM, POSTTRAINED, SCORES, SCORES_CELLS, SHARD, TASK, alternatives, definition_key)
 from .prediction import PredictionPlan
 
@@ -34,19 +35,21 @@ class Plan:
     """The resolved config plus everything the DAG's shape is read from."""
 
     def __init__(self, config: dict, gpu_models: dict | None = None, cluster: str | None = None,
-                 cpu_model: str | None = None):
+                 cpu_model: str | None = None, cpu_partition: str | None = None):
         """`gpu_models`: the GPU models a profile names for each stage's jobs, {stage: {where: name}}, `where`
         the profile's setting (the Snakefile reads `set-resources` and `default-resources`; forgetmap.cost.cards).
         `cluster`: the executor the jobs are submitted to where they do not run on this machine (`slurm`), so
         that this machine is never probed for their times; `cpu_model`: the CPU their CPU jobs run on, as the
-        profile names it (`cpu_model`, a rates file entry's machine), where not this machine's."""
+        profile names it (`cpu_model`, a rates file entry's machine), where not this machine's; `cpu_partition`: the
+        cluster's partition they go to (the profile's `slurm_partition`), whose probe job measures it where the rates
+        file has no figures of its CPU."""
         from ..data.tasks import check_dataset
         from ..data.upstream import example_ids, has_items, shard_plan
         from ..released import released_tasks
 
         self.cfg = cfg = fm_config.resolve(config)
         self.gpu_models = gpu_models or {}
-        self.cluster, self.cpu_model = cluster, cpu_model
+        self.cluster, self.cpu_model, self.cpu_partition = cluster, cpu_model, cpu_partition or "default"
         self._shapes: dict = {}  # the bases' sizes, read when a memory decision needs them
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self._times: dict = {}  # the jobs' time rows (forgetmap.cost.estimate.job_times), estimated once
@@ -599,14 +602,53 @@ class Plan:
         (forgetmap.cost.learned: read again when the benchmark files change)."""
         from ..cost import learned
 
-        if model not in self._times:
+        probed = self.partition_probe()
+        if self._times.get(model, (None,))[0] != (probed,):  # estimated again once the partition's probe has run
             from ..cost.estimate import job_times
 
-            self._times[model] = job_times(self, model)
+            self._times[model] = ((probed,), job_times(self, model))
+            self._learned.pop(model, None)
         seen = learned.signature(model)
         if self._learned.get(model, (None,))[0] != seen:
-            self._learned[model] = (seen, *learned.learn(self._times[model]))
+            self._learned[model] = (seen, *learned.learn(self._times[model][1]))
         return self._learned[model][1]
+
+    def cpu_probe_path(self) -> str | None:
+        """The file of the probe job of the partition the CPU jobs go to, where they go to a cluster whose CPU the
+        rates file has no figures of (the profile names none, or one never measured); None for a local run (this
+        machine is probed at planning instead) and inside a cluster's job (it plans, and probes nothing)."""
+        if not self.cluster or self.cluster == "remote":
+            return None
+        from ..cost.rates import cpu_entries, read_rates
+
+        if self.cpu_model in {entry.get("machine") for entry in cpu_entries(read_rates())}:
+            return None
+        return CPU_PROBE.format(partition=self.cpu_partition)
+
+    def partition_probe(self) -> dict | None:
+        """The partition's probe as its job wrote it, once it has run (one that could not run says why in `failed`);
+        None before."""
+        path = self.cpu_probe_path()
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            with open(path) as handle:
+                found = json.load(handle)
+        except (OSError, ValueError) as exc:
+            return {"failed": f"{path} not readable: {exc}"}
+        return found if isinstance(found, dict) and ("failed" in found or "machine" in found) else \
+            {"failed": f"{path} holds no probe"}
+
+    def cpu_probe_targets(self) -> list[str]:
+        """The partition's probe job, where it is wanted: its CPU jobs' SLURM times come from the estimate (some CPU
+        stage leaves `runtime` unset) and no figures of its CPU exist; once, its file kept."""
+        from ..cost.estimate import TIMED_STAGES
+
+        path = self.cpu_probe_path()
+        timed = any(not self.cfg["models"][m]["resources"][stage]["gpu"]
+                    and self.cfg["models"][m]["resources"][stage]["runtime"] is None
+                    for m in self.computed for stage in TIMED_STAGES)
+        return [path] if path and timed else []
 
     def learning_notes(self, model: str) -> list[str]:
         """The benchmark files the model's times could not learn from (said under the time table)."""
@@ -651,7 +693,7 @@ class Plan:
             out += self.mitigation.targets(model)
             out += self.correctness.targets(model)
             out += self.explorer.targets(model)
-        return out + [self.lowrank_summary()] * bool(self.z_models)
+        return out + [self.lowrank_summary()] * bool(self.z_models) + self.cpu_probe_targets()
 
     def lowrank_summary(self) -> str:
         """The table of every model's R²: its name is the models' (sorted, joined by '+')."""

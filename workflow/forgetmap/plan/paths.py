@@ -24,6 +24,8 @@ SCORES = "results/{model}/scores/{run}/shard-{shard}.parquet"
 # fraction, design or place is another file, and every one left on disk is read again where its cells are wanted
 SCORES_CELLS = "results/{model}/scores/{run}/shard-{shard}.cells-{cells}.parquet"
 MATRIX = "results/{model}/forgetting.parquet"
+# the CPU probe run as a job on a cluster's partition (forgetmap.cost.probe), once: the figures of that partition's jobs
+CPU_PROBE = "results/cost/probes/{partition}.json"
 SPLIT = "results/{model}/splits/{split}.json"
 PREDICTIONS = "results/{model}/prediction/{split}/{method}"
 PREDICTION_METRICS = "results/{model}/prediction/{split}/{method}.tsv"
