@@ -34,11 +34,11 @@ def main() -> None:
     rates_path = Path(args.rates).resolve() if args.rates else None
     os.chdir(args.workdir)
 
-    from forgetmap.cost.figures import seconds
-    from forgetmap.cost.rates import cpu_key, read_rates
-    from forgetmap.cost.learned import seconds_taken
     from forgetmap.cost.estimate import job_times
+    from forgetmap.cost.figures import seconds
     from forgetmap.cost.jobs import starts_warm
+    from forgetmap.cost.learned import seconds_taken
+    from forgetmap.cost.rates import cpu_key, read_rates
     from forgetmap.devices import cpu_name
     from forgetmap.plan import Plan
 
@@ -53,10 +53,10 @@ def main() -> None:
             label = kind.job.removesuffix(" (longest)")
             sources[label] = kind.figures.borrowed or f"measured on this device ({kind.figures.source})"
             for job in kind.jobs:
-                seconds = seconds_taken(job.benchmark)
-                if seconds is not None:
+                taken = seconds_taken(job.benchmark)
+                if taken is not None:
                     rows.append({"kind": label.split(" shard")[0], "job": job.benchmark.split("benchmarks/", 1)[1],
-                                 "measured_s": seconds,
+                                 "measured_s": taken,
                                  "estimated_s": seconds(job.work, kind.figures, starts_warm(plan, kind.stage))})
     table = pd.DataFrame(rows)
     table["ratio"] = table["measured_s"] / table["estimated_s"]

@@ -54,6 +54,7 @@ class Plan:
         self._memory: dict = {}  # the fine-tunes' memory rows (config.fits.memory_rows), read once
         self._times: dict = {}  # the jobs' time rows (forgetmap.cost.estimate.job_times), estimated once
         self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
+        self._measured_cpus: set | None = None  # the CPU models the rates file measured (cpu_probe_path)
         self._base_scorers: dict | None = None  # each computed model's base score files' model (base_scorer)
         self._corpora: dict = {}  # local corpus files read for the time estimate (planned_data)
         self.models = list(cfg["models"])
@@ -619,11 +620,11 @@ class Plan:
         machine is probed at planning instead) and inside a cluster's job (it plans, and probes nothing)."""
         if not self.cluster or self.cluster == "remote":
             return None
-        from ..cost.rates import cpu_entries, read_rates
+        if self._measured_cpus is None:  # read once: every job's SLURM time asks
+            from ..cost.rates import cpu_entries, read_rates
 
-        if self.cpu_model in {entry.get("machine") for entry in cpu_entries(read_rates())}:
-            return None
-        return CPU_PROBE.format(partition=self.cpu_partition)
+            self._measured_cpus = {entry.get("machine") for entry in cpu_entries(read_rates())}
+        return None if self.cpu_model in self._measured_cpus else CPU_PROBE.format(partition=self.cpu_partition)
 
     def partition_probe(self) -> dict | None:
         """The partition's probe as its job wrote it, once it has run (one that could not run says why in `failed`);
