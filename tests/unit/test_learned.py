@@ -99,11 +99,22 @@ def test_a_logs_device_line_names_the_cpu_model_with_its_own_parentheses(tmp_pat
 
 
 def test_planning_counts_the_gradient_jobs_batches_as_the_job_makes_them():
-    from forgetmap.cost.jobs import examples_together
-    from forgetmap.gradients import together
+    import numpy as np
+
+    from forgetmap.cost.jobs import examples_together, task_mean_batches
+    from forgetmap.data.chat import Encoded
+    from forgetmap.gradients import batches, together
 
     for parameters, longest in ((918_656, 40), (918_656, 96), (8_000_000, 64), (135_000_000, 128), (30, 4096)):
         assert examples_together(parameters, longest) == together(parameters, longest)
+    # a task's mean gradient: the batches mean_projection cuts of its examples, at 135M (one example's gradients do
+    # not fit twice: as many as fill the job's max_length) and at the demo's size (many at once)
+    rng = np.random.default_rng(0)
+    for parameters, room in ((135_000_000, 128), (135_000_000, 512), (918_656, 128)):
+        lengths = rng.integers(8, 120, 32)
+        examples = [Encoded(np.zeros(n, dtype=np.int64), 1, n) for n in lengths]
+        made = batches(examples, lambda longest: max(together(parameters, longest), room // max(1, longest)))
+        assert task_mean_batches(lengths, parameters, room) == [(len(b), max(lengths[i] for i in b)) for b in made]
 
 
 def test_a_first_plan_takes_its_lengths_from_the_data_its_jobs_will_write(tmp_path, monkeypatch):

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..devices import cpu_name
 from . import cards
 from .figures import Device
@@ -78,6 +80,19 @@ def examples_together(parameters: int, longest: int) -> int:
     (tested equal), here without importing torch at planning."""
     room = (1 << 26) // (4 * max(1, parameters))  # gradients.GRADIENT_BYTES of float32 gradients
     return 1 if room < 2 else max(1, min(room, 2048 // max(1, longest)))  # gradients.BATCH_TOKENS
+
+
+def task_mean_batches(lengths, parameters: int, room: int) -> list[tuple[int, int]]:
+    """The batches the gradient job makes of a task's examples of `lengths` tokens for their mean gradient
+    (forgetmap.gradients.mean_projection: by length, each of at most as many as fill `room` tokens), as (examples,
+    longest) each: a backward over its padded tokens and every parameter's gradient projected once per batch."""
+    out: list[tuple[int, int]] = []
+    for length in sorted(int(n) for n in lengths):
+        if out and out[-1][0] < max(examples_together(parameters, length), room // max(1, length)):
+            out[-1] = (out[-1][0] + 1, length)
+        else:
+            out.append((1, length))
+    return out
 
 
 class Model:
@@ -224,7 +239,8 @@ class Model:
 
     def gradient(self) -> Work:
         """Every upstream example's gradient, one backward each, projected by the count sketch (forgetmap.gradients),
-        and each task's mean gradient, a backward per batch of its training examples."""
+        and each task's mean gradient: a backward per batch of its training examples, as the job batches them
+        (`task_mean_batches`, their padding counted), each batch's gradient projected."""
         settings = self.spec["correlations"]
         length = self.upstream_length(settings["max_length"])
         examples = self.plan.n_upstream(self.model)
@@ -234,9 +250,15 @@ class Model:
         template = self.spec["chat_template"]
         tasks = self._task_examples(settings["max_task_examples"])
         for path, n in tasks:
-            task_length = self.lengths.mean(path, settings["max_length"], template, "train") if path \
-                else float(settings["max_length"])
-            work.add("train", n * task_length, 3 * self.fwd(task_length), math.ceil(n / 16))
+            sample = self.lengths.sample(path, settings["max_length"], template, "train") if path else None
+            if sample is None:  # not measurable yet: at max_length
+                self.lengths.bounded = True
+                sample = np.array([settings["max_length"]])
+            lengths = np.resize(sample, n)
+            made = task_mean_batches(lengths, self.shape.parameters, max(settings["max_length"], int(lengths.max())))
+            padded = sum(size * longest for size, longest in made)
+            work.add("train", padded, 3 * self.fwd(padded / n), len(made))
+            work.add("score", len(made), PROJECTION_FLOPS * self.parameters, 0)
         work.load_bytes = self.weight_bytes
         work.examples, work.setups["score"] = examples + sum(n for _, n in tasks), 1
         return work
