@@ -28,6 +28,7 @@ from pathlib import Path
 from .cost.harness import DEMO, VOCAB, load_rate, measure, random_model, start_seconds, timed, together, \
     warm_start_seconds
 from .cost.rates import RATES, VERSION, cpu_key, read_rates
+from .io import atomic_path
 
 
 def commit() -> str:
@@ -188,13 +189,10 @@ def calibrate_command(threads: int, out: str | None, jobs: int | None = None) ->
                        for k, v in figures["rates"].items()},
              "source": f"{machine}, {threads} thread(s) in each of {jobs} processes at once, {datetime.date.today()}, "
                        f"commit {commit()} (forgetmap calibrate)"}
-    rates = {"version": VERSION, **read_rates(path)}
-    rates["version"] = VERSION
+    rates = {**read_rates(path), "version": VERSION}
     rates.setdefault("devices", {})[cpu_key(machine)] = entry  # another CPU model's figures are kept
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(rates, indent=1) + "\n")
-    os.replace(partial, path)  # whole or as it was
+    with atomic_path(path) as tmp:  # whole or as it was
+        tmp.write_text(json.dumps(rates, indent=1) + "\n")
     return {"out": str(path), **{k: v for k, v in entry.items() if k != "source"}}
 
 
@@ -208,10 +206,7 @@ def probe_command(partition: str, out: str) -> dict:
     machine = cpu_name()
     found = {**measured_here(machine, 1, usable_cpus()), "machine": machine, "partition": partition,
              "where": f"partition {partition}'s probe job"}
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(found, indent=1) + "\n")
-    os.replace(partial, path)
-    return {"out": str(path), "machine": machine, **({"failed": found["failed"]} if "failed" in found else
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(found, indent=1) + "\n")
+    return {"out": out, "machine": machine, **({"failed": found["failed"]} if "failed" in found else
                                                       {"seconds": found["seconds"], "start_s": found["start_s"]})}

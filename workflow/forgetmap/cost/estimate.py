@@ -77,10 +77,11 @@ def stage_estimate(plan, model: str, stage: str) -> float:
     return max((r.cold_seconds for r in plan.job_times(model) if r.stage == stage), default=0.0)
 
 
-def estimated(plan) -> bool:
-    """Whether some model leaves a timed stage's `runtime` to the estimate."""
-    return any(plan.cfg["models"][m]["resources"][stage]["runtime"] is None
-               for m in plan.computed for stage in TIMED_STAGES)
+def estimated(plan, cpu_only: bool = False) -> bool:
+    """Whether some model leaves a timed stage's `runtime` to the estimate (`cpu_only`: a stage without GPUs)."""
+    return any(resources["runtime"] is None and not (cpu_only and resources["gpu"])
+               for m in plan.computed for stage in TIMED_STAGES
+               for resources in [plan.cfg["models"][m]["resources"][stage]])
 
 
 def hours(rows: list[JobTime]) -> dict[str, float]:

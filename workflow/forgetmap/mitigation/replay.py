@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..data.batches import task_batches

@@ -55,6 +55,7 @@ class Plan:
         self._times: dict = {}  # the jobs' time rows (forgetmap.cost.estimate.job_times), estimated once
         self._learned: dict = {}  # those rows learned from the finished jobs, with what they were learned from
         self._measured_cpus: set | None = None  # the CPU models the rates file measured (cpu_probe_path)
+        self._partition_probe: tuple = (None, None)  # (its file's inode, mtime and size; the probe read from it)
         self._base_scorers: dict | None = None  # each computed model's base score files' model (base_scorer)
         self._corpora: dict = {}  # local corpus files read for the time estimate (planned_data)
         self.models = list(cfg["models"])
@@ -630,26 +631,31 @@ class Plan:
         """The partition's probe as its job wrote it, once it has run (one that could not run says why in `failed`);
         None before."""
         path = self.cpu_probe_path()
-        if path is None or not os.path.exists(path):
-            return None
         try:
-            with open(path) as handle:
-                found = json.load(handle)
-        except (OSError, ValueError) as exc:
-            return {"failed": f"{path} not readable: {exc}"}
-        return found if isinstance(found, dict) and ("failed" in found or "machine" in found) else \
-            {"failed": f"{path} holds no probe"}
+            info = os.stat(path) if path else None
+            stamp = (info.st_ino, info.st_mtime_ns, info.st_size) if info else None  # a file rewritten is a new inode
+        except OSError:
+            stamp = None
+        if stamp is None:
+            return None
+        if self._partition_probe[0] != stamp:  # read once per file written: every job's SLURM time asks
+            try:
+                with open(path) as handle:
+                    found = json.load(handle)
+            except (OSError, ValueError) as exc:
+                found = {"failed": f"{path} not readable: {exc}"}
+            if not (isinstance(found, dict) and ("failed" in found or "machine" in found)):
+                found = {"failed": f"{path} holds no probe"}
+            self._partition_probe = (stamp, found)
+        return self._partition_probe[1]
 
     def cpu_probe_targets(self) -> list[str]:
         """The partition's probe job, where it is wanted: its CPU jobs' SLURM times come from the estimate (some CPU
         stage leaves `runtime` unset) and no figures of its CPU exist; once, its file kept."""
-        from ..cost.estimate import TIMED_STAGES
+        from ..cost.estimate import estimated
 
         path = self.cpu_probe_path()
-        timed = any(not self.cfg["models"][m]["resources"][stage]["gpu"]
-                    and self.cfg["models"][m]["resources"][stage]["runtime"] is None
-                    for m in self.computed for stage in TIMED_STAGES)
-        return [path] if path and timed else []
+        return [path] if path and estimated(self, cpu_only=True) else []
 
     def learning_notes(self, model: str) -> list[str]:
         """The benchmark files the model's times could not learn from (said under the time table)."""
